@@ -1,0 +1,61 @@
+"""Every JAX-version-dependent import lives here, and only here.
+
+JAX moves its primitive-level API between releases (``jax.core.Primitive`` became
+``jax.extend.core.Primitive``, ``jax.experimental.shard_map`` became ``jax.shard_map``,
+``jax.extend.ffi`` became ``jax.ffi``). The rest of primforge imports these names from this
+module so that a JAX upgrade touches one file.
+"""
+
+from __future__ import annotations
+
+import jax
+from jax import ffi  # noqa: F401  (re-exported)
+from jax.extend.core import (  # noqa: F401  (re-exported)
+    ClosedJaxpr,
+    Jaxpr,
+    JaxprEqn,
+    Literal,
+    Primitive,
+    Var,
+    jaxpr_as_fun,
+)
+from jax.interpreters import ad, batching, mlir  # noqa: F401  (re-exported)
+
+JAX_VERSION: tuple[int, ...] = tuple(int(p) for p in jax.__version__.split(".")[:3] if p.isdigit())
+
+# Abstract array type that abstract-eval rules return. Still public in jax.core.
+from jax.core import ShapedArray  # noqa: E402,F401
+
+# A user context that is part of jax.jit's cache key: changing its value re-traces and
+# re-lowers jitted functions (used for backend selection).
+make_user_context = jax.make_user_context
+
+# SPMD entry point; `jax.experimental.shard_map` warns on recent JAX.
+shard_map = jax.shard_map
+
+# Symbolic-zero tangent and undefined-primal markers used by JVP/transpose rules.
+Zero = ad.Zero
+UndefinedPrimal = ad.UndefinedPrimal
+is_undefined_primal = ad.is_undefined_primal
+instantiate_zeros = ad.instantiate_zeros
+primitive_jvps = ad.primitive_jvps
+primitive_transposes = ad.primitive_transposes
+primitive_batchers = batching.primitive_batchers
+float0 = jax.dtypes.float0
+
+
+def get_aval(x):
+    """Abstract value (shape, dtype, weak type) of an array, tracer or Python scalar."""
+    return jax.typeof(x)
+
+
+def zeros_like_aval(aval):
+    """A concrete zero array for ``aval`` (float0 avals give a float0 zero)."""
+    return ad.zeros_like_aval(aval)
+
+
+def tangent_dtype(dtype):
+    """The dtype of a tangent for a primal of ``dtype`` (float0 for ints and bools)."""
+    from jax.extend.core import primal_dtype_to_tangent_dtype
+
+    return primal_dtype_to_tangent_dtype(dtype)
