@@ -1,0 +1,1 @@
+"""XLACustomKernel: one named primitive, kernels registered per backend and platform."""

@@ -1,0 +1,58 @@
+"""Pure-JAX reference backend.
+
+The kernel generator returns a function written in ``jax.numpy``/``lax``; it runs on every
+platform and is the oracle every other backend is tested against. Batching is JAX's own
+``vmap`` of that function, so it is always native.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Sequence
+from typing import Any
+
+import jax
+
+NAME = "jax"
+PLATFORMS = ("cpu", "gpu", "tpu")
+EXTRA = None
+
+
+def is_available() -> bool:
+    """The JAX backend needs nothing beyond JAX itself.
+
+    Example:
+        >>> is_available()
+        True
+    """
+    return True
+
+
+def make_callable(
+    product: Callable[..., Any],
+    *,
+    ins: Sequence[jax.ShapeDtypeStruct],
+    outs: Sequence[jax.ShapeDtypeStruct],
+    platform: str,
+    name: str,
+) -> Callable[..., tuple[jax.Array, ...]]:
+    """Wrap a ``jax.numpy`` function so it returns a tuple of outputs matching ``outs``.
+
+    Example:
+        >>> import jax, jax.numpy as jnp
+        >>> f = make_callable(lambda x: 2 * x, ins=[jax.ShapeDtypeStruct((3,), jnp.float32)],
+        ...                   outs=[jax.ShapeDtypeStruct((3,), jnp.float32)], platform='cpu',
+        ...                   name='double')
+        >>> f(jnp.ones(3))
+        (Array([2., 2., 2.], dtype=float32),)
+    """
+    if not callable(product):
+        raise TypeError(
+            f"kernel {name!r}: the 'jax' kernel generator must return a callable written in "
+            f"jax.numpy, got {type(product).__name__}."
+        )
+
+    def call(*arrays):
+        result = product(*arrays)
+        return tuple(result) if isinstance(result, (tuple, list)) else (result,)
+
+    return call

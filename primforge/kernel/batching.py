@@ -1,0 +1,126 @@
+"""Batching for XLACustomKernel: native (one call for the whole batch) and general (a scan).
+
+Design:
+    * Native batching keeps the primitive and records the batch in its params: ``batch`` is
+      a tuple of levels ``(size, mapped)``, outermost first, ``mapped`` holding one bool per
+      input. An input's physical shape is the sizes of the levels where it is mapped
+      followed by its core shape; every output carries all level sizes. A nested ``vmap``
+      adds a level in front. At lowering, a backend that loops natively (Numba) receives the
+      levels; any other backend's traceable callable is wrapped in one ``jax.vmap`` per
+      level, which hands the batch to that backend's own batching (Pallas grids, FFI
+      ``vmap_method``, plain JAX).
+    * :func:`general_batching_rule` is the spec's portable fallback: move batch axes to the
+      front and ``lax.scan`` over the batch, one kernel call per element.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Sequence
+from typing import Any
+
+import jax
+import jax.numpy as jnp
+
+__all__ = ["general_batching_rule", "native_batching_rule", "vmap_levels", "broadcast_levels"]
+
+BatchLevels = tuple[tuple[int, tuple[bool, ...]], ...]
+
+
+def _is_mapped(axis) -> bool:
+    # JAX marks an unmapped argument with ``None`` (older releases used a sentinel object).
+    return axis is not None and isinstance(axis, int)
+
+
+def general_batching_rule(prim, args: Sequence[Any], axes: Sequence[Any], **params):
+    """Batch ``prim`` by scanning over the batch: correct for any kernel, one call per element.
+
+    Every mapped argument has its batch axis moved to the front; unmapped ones are closed
+    over. The primitive is bound once per batch element inside ``lax.scan``.
+
+    Args:
+        prim: a multiple-results primitive.
+        args: the batched arguments.
+        axes: batch axis per argument (``None`` when not mapped).
+        **params: the primitive's parameters, passed through unchanged.
+
+    Returns:
+        ``(outputs, out_axes)`` with every output batched along axis 0.
+
+    Example:
+        >>> import jax, jax.numpy as jnp, primforge
+        >>> k = primforge.XLACustomKernel('doc_general_batching')
+        >>> k.def_kernel('jax', 'cpu', lambda **kw: lambda x: x * 3)
+        >>> k.register_general_batching()
+        >>> f = lambda x: k(x, outs=jax.ShapeDtypeStruct((2,), jnp.float32))
+        >>> jax.vmap(f)(jnp.ones((4, 2))).shape
+        (4, 2)
+    """
+    size = next(a.shape[ax] for a, ax in zip(args, axes) if _is_mapped(ax))
+    mapped = [_is_mapped(ax) for ax in axes]
+    xs = [jnp.moveaxis(a, ax, 0) for a, ax, m in zip(args, axes, mapped) if m]
+    consts = [a for a, m in zip(args, mapped) if not m]
+
+    def body(carry, sliced):
+        it_x, it_c = iter(sliced), iter(consts)
+        full = [next(it_x) if m else next(it_c) for m in mapped]
+        return carry, tuple(prim.bind(*full, **params))
+
+    _, outs = jax.lax.scan(body, None, tuple(xs), length=size)
+    return list(outs), [0] * len(outs)
+
+
+def native_batching_rule(prim, args, axes, *, batch: BatchLevels = (), **params):
+    """Add one batch level in front and rebind ``prim``: the batch becomes one kernel call.
+
+    Example:
+        >>> import jax, jax.numpy as jnp, primforge
+        >>> k = primforge.XLACustomKernel('doc_native_batching')
+        >>> k.def_kernel('jax', 'cpu', lambda **kw: lambda x, y: x * y)
+        >>> f = lambda x, y: k(x, y, outs=jax.ShapeDtypeStruct((2,), jnp.float32))
+        >>> jax.make_jaxpr(jax.vmap(f, in_axes=(0, None)))(jnp.ones((4, 2)), jnp.ones(2)).eqns[0].params['batch']
+        ((4, (True, False)),)
+    """
+    mapped = tuple(_is_mapped(ax) for ax in axes)
+    size = next(a.shape[ax] for a, ax in zip(args, axes) if _is_mapped(ax))
+    moved = [jnp.moveaxis(a, ax, 0) if m else a for a, ax, m in zip(args, axes, mapped)]
+    outs = prim.bind(*moved, batch=((size, mapped),) + tuple(batch), **params)
+    return list(outs), [0] * len(outs)
+
+
+def vmap_levels(fn: Callable, batch: BatchLevels) -> Callable:
+    """Wrap a core (unbatched) callable in one ``jax.vmap`` per batch level.
+
+    The innermost level is applied first, so the result takes physical (batched) arrays.
+
+    Example:
+        >>> import jax.numpy as jnp
+        >>> f = vmap_levels(lambda x, y: (x + y,), ((3, (True, False)),))
+        >>> f(jnp.zeros((3, 2)), jnp.ones(2))[0].shape
+        (3, 2)
+    """
+    for size, mapped in reversed(batch):
+        fn = jax.vmap(fn, in_axes=tuple(0 if m else None for m in mapped), axis_size=size)
+    return fn
+
+
+def broadcast_levels(arrays: Sequence[jax.Array], batch: BatchLevels) -> list[jax.Array]:
+    """Give every input all batch levels (unmapped inputs are broadcast, not copied per call).
+
+    Example:
+        >>> import jax.numpy as jnp
+        >>> [a.shape for a in broadcast_levels([jnp.ones((3, 2)), jnp.ones(2)],
+        ...                                     ((3, (True, False)),))]
+        [(3, 2), (3, 2)]
+    """
+    sizes = tuple(size for size, _ in batch)
+    result = []
+    for i, a in enumerate(arrays):
+        n_mapped = sum(mapped[i] for _, mapped in batch)
+        core = a.shape[n_mapped:]
+        # Insert a length-1 axis for every level where this input is not mapped.
+        shape, it = [], iter(a.shape[:n_mapped])
+        for size, mapped in batch:
+            shape.append(next(it) if mapped[i] else 1)
+        a = jnp.reshape(a, tuple(shape) + core)
+        result.append(jnp.broadcast_to(a, sizes + core))
+    return result

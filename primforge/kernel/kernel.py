@@ -1,0 +1,986 @@
+"""XLACustomKernel: one named JAX primitive, kernels registered per backend and platform.
+
+Design:
+    * One multiple-results primitive per kernel. ``kernel(*inputs, outs=..., **params)``
+      binds it with static params ``outs`` (core output structs), ``backend`` (a per-call
+      choice or None), ``context`` (the :func:`use_backend` overrides active at trace time),
+      ``batch`` (native batch levels, see ``batching.py``) and the user's own params.
+    * Abstract evaluation comes from ``outs`` (and an optional shape rule that checks the
+      inputs or infers ``outs``). The lowering rule, registered per platform, selects a
+      backend, calls the kernel generator once per signature (cached), turns its product
+      into a traceable callable with the backend module's ``make_callable`` and lowers that
+      callable with ``mlir.lower_fun``: every backend is just another JAX-traceable route.
+    * JVP and transpose rules written by the user always see per-example (unbatched)
+      shapes: for a natively batched bind, the rule is applied under ``jax.vmap`` one
+      level at a time.
+    * Eager calls run through a cached ``jax.jit`` of the bind, so eager and jitted calls
+      execute the same compiled kernel.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import functools
+import inspect
+import warnings
+from collections.abc import Callable, Sequence
+from typing import Any
+
+import jax
+import jax.numpy as jnp
+import numpy as np
+
+from primforge import _compat
+from primforge.kernel import batching as _batching
+from primforge.kernel import selection as _selection
+from primforge.kernel.backends import KNOWN_BACKENDS, get_backend
+
+__all__ = [
+    "XLACustomKernel",
+    "KernelEntry",
+    "KernelError",
+    "BackendUnavailableWarning",
+]
+
+_INTERNAL_PARAMS = ("outs", "backend", "context", "batch")
+
+
+class KernelError(RuntimeError):
+    """A kernel failed to build or run; the message names the primitive, backend and cause."""
+
+
+class BackendUnavailableWarning(UserWarning):
+    """A kernel's backend package is not installed, so another backend was used."""
+
+
+@dataclasses.dataclass(frozen=True)
+class KernelEntry:
+    """One registered kernel: which backend, which platform, and its generator.
+
+    Attributes:
+        backend: backend name ('jax', 'numba', 'pallas', 'triton', 'warp', 'cuda_raw',
+            'numba_cuda', or any name whose generator returns a traceable JAX callable).
+        platform: 'cpu', 'gpu' or 'tpu'.
+        kernel_generator: called with keyword arguments (the call's static params, plus
+            ``outs`` and ``ins`` — tuples of ``jax.ShapeDtypeStruct`` — and ``batch_shape``
+            when it declares that argument) and returns the backend's kernel.
+
+    Example:
+        >>> entry = KernelEntry('jax', 'cpu', lambda **kw: lambda x: x)
+        >>> entry.backend, entry.platform
+        ('jax', 'cpu')
+    """
+
+    backend: str
+    platform: str
+    kernel_generator: Callable[..., Any]
+
+    @functools.cached_property
+    def _accepted(self) -> tuple[bool, frozenset[str]]:
+        try:
+            sig = inspect.signature(self.kernel_generator)
+        except (TypeError, ValueError):  # builtins, some C callables
+            return True, frozenset()
+        params = sig.parameters.values()
+        var_kw = any(p.kind is p.VAR_KEYWORD for p in params)
+        named = frozenset(
+            p.name for p in params if p.kind in (p.KEYWORD_ONLY, p.POSITIONAL_OR_KEYWORD)
+        )
+        return var_kw, named
+
+    @property
+    def wants_batch_shape(self) -> bool:
+        """Whether the generator declares ``batch_shape`` (it then handles batches itself)."""
+        return "batch_shape" in self._accepted[1]
+
+    def generate(self, **kwargs) -> Any:
+        """Call the generator with the keyword arguments its signature accepts."""
+        var_kw, named = self._accepted
+        if not var_kw:
+            kwargs = {k: v for k, v in kwargs.items() if k in named}
+        return self.kernel_generator(**kwargs)
+
+
+def _as_struct(x, what: str) -> jax.ShapeDtypeStruct:
+    if not (hasattr(x, "shape") and hasattr(x, "dtype")):
+        raise TypeError(
+            f"{what} must be a jax.ShapeDtypeStruct (or have .shape and .dtype), got "
+            f"{type(x).__name__}: {x!r}"
+        )
+    try:
+        shape = tuple(int(d) for d in x.shape)
+    except TypeError:
+        raise TypeError(f"{what} has a non-integer shape {x.shape!r}") from None
+    if any(d < 0 for d in shape):
+        raise ValueError(f"{what} has a negative dimension: {shape}")
+    try:
+        dtype = jnp.dtype(x.dtype)
+    except TypeError:
+        raise TypeError(f"{what} has an invalid dtype {x.dtype!r}") from None
+    return jax.ShapeDtypeStruct(shape, dtype)
+
+
+def _normalize_outs(outs) -> tuple[tuple[jax.ShapeDtypeStruct, ...], type | None]:
+    """Return (structs, container) where container is None for a single output."""
+    if isinstance(outs, (list, tuple)):
+        if not outs:
+            raise ValueError("outs must describe at least one output, got an empty sequence")
+        return tuple(_as_struct(o, f"outs[{i}]") for i, o in enumerate(outs)), type(outs)
+    return (_as_struct(outs, "outs"),), None
+
+
+def _freeze(value, path: str):
+    """Make a static param hashable, or raise a TypeError that says how to pass it."""
+    if isinstance(value, (np.ndarray, jax.Array)) or hasattr(value, "__jax_array__"):
+        raise TypeError(
+            f"kernel param {path!r} is an array. Static params must be hashable: pass arrays "
+            f"as positional inputs (operands) of the kernel, or convert small constants to a "
+            f"tuple, e.g. tuple(x.tolist())."
+        )
+    if isinstance(value, list | tuple):
+        return tuple(_freeze(v, f"{path}[{i}]") for i, v in enumerate(value))
+    if isinstance(value, dict):
+        return tuple(sorted((k, _freeze(v, f"{path}[{k!r}]")) for k, v in value.items()))
+    if isinstance(value, set):
+        return frozenset(_freeze(v, path) for v in value)
+    try:
+        hash(value)
+    except TypeError:
+        raise TypeError(
+            f"kernel param {path!r} of type {type(value).__name__} is not hashable. Static "
+            f"params are part of the compilation cache key: pass a hashable value (tuple, "
+            f"frozenset, number, string) or pass the data as an input array."
+        ) from None
+    return value
+
+
+def _core_struct(aval, n_lead: int) -> jax.ShapeDtypeStruct:
+    return jax.ShapeDtypeStruct(tuple(aval.shape[n_lead:]), aval.dtype)
+
+
+def _n_mapped(batch, i: int) -> int:
+    return sum(1 for _, mapped in batch if mapped[i])
+
+
+def _user_params(params: dict) -> dict:
+    """The params a user rule sees: their own, plus ``outs`` and ``backend``."""
+    return {k: v for k, v in params.items() if k not in ("context", "batch")}
+
+
+class XLACustomKernel:
+    """A custom JAX operator with kernels per backend and platform.
+
+    Register kernel generators with :meth:`def_kernel` (or a ``def_*_kernel`` shorthand),
+    then call the object with inputs and ``outs``. The first kernel registered for a
+    platform becomes its default; :meth:`set_default`, :func:`primforge.use_backend` and the
+    ``backend=`` argument choose another.
+
+    Args:
+        name: unique name of the primitive (also its registry key).
+        doc: optional description.
+        replace: replace a registered kernel of the same name instead of raising.
+
+    Example:
+        >>> import jax, jax.numpy as jnp, primforge
+        >>> scale = primforge.XLACustomKernel('doc_scale')
+        >>> scale.def_kernel('jax', 'cpu', lambda factor, **kw: lambda x: x * factor)
+        >>> out = jax.ShapeDtypeStruct((3,), jnp.float32)
+        >>> scale(jnp.arange(3.0), outs=out, factor=2.0)
+        Array([0., 2., 4.], dtype=float32)
+        >>> scale.defaults
+        {'cpu': 'jax'}
+    """
+
+    def __init__(self, name: str, doc: str | None = None, *, replace: bool = False):
+        if not isinstance(name, str) or not name:
+            raise TypeError(f"XLACustomKernel: 'name' must be a non-empty str, got {name!r}")
+        self.name = name
+        self.doc = doc
+        self.primitive = _compat.Primitive(name)
+        self.primitive.multiple_results = True
+        self._entries: dict[str, dict[str, KernelEntry]] = {}
+        self._defaults: dict[str, str] = {}
+        self._lowered_platforms: set[str] = set()
+        self._shape_rule: Callable | None = None
+        self._jvp_rule: Callable | None = None
+        self._transpose_rule: Callable | None = None
+        self._batching_mode = "native"
+        self._custom_batching: Callable | None = None
+        self._impl_cache: dict[Any, Callable] = {}
+        self._build_cache: dict[Any, Callable] = {}
+        self._warned: set[tuple[str, str]] = set()
+        self.tags: set[str] = set()
+        self._call_fn: Callable | None = None
+        self._benchmark_data_fn: Callable | None = None
+
+        prim = self.primitive
+        prim.def_impl(self._impl)
+        prim.def_abstract_eval(self._abstract_eval)
+        _compat.primitive_jvps[prim] = self._jvp
+        _compat.primitive_transposes[prim] = self._transpose
+        _compat.primitive_batchers[prim] = self._batch
+
+        from primforge import registry
+
+        registry.register_kernel(self, replace=replace)
+
+    def __repr__(self) -> str:
+        return f"XLACustomKernel({self.name!r}, backends={self._backend_table()})"
+
+    def _backend_table(self) -> dict[str, list[str]]:
+        return {p: list(e) for p, e in self._entries.items()}
+
+    # ------------------------------------------------------------------ registration
+    def def_kernel(
+        self, backend: str, platform: str, kg: Callable[..., Any], asdefault: bool = False
+    ) -> None:
+        """Register kernel generator ``kg`` for ``backend`` on ``platform``.
+
+        The first kernel registered for a platform becomes its default; ``asdefault=True``
+        makes this one the default even if another is.
+
+        Args:
+            backend: backend name, e.g. 'jax', 'numba', 'pallas'.
+            platform: 'cpu', 'gpu' or 'tpu'.
+            kg: kernel generator (see :class:`KernelEntry`).
+            asdefault: make this backend the platform's default.
+
+        Example:
+            >>> import primforge
+            >>> k = primforge.XLACustomKernel('doc_def_kernel')
+            >>> k.def_kernel('jax', 'cpu', lambda **kw: lambda x: x + 1)
+            >>> k.available_backends('cpu')
+            ['jax']
+        """
+        if not isinstance(backend, str) or not backend:
+            raise TypeError(f"def_kernel: 'backend' must be a non-empty str, got {backend!r}")
+        if not isinstance(platform, str):
+            raise TypeError(f"def_kernel: 'platform' must be a str, got {platform!r}")
+        platform = _selection.canonical_platform(platform)
+        if not callable(kg):
+            raise TypeError(
+                f"def_kernel: 'kg' (the kernel generator) must be callable, got "
+                f"{type(kg).__name__}"
+            )
+        self._entries.setdefault(platform, {})[backend] = KernelEntry(backend, platform, kg)
+        if asdefault or platform not in self._defaults:
+            self._defaults[platform] = backend
+            _selection.defaults_changed()
+        if platform not in self._lowered_platforms:
+            _compat.mlir.register_lowering(
+                self.primitive, functools.partial(self._lower, platform=platform), platform
+            )
+            self._lowered_platforms.add(platform)
+        self._build_cache.clear()
+
+    def def_numba_kernel(self, kg: Callable[..., Any], asdefault: bool = False) -> None:
+        """Register a Numba kernel generator for the CPU (``def_kernel('numba', 'cpu', kg)``).
+
+        The generator returns an ``@numba.njit`` function ``kernel(*inputs, *outputs)`` that
+        writes its outputs in place, or a :func:`primforge.numba_kernel`.
+
+        Example:
+            >>> import primforge
+            >>> k = primforge.XLACustomKernel('doc_def_numba')
+            >>> k.def_numba_kernel(lambda **kw: None)
+            >>> k.defaults
+            {'cpu': 'numba'}
+        """
+        self.def_kernel("numba", "cpu", kg, asdefault)
+
+    def def_pallas_kernel(
+        self, platform: str, kg: Callable[..., Any], asdefault: bool = False
+    ) -> None:
+        """Register a Pallas kernel generator for 'gpu', 'tpu' or 'cpu' (interpret mode).
+
+        Example:
+            >>> import primforge
+            >>> k = primforge.XLACustomKernel('doc_def_pallas')
+            >>> k.def_pallas_kernel('gpu', lambda **kw: None)
+            >>> k.available_backends('gpu')
+            ['pallas']
+        """
+        if _selection.canonical_platform(platform) not in ("gpu", "tpu", "cpu"):
+            raise ValueError(f"def_pallas_kernel: platform must be 'gpu', 'tpu' or 'cpu'")
+        self.def_kernel("pallas", platform, kg, asdefault)
+
+    def def_warp_kernel(self, kg: Callable[..., Any], asdefault: bool = False,
+                        platform: str = "gpu") -> None:
+        """Register a Warp kernel generator (GPU by default; Warp also runs on 'cpu').
+
+        Example:
+            >>> import primforge
+            >>> k = primforge.XLACustomKernel('doc_def_warp')
+            >>> k.def_warp_kernel(lambda **kw: None)
+            >>> k.available_backends('gpu')
+            ['warp']
+        """
+        self.def_kernel("warp", platform, kg, asdefault)
+
+    def def_triton_kernel(self, kg: Callable[..., Any], asdefault: bool = False) -> None:
+        """Register a Triton kernel generator for the GPU.
+
+        Example:
+            >>> import primforge
+            >>> k = primforge.XLACustomKernel('doc_def_triton')
+            >>> k.def_triton_kernel(lambda **kw: None)
+            >>> k.available_backends('gpu')
+            ['triton']
+        """
+        self.def_kernel("triton", "gpu", kg, asdefault)
+
+    def def_numba_cuda_kernel(self, kg: Callable[..., Any], asdefault: bool = False) -> None:
+        """Register a Numba-CUDA kernel generator for the GPU.
+
+        Example:
+            >>> import primforge
+            >>> k = primforge.XLACustomKernel('doc_def_numba_cuda')
+            >>> k.def_numba_cuda_kernel(lambda **kw: None)
+            >>> k.available_backends('gpu')
+            ['numba_cuda']
+        """
+        self.def_kernel("numba_cuda", "gpu", kg, asdefault)
+
+    def def_cuda_raw_kernel(
+        self, kg: Callable[..., Any], asdefault: bool = False, platform: str = "gpu"
+    ) -> None:
+        """Register an nvcc-compiled (``load_cuda_inline``/``load_cuda_file``) kernel generator.
+
+        Example:
+            >>> import primforge
+            >>> k = primforge.XLACustomKernel('doc_def_cuda_raw')
+            >>> k.def_cuda_raw_kernel(lambda **kw: None)
+            >>> k.available_backends('gpu')
+            ['cuda_raw']
+        """
+        self.def_kernel("cuda_raw", platform, kg, asdefault)
+
+    # ------------------------------------------------------------------ defaults
+    @property
+    def defaults(self) -> dict[str, str]:
+        """A copy of the default backend per platform.
+
+        Example:
+            >>> import primforge
+            >>> k = primforge.XLACustomKernel('doc_defaults')
+            >>> k.def_kernel('jax', 'cpu', lambda **kw: lambda x: x)
+            >>> k.defaults
+            {'cpu': 'jax'}
+        """
+        return dict(self._defaults)
+
+    def get_default(self, platform: str) -> str | None:
+        """The default backend for ``platform``, or None when none is registered.
+
+        Example:
+            >>> import primforge
+            >>> k = primforge.XLACustomKernel('doc_get_default')
+            >>> k.get_default('gpu') is None
+            True
+        """
+        return self._defaults.get(_selection.canonical_platform(platform))
+
+    def set_default(self, platform: str, backend: str) -> None:
+        """Make ``backend`` the default on ``platform``; jitted callers re-lower on next call.
+
+        Raises:
+            ValueError: if nothing, or not ``backend``, is registered for ``platform``.
+
+        Example:
+            >>> import primforge
+            >>> k = primforge.XLACustomKernel('doc_set_default')
+            >>> k.def_kernel('jax', 'cpu', lambda **kw: lambda x: x)
+            >>> k.def_kernel('other', 'cpu', lambda **kw: lambda x: x)
+            >>> k.set_default('cpu', 'other'); k.get_default('cpu')
+            'other'
+        """
+        platform = _selection.canonical_platform(platform)
+        entries = self._entries.get(platform)
+        if not entries:
+            raise ValueError(
+                f"kernel {self.name!r} has no kernels registered for platform {platform!r}; "
+                f"registered platforms: {sorted(self._entries) or 'none'}"
+            )
+        if backend not in entries:
+            raise ValueError(
+                f"kernel {self.name!r} has no {backend!r} backend on {platform!r}; "
+                f"available: {list(entries)}"
+            )
+        self._defaults[platform] = backend
+        _selection.defaults_changed()
+
+    def available_backends(self, platform: str) -> list[str]:
+        """Backend names registered for ``platform`` (empty list if none).
+
+        Example:
+            >>> import primforge
+            >>> k = primforge.XLACustomKernel('doc_available')
+            >>> k.available_backends('tpu')
+            []
+        """
+        return list(self._entries.get(_selection.canonical_platform(platform), {}))
+
+    def use_backend(self, platform: str, backend: str):
+        """Context manager: within it this kernel uses ``backend`` on ``platform``.
+
+        Example:
+            >>> import jax, jax.numpy as jnp, primforge
+            >>> k = primforge.XLACustomKernel('doc_kernel_use_backend')
+            >>> k.def_kernel('jax', 'cpu', lambda **kw: lambda x: x + 1)
+            >>> k.def_kernel('minus', 'cpu', lambda **kw: lambda x: x - 1)
+            >>> with k.use_backend('cpu', 'minus'):
+            ...     print(k(jnp.zeros(1), outs=jax.ShapeDtypeStruct((1,), jnp.float32)))
+            [-1.]
+        """
+        return _selection.use_backend(platform, backend, kernel=self)
+
+    # ------------------------------------------------------------------ shape rule
+    def def_abstract_eval(self, fn: Callable[..., Any]) -> Callable[..., Any]:
+        """Register a shape rule ``fn(*inputs, **params) -> outs``.
+
+        ``fn`` receives ``jax.ShapeDtypeStruct`` inputs (per-example shapes) and the call's
+        static params; it may raise to reject inputs, and returns the output struct(s).
+        With a shape rule ``outs`` may be omitted at call time; when given it must agree.
+
+        Example:
+            >>> import jax, jax.numpy as jnp, primforge
+            >>> k = primforge.XLACustomKernel('doc_shape_rule')
+            >>> k.def_kernel('jax', 'cpu', lambda **kw: lambda a, b: a @ b)
+            >>> @k.def_abstract_eval
+            ... def _(a, b, **kw):
+            ...     if a.shape[1] != b.shape[0]:
+            ...         raise ValueError(f'inner dims differ: {a.shape} @ {b.shape}')
+            ...     return jax.ShapeDtypeStruct((a.shape[0], b.shape[1]), a.dtype)
+            >>> k(jnp.ones((2, 3)), jnp.ones((3, 4))).shape
+            (2, 4)
+        """
+        if not callable(fn):
+            raise TypeError("def_abstract_eval: fn must be callable")
+        self._shape_rule = fn
+        return fn
+
+    # ------------------------------------------------------------------ rules
+    def def_batching_rule(self, fun: Callable[..., Any]) -> Callable[..., Any]:
+        """Use a custom batching rule ``fun(args, axes, **params) -> (outs, out_axes)``.
+
+        ``params`` holds the call's static params plus ``outs`` and ``backend``.
+
+        Example:
+            >>> import jax, jax.numpy as jnp, primforge
+            >>> k = primforge.XLACustomKernel('doc_custom_batching')
+            >>> k.def_kernel('jax', 'cpu', lambda **kw: lambda x: x * 2)
+            >>> def rule(args, axes, *, outs, **params):
+            ...     (x,), (ax,) = args, axes
+            ...     x = jnp.moveaxis(x, ax, 0)
+            ...     big = jax.ShapeDtypeStruct(x.shape, outs[0].dtype)
+            ...     return [k(x, outs=big, **params)], [0]
+            >>> _ = k.def_batching_rule(rule)
+            >>> jax.vmap(lambda x: k(x, outs=jax.ShapeDtypeStruct((2,), jnp.float32)))(jnp.ones((3, 2)))[0]
+            Array([2., 2.], dtype=float32)
+        """
+        if not callable(fun):
+            raise TypeError("def_batching_rule: fun must be callable")
+        self._batching_mode = "custom"
+        self._custom_batching = fun
+        return fun
+
+    def register_general_batching(self) -> None:
+        """Batch with :func:`general_batching_rule` (a ``lax.scan``, one call per element).
+
+        Example:
+            >>> import primforge
+            >>> k = primforge.XLACustomKernel('doc_register_general')
+            >>> k.register_general_batching()
+        """
+        self._batching_mode = "general"
+
+    def register_native_batching(self) -> None:
+        """Batch natively (the default): ``vmap`` makes one kernel call for the whole batch.
+
+        Numba kernels loop over the batch inside the compiled handler; other backends hand
+        the batch to their own vectorisation; a generator that declares ``batch_shape``
+        receives the batch and handles it itself.
+
+        Example:
+            >>> import primforge
+            >>> k = primforge.XLACustomKernel('doc_register_native')
+            >>> k.register_native_batching()
+        """
+        self._batching_mode = "native"
+
+    def def_jvp_rule(self, fun: Callable[..., Any]) -> Callable[..., Any]:
+        """Register a whole JVP rule ``fun(primals, tangents, **params) -> (outs, tangents)``.
+
+        Tangents may be ``jax.interpreters.ad.Zero``; outputs are sequences, one entry per
+        output. ``params`` holds the call's static params plus ``outs`` and ``backend``.
+
+        Example:
+            >>> import jax, jax.numpy as jnp, primforge
+            >>> k = primforge.XLACustomKernel('doc_jvp_rule')
+            >>> k.def_kernel('jax', 'cpu', lambda **kw: lambda x: jnp.sin(x))
+            >>> def jvp(primals, tangents, *, outs, **kw):
+            ...     (x,), (t,) = primals, tangents
+            ...     return k(x, outs=outs, **kw), [jnp.cos(x) * t]
+            >>> _ = k.def_jvp_rule(jvp)
+            >>> f = lambda x: k(x, outs=[jax.ShapeDtypeStruct((), jnp.float32)])[0]
+            >>> float(jax.grad(f)(0.0))
+            1.0
+        """
+        if not callable(fun):
+            raise TypeError("def_jvp_rule: fun must be callable")
+        self._jvp_rule = fun
+        return fun
+
+    def _install_jvp(self, jvp_fn: Callable[..., Any]) -> None:
+        # Hook used by primforge.defjvp: the kernel layers batching around any JVP rule.
+        self._jvp_rule = jvp_fn
+
+    def def_jvp_rule2(self, *jvp_rules: Callable[..., Any] | None) -> None:
+        """Register per-input JVP rules ``rule(tangent, *primals, **params)`` (see ``defjvp``).
+
+        Example:
+            >>> import jax, jax.numpy as jnp, primforge
+            >>> k = primforge.XLACustomKernel('doc_jvp_rule2')
+            >>> k.def_kernel('jax', 'cpu', lambda **kw: lambda x, y: x * y)
+            >>> k.def_jvp_rule2(lambda t, x, y, **kw: [t * y], lambda t, x, y, **kw: [x * t])
+            >>> f = lambda x, y: k(x, y, outs=jax.ShapeDtypeStruct((), jnp.float32))
+            >>> float(jax.grad(f)(2.0, 5.0))
+            5.0
+        """
+        from primforge.primitive import defjvp
+
+        defjvp(self, *jvp_rules)
+
+    def def_transpose_rule(self, fun: Callable[..., Any]) -> Callable[..., Any]:
+        """Register a transpose rule ``fun(cts, *args, **params) -> cotangents per input``.
+
+        ``cts`` is a sequence with one cotangent per output (entries may be
+        ``ad.Zero``); undefined-primal inputs are ``ad.UndefinedPrimal``; return one entry
+        per input, ``None`` where there is no cotangent.
+
+        Example:
+            >>> import jax, jax.numpy as jnp, primforge
+            >>> k = primforge.XLACustomKernel('doc_transpose_rule')
+            >>> k.def_kernel('jax', 'cpu', lambda **kw: lambda x: 3 * x)
+            >>> def transpose(cts, x, *, outs, **kw):
+            ...     return [k(cts[0], outs=outs[0], **kw)]
+            >>> _ = k.def_transpose_rule(transpose)
+            >>> f = lambda x: k(x, outs=jax.ShapeDtypeStruct((2,), jnp.float32))
+            >>> jax.linear_transpose(f, jnp.ones(2))(jnp.ones(2))[0]
+            Array([3., 3.], dtype=float32)
+        """
+        if not callable(fun):
+            raise TypeError("def_transpose_rule: fun must be callable")
+        self._transpose_rule = fun
+        return fun
+
+    # ------------------------------------------------------------------ calling
+    def __call__(self, *inputs, outs=None, backend: str | None = None, **params):
+        """Bind the primitive on ``inputs`` and return outputs shaped like ``outs``.
+
+        Args:
+            *inputs: arrays (or values convertible to arrays).
+            outs: a ``jax.ShapeDtypeStruct`` (one output, returned as an array) or a
+                sequence of them (returned as the same kind of sequence). Optional when a
+                shape rule is registered.
+            backend: use this backend for this call.
+            **params: static (hashable) params passed to the kernel generator.
+        """
+        arrays = []
+        for i, x in enumerate(inputs):
+            if isinstance(x, jax.Array) or hasattr(x, "aval"):
+                arrays.append(x)
+            else:
+                try:
+                    arrays.append(jnp.asarray(x))
+                except TypeError as e:
+                    raise TypeError(
+                        f"kernel {self.name!r}: input {i} is not an array ({type(x).__name__})"
+                    ) from e
+        if backend is not None:
+            if not isinstance(backend, str):
+                raise TypeError(f"kernel {self.name!r}: backend must be a str or None")
+            known = {b for e in self._entries.values() for b in e}
+            if backend not in known:
+                raise ValueError(
+                    f"kernel {self.name!r} has no backend {backend!r}; registered: "
+                    f"{self._backend_table()}"
+                )
+        params = {k: _freeze(v, k) for k, v in params.items()}
+        clash = set(params) & set(_INTERNAL_PARAMS)
+        if clash:
+            raise TypeError(f"kernel {self.name!r}: reserved param name(s) {sorted(clash)}")
+        structs, container = self._resolve_outs(arrays, outs, params)
+        context = self._context_choice()
+        flat = self.primitive.bind(
+            *arrays, outs=structs, backend=backend, context=context, batch=(), **params
+        )
+        if container is None:
+            return flat[0]
+        return container(flat)
+
+    def _resolve_outs(self, arrays, outs, params):
+        if self._shape_rule is not None:
+            ins = tuple(jax.ShapeDtypeStruct(jnp.shape(a), jnp.result_type(a)) for a in arrays)
+            expected = self._shape_rule(*ins, **params)
+            exp_structs, exp_container = _normalize_outs(expected)
+            if outs is None:
+                return exp_structs, exp_container
+            structs, container = _normalize_outs(outs)
+            if structs != exp_structs:
+                raise ValueError(
+                    f"kernel {self.name!r}: outs {_fmt(structs)} do not match what its shape "
+                    f"rule infers from the inputs, {_fmt(exp_structs)}"
+                )
+            return structs, container
+        if outs is None:
+            raise TypeError(
+                f"kernel {self.name!r} needs outs=jax.ShapeDtypeStruct(shape, dtype) (or a "
+                f"sequence of them), or a shape rule registered with def_abstract_eval"
+            )
+        return _normalize_outs(outs)
+
+    def _context_choice(self) -> tuple[tuple[str, str], ...]:
+        chosen: dict[str, str] = {}
+        for name, platform, backend in _selection.current_overrides():
+            if name in (None, self.name) and backend in self._entries.get(platform, {}):
+                chosen[platform] = backend
+        return tuple(sorted(chosen.items()))
+
+    # ------------------------------------------------------------------ primitive rules
+    def _impl(self, *args, **params):
+        key = tuple(sorted(params.items()))
+        fn = self._impl_cache.get(key)
+        if fn is None:
+            fn = jax.jit(functools.partial(self.primitive.bind, **params))
+            self._impl_cache[key] = fn
+        return fn(*args)
+
+    def _abstract_eval(self, *avals, outs, backend=None, context=(), batch=(), **params):
+        sizes = tuple(size for size, _ in batch)
+        for i, aval in enumerate(avals):
+            lead = aval.shape[: _n_mapped(batch, i)]
+            expected = tuple(s for s, m in batch if m[i])
+            if tuple(lead) != expected:
+                raise ValueError(
+                    f"kernel {self.name!r}: input {i} of shape {aval.shape} does not carry the "
+                    f"batch dimensions {expected} its batch levels require"
+                )
+        vma = frozenset().union(*(getattr(a, "vma", frozenset()) for a in avals))
+        result = []
+        for o in outs:
+            shape = sizes + tuple(o.shape)
+            try:
+                result.append(_compat.ShapedArray(shape, o.dtype, vma=vma))
+            except TypeError:  # older JAX without varying-manual-axes types
+                result.append(_compat.ShapedArray(shape, o.dtype))
+        return result
+
+    def _select(self, platform: str, backend: str | None, context) -> KernelEntry:
+        entries = self._entries.get(platform)
+        if not entries:
+            raise KernelError(
+                f"kernel {self.name!r} has no kernel for platform {platform!r}. Registered: "
+                f"{self._backend_table() or 'nothing'}. Register one with "
+                f"kernel.def_kernel(backend, {platform!r}, generator) (a 'jax' backend runs "
+                f"everywhere)."
+            )
+        explicit = backend is not None
+        choice = backend or dict(context).get(platform) or self._defaults[platform]
+        if choice not in entries:
+            raise KernelError(
+                f"kernel {self.name!r} has no {choice!r} backend on {platform!r}; available "
+                f"there: {list(entries)}"
+            )
+        module = get_backend(choice)
+        if module.is_available():
+            return entries[choice]
+        how = f"pip install 'primforge[{module.EXTRA}]'" if module.EXTRA else "its package"
+        if explicit:
+            raise KernelError(
+                f"kernel {self.name!r}: backend {choice!r} was asked for but its package is not "
+                f"installed ({how}). Other backends on {platform!r}: "
+                f"{[b for b in entries if b != choice]}"
+            )
+        for other, entry in entries.items():
+            if other != choice and get_backend(other).is_available():
+                if (platform, choice) not in self._warned:
+                    self._warned.add((platform, choice))
+                    warnings.warn(
+                        f"kernel {self.name!r}: backend {choice!r} is not installed ({how}); "
+                        f"using {other!r} on {platform!r} instead.",
+                        BackendUnavailableWarning,
+                        stacklevel=2,
+                    )
+                return entry
+        raise KernelError(
+            f"kernel {self.name!r}: no installed backend on {platform!r}: {list(entries)} "
+            f"(install {how})"
+        )
+
+    def _switch_hint(self, platform: str, current: str) -> str:
+        others = [b for b in self.available_backends(platform) if b != current]
+        if not others:
+            return f"No other backend is registered for {platform!r}."
+        return (
+            f"Other backends on {platform!r}: {others}. Switch with backend={others[0]!r} in "
+            f"the call, `with primforge.use_backend({platform!r}, {others[0]!r}):`, or "
+            f"kernel.set_default({platform!r}, {others[0]!r})."
+        )
+
+    def build(self, platform: str, *, ins, outs, batch=(), backend=None, context=(), **params):
+        """The traceable callable that lowers this kernel on ``platform`` (cached).
+
+        It takes the physical (batched) input arrays and returns a tuple of outputs.
+        Mostly internal; useful to inspect what a backend produces.
+        """
+        entry = self._select(platform, backend, context)
+        key = (platform, entry.backend, ins, outs, batch, tuple(sorted(params.items())))
+        fn = self._build_cache.get(key)
+        if fn is not None:
+            return fn
+        module = get_backend(entry.backend)
+        try:
+            fn = self._make(entry, module, platform, ins, outs, batch, params)
+        except KernelError:
+            raise
+        except Exception as e:
+            raise KernelError(
+                f"kernel {self.name!r} failed to build with backend {entry.backend!r} on "
+                f"{platform!r}: {type(e).__name__}: {e}\n{self._switch_hint(platform, entry.backend)}"
+            ) from e
+        self._build_cache[key] = fn
+        return fn
+
+    def _make(self, entry, module, platform, ins, outs, batch, params):
+        name = self.name
+        if batch and entry.wants_batch_shape:
+            sizes = tuple(s for s, _ in batch)
+            big_ins = tuple(jax.ShapeDtypeStruct(sizes + i.shape, i.dtype) for i in ins)
+            big_outs = tuple(jax.ShapeDtypeStruct(sizes + o.shape, o.dtype) for o in outs)
+            product = entry.generate(
+                ins=big_ins, outs=big_outs, batch_shape=sizes, platform=platform, **params
+            )
+            core = module.make_callable(
+                product, ins=big_ins, outs=big_outs, platform=platform, name=name
+            )
+            return lambda *arrays: core(*_batching.broadcast_levels(arrays, batch))
+        extra = {"batch_shape": ()} if entry.wants_batch_shape else {}
+        product = entry.generate(ins=ins, outs=outs, platform=platform, **extra, **params)
+        if batch and _accepts_batch(module.make_callable):
+            return module.make_callable(
+                product, ins=ins, outs=outs, platform=platform, name=name, batch=batch
+            )
+        core = module.make_callable(product, ins=ins, outs=outs, platform=platform, name=name)
+        return _batching.vmap_levels(core, batch) if batch else core
+
+    def _lower(self, ctx, *args, platform, outs, backend=None, context=(), batch=(), **params):
+        ins = tuple(
+            _core_struct(aval, _n_mapped(batch, i)) for i, aval in enumerate(ctx.avals_in)
+        )
+        fn = self.build(
+            platform, ins=ins, outs=outs, batch=batch, backend=backend, context=context, **params
+        )
+
+        def checked(*arrays):
+            results = tuple(fn(*arrays))
+            sizes = tuple(s for s, _ in batch)
+            want = [(sizes + o.shape, jnp.dtype(o.dtype)) for o in outs]
+            got = [(tuple(r.shape), jnp.dtype(r.dtype)) for r in results]
+            if got != want:
+                raise KernelError(
+                    f"kernel {self.name!r}: the {params and 'configured ' or ''}kernel returned "
+                    f"outputs {got} but outs declares {want}"
+                )
+            return results
+
+        try:
+            return _compat.mlir.lower_fun(checked, multiple_results=True)(ctx, *args)
+        except KernelError:
+            raise
+        except Exception as e:
+            raise KernelError(
+                f"kernel {self.name!r} failed to lower on {platform!r}: {type(e).__name__}: "
+                f"{e}\n{self._switch_hint(platform, backend or '')}"
+            ) from e
+
+    # -- batching
+    def _batch(self, args, axes, **params):
+        if self._batching_mode == "native":
+            return _batching.native_batching_rule(self.primitive, args, axes, **params)
+        if self._batching_mode == "general":
+            return _batching.general_batching_rule(self.primitive, args, axes, **params)
+        if params.get("batch"):
+            raise KernelError(f"kernel {self.name!r}: custom batching met a native batch level")
+        return self._custom_batching(args, axes, **_user_params(params))
+
+    # -- JVP (user rules always see per-example shapes)
+    def _jvp(self, primals, tangents, *, batch=(), **params):
+        if self._jvp_rule is None:
+            raise NotImplementedError(
+                f"kernel {self.name!r} has no JVP rule, so it cannot be differentiated. Add "
+                f"one with kernel.def_jvp_rule(fn), kernel.def_jvp_rule2(*per_input_rules) "
+                f"or primforge.defjvp(kernel, ...)."
+            )
+        if not batch:
+            out, tan = self._jvp_rule(primals, tangents, **_user_params(params))
+            return list(out), [_instantiate_like(t, o) for t, o in zip(tan, out)]
+        (size, mapped), inner = batch[0], batch[1:]
+        zero = [type(t) is _compat.Zero for t in tangents]
+        live_t = [t for t, z in zip(tangents, zero) if not z]
+        t_mapped = [m for m, z in zip(mapped, zero) if not z]
+        t_avals = [_unbatch_aval(t.aval, m) if z else None for t, z, m in zip(tangents, zero, mapped)]
+
+        def per_example(ps, ts):
+            it = iter(ts)
+            full_t = [_compat.Zero(a) if z else next(it) for z, a in zip(zero, t_avals)]
+            out, tan = self._jvp(list(ps), full_t, batch=inner, **params)
+            return tuple(out), tuple(_instantiate_like(t, o) for t, o in zip(tan, out))
+
+        axes = tuple(0 if m else None for m in mapped)
+        t_axes = tuple(0 if m else None for m in t_mapped)
+        out, tan = jax.vmap(per_example, in_axes=(axes, t_axes), axis_size=size)(
+            tuple(primals), tuple(live_t)
+        )
+        return list(out), list(tan)
+
+    # -- transpose (user rules always see per-example shapes)
+    def _transpose(self, cts, *args, batch=(), **params):
+        if self._transpose_rule is None:
+            raise NotImplementedError(
+                f"kernel {self.name!r} has no transpose rule, so reverse-mode differentiation "
+                f"(grad, vjp, linear_transpose) through it is not possible. Add one with "
+                f"kernel.def_transpose_rule(fn)."
+            )
+        if not batch:
+            res = self._transpose_rule(list(cts), *args, **_user_params(params))
+            res = list(res) if isinstance(res, (list, tuple)) else [res]
+            if len(res) != len(args):
+                raise ValueError(
+                    f"kernel {self.name!r}: the transpose rule returned {len(res)} cotangents "
+                    f"for {len(args)} inputs"
+                )
+            return [r if _compat.is_undefined_primal(a) else None for r, a in zip(res, args)]
+        (size, mapped), inner = batch[0], batch[1:]
+        undef = [_compat.is_undefined_primal(a) for a in args]
+        defined = [a for a, u in zip(args, undef) if not u]
+        d_axes = tuple(0 if m else None for m, u in zip(mapped, undef) if not u)
+        inner_avals = [
+            _unbatch_aval(a.aval, m) if u else None for a, u, m in zip(args, undef, mapped)
+        ]
+        ct_zero = [type(c) is _compat.Zero for c in cts]
+        live_ct = [c for c, z in zip(cts, ct_zero) if not z]
+        ct_avals = [_unbatch_aval(c.aval, True) if z else None for c, z in zip(cts, ct_zero)]
+
+        def per_example(ds, cs):
+            it_d, it_c = iter(ds), iter(cs)
+            full = [_compat.UndefinedPrimal(av) if u else next(it_d) for u, av in zip(undef, inner_avals)]
+            full_ct = [_compat.Zero(av) if z else next(it_c) for z, av in zip(ct_zero, ct_avals)]
+            res = self._transpose(full_ct, *full, batch=inner, **params)
+            return tuple(
+                _instantiate_like(r, None, aval=av) if u else None
+                for r, u, av in zip(res, undef, inner_avals)
+            )
+
+        out = jax.vmap(per_example, in_axes=(d_axes, 0), out_axes=0, axis_size=size)(
+            tuple(defined), tuple(live_ct)
+        )
+        result = []
+        for r, u, m in zip(out, undef, mapped):
+            if not u:
+                result.append(None)
+            else:
+                result.append(r if m else jnp.sum(r, axis=0))
+        return result
+
+    # ------------------------------------------------------------------ call / benchmark hooks
+    def def_tags(self, *tags: str) -> None:
+        """Add categorisation tags (used by the registry and the CLI to filter kernels).
+
+        Example:
+            >>> import primforge
+            >>> k = primforge.XLACustomKernel('doc_def_tags')
+            >>> k.def_tags('csr', 'binary')
+            >>> sorted(k.tags)
+            ['binary', 'csr']
+        """
+        for t in tags:
+            if not isinstance(t, str) or not t:
+                raise TypeError(f"def_tags: tags must be non-empty strings, got {t!r}")
+        self.tags.update(tags)
+
+    def def_call(self, fn: Callable[..., Any]) -> Callable[..., Any]:
+        """Store the user-facing call function used by :meth:`call` and benchmarking.
+
+        Example:
+            >>> import primforge
+            >>> k = primforge.XLACustomKernel('doc_def_call')
+            >>> _ = k.def_call(lambda x, backend=None: x + 1)
+            >>> k.call(1)
+            2
+        """
+        if not callable(fn):
+            raise TypeError("def_call: fn must be callable")
+        self._call_fn = fn
+        return fn
+
+    def call(self, *args, **kwargs):
+        """Invoke the function registered with :meth:`def_call`.
+
+        Raises:
+            ValueError: if no call function is registered.
+
+        Example:
+            >>> import primforge
+            >>> k = primforge.XLACustomKernel('doc_call_missing')
+            >>> k.call(1)
+            Traceback (most recent call last):
+            ...
+            ValueError: kernel 'doc_call_missing' has no call function; register one with kernel.def_call(fn)
+        """
+        if self._call_fn is None:
+            raise ValueError(
+                f"kernel {self.name!r} has no call function; register one with "
+                f"kernel.def_call(fn)"
+            )
+        return self._call_fn(*args, **kwargs)
+
+    def def_benchmark_data(self, fn: Callable[..., Any]) -> Callable[..., Any]:
+        """Register ``fn(*, platform) -> list[BenchmarkConfig]`` for :meth:`benchmark`.
+
+        Example:
+            >>> import primforge
+            >>> k = primforge.XLACustomKernel('doc_def_bench_data')
+            >>> _ = k.def_benchmark_data(lambda *, platform: [])
+        """
+        if not callable(fn):
+            raise TypeError("def_benchmark_data: fn must be callable")
+        self._benchmark_data_fn = fn
+        return fn
+
+
+def _fmt(structs) -> str:
+    return "[" + ", ".join(f"{s.dtype}{list(s.shape)}" for s in structs) + "]"
+
+
+def _accepts_batch(fn) -> bool:
+    try:
+        return "batch" in inspect.signature(fn).parameters
+    except (TypeError, ValueError):
+        return False
+
+
+def _unbatch_aval(aval, mapped: bool):
+    return aval.update(shape=aval.shape[1:]) if mapped else aval
+
+
+def _instantiate_like(t, out, aval=None):
+    """Turn a symbolic zero / None tangent into a concrete zero of the right aval."""
+    if t is None or type(t) is _compat.Zero:
+        if aval is None:
+            aval = t.aval if type(t) is _compat.Zero else _compat.get_aval(out)
+        dtype = _compat.tangent_dtype(aval.dtype)
+        if dtype == _compat.float0:
+            return np.zeros(aval.shape, dtype=_compat.float0)
+        return jnp.zeros(aval.shape, dtype)
+    return t
