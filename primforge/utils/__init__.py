@@ -1,0 +1,80 @@
+"""JAX and pytree utilities (spec 003): dataclass pytrees, tree helpers, transforms, numerics.
+
+The public surface is re-exported here from private modules:
+
+- ``_dataclass``: :func:`dataclass`, :func:`field`, :func:`lens_field`, switchable
+  ``__post_init__`` validation.
+- ``_tree``: :func:`tree_map` with :class:`SupportsTreeMatch` alignment, scatter, stack,
+  concat, zeros, select, :class:`PyTreeDef`.
+- ``_transforms``: typed ``jit`` / ``vectorize`` / ``linearize`` / ``shard_map``, tracing
+  guards, ``non_differentiable``, ``sequential_vmap_with_vjp``.
+- ``_numerics``: :func:`kahan_summation`, :func:`key_chain`, :func:`isin`.
+"""
+
+from primforge.utils._dataclass import (
+    dataclass,
+    enable_post_init,
+    field,
+    is_post_init_enabled,
+    lens_field,
+    no_post_init,
+    skip_post_init_if_disabled,
+)
+from primforge.utils._numerics import isin, kahan_summation, key_chain
+from primforge.utils._transforms import (
+    NotJaxCompatibleError,
+    is_traced,
+    jit,
+    linearize,
+    no_jax_tracing,
+    non_differentiable,
+    sequential_vmap_with_vjp,
+    shard_map,
+    vectorize,
+)
+from primforge.utils._tree import (
+    HasScatterArgs,
+    PyTreeDef,
+    ScatterArgs,
+    SupportsTreeMatch,
+    tree_concat,
+    tree_map,
+    tree_scatter_set,
+    tree_stack,
+    tree_structure,
+    tree_where_broadcast_last,
+    tree_zeros_like,
+)
+
+__all__ = [
+    "HasScatterArgs",
+    "NotJaxCompatibleError",
+    "PyTreeDef",
+    "ScatterArgs",
+    "SupportsTreeMatch",
+    "dataclass",
+    "enable_post_init",
+    "field",
+    "is_post_init_enabled",
+    "is_traced",
+    "isin",
+    "jit",
+    "kahan_summation",
+    "key_chain",
+    "lens_field",
+    "linearize",
+    "no_jax_tracing",
+    "no_post_init",
+    "non_differentiable",
+    "sequential_vmap_with_vjp",
+    "shard_map",
+    "skip_post_init_if_disabled",
+    "tree_concat",
+    "tree_map",
+    "tree_scatter_set",
+    "tree_stack",
+    "tree_structure",
+    "tree_where_broadcast_last",
+    "tree_zeros_like",
+    "vectorize",
+]

@@ -1,0 +1,455 @@
+"""Frozen dataclasses that are JAX pytrees, and switchable ``__post_init__`` validation.
+
+Design: :func:`dataclass` applies :func:`dataclasses.dataclass` (frozen by default) and
+registers the class with :func:`jax.tree_util.register_pytree_with_keys`. Fields made with
+``field(static=True)`` go into the treedef's auxiliary data; every other field is a child.
+The flatten and unflatten functions are generated per class (straight-line code, no loops
+over field lists at call time). Unflatten builds the instance with ``object.__new__`` and
+writes the fields directly, so neither ``__init__`` nor ``__post_init__`` runs: JAX rebuilds
+pytrees many times per transformation, often with placeholder leaves (tracers, ``None``,
+``object()`` sentinels) that user validation would reject. Validation still runs whenever a
+user constructs an instance or calls :meth:`replace`.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import contextvars
+import dataclasses
+import functools
+from collections.abc import Callable, Iterator, Mapping
+from typing import Any, TypeVar, dataclass_transform, overload
+
+import jax
+
+__all__ = [
+    "dataclass",
+    "enable_post_init",
+    "field",
+    "is_post_init_enabled",
+    "lens_field",
+    "no_post_init",
+    "skip_post_init_if_disabled",
+]
+
+T = TypeVar("T")
+C = TypeVar("C", bound=type)
+
+# Metadata key marking a field as static (the same key equinox uses, so tools that read
+# equinox-style metadata understand ours).
+_STATIC = "static"
+
+
+def field(
+    *,
+    default: Any = dataclasses.MISSING,
+    default_factory: Callable[[], Any] | Any = dataclasses.MISSING,
+    init: bool = True,
+    repr: bool = True,  # noqa: A002  (mirrors dataclasses.field)
+    hash: bool | None = None,  # noqa: A002
+    compare: bool = True,
+    metadata: Mapping[Any, Any] | None = None,
+    kw_only: bool | Any = dataclasses.MISSING,
+    static: bool = False,
+) -> Any:
+    """A :func:`dataclasses.field` that also says whether the field is a pytree child.
+
+    Args:
+        default: Default value. Exclusive with ``default_factory``.
+        default_factory: Zero-argument callable producing the default.
+        init: Whether the field is a parameter of ``__init__``.
+        repr: Whether the field appears in ``__repr__``.
+        hash: Whether the field takes part in ``__hash__`` (``None``: follow ``compare``).
+        compare: Whether the field takes part in ``__eq__`` and ordering.
+        metadata: Extra metadata, copied; ``metadata={"static": True}`` also marks the
+            field static.
+        kw_only: Whether the field is keyword-only in ``__init__``.
+        static: If True the field is not a pytree leaf: it is stored in the treedef, so
+            JAX transformations pass it through untouched (``jit`` treats it as a
+            compile-time constant, so it must be hashable and comparable).
+
+    Returns:
+        A :class:`dataclasses.Field` placeholder, typed as the field's value for checkers.
+
+    Example:
+        >>> import jax, jax.numpy as jnp
+        >>> from primforge.utils import dataclass, field
+        >>> @dataclass
+        ... class Layer:
+        ...     weight: jax.Array
+        ...     name: str = field(default="dense", static=True)
+        >>> jax.tree_util.tree_leaves(Layer(jnp.ones(2)))
+        [Array([1., 1.], dtype=float32)]
+    """
+    md = dict(metadata or {})
+    md[_STATIC] = bool(static or md.get(_STATIC, False))
+    return dataclasses.field(
+        default=default,
+        default_factory=default_factory,
+        init=init,
+        repr=repr,
+        hash=hash,
+        compare=compare,
+        metadata=md,
+        kw_only=kw_only,
+    )
+
+
+def lens_field(
+    *,
+    default: Any = dataclasses.MISSING,
+    default_factory: Callable[[], Any] | Any = dataclasses.MISSING,
+    init: bool = True,
+    repr: bool = True,  # noqa: A002
+    hash: bool | None = None,  # noqa: A002
+    compare: bool = True,
+    metadata: Mapping[Any, Any] | None = None,
+    kw_only: bool | Any = dataclasses.MISSING,
+    static: bool = False,
+) -> Any:
+    """A :func:`field` for attributes annotated as lens fields.
+
+    At run time this is exactly :func:`field`; it exists so that a field annotated with a
+    lens type (``x: LensField[float] = lens_field(...)``) type-checks, because the return
+    type is ``Any`` rather than the default's type.
+
+    Args:
+        default: Default value.
+        default_factory: Zero-argument callable producing the default.
+        init: Whether the field is a parameter of ``__init__``.
+        repr: Whether the field appears in ``__repr__``.
+        hash: Whether the field takes part in ``__hash__``.
+        compare: Whether the field takes part in comparisons.
+        metadata: Extra metadata.
+        kw_only: Whether the field is keyword-only.
+        static: Whether the field is static (kept in the treedef, not a leaf).
+
+    Returns:
+        A :class:`dataclasses.Field` placeholder.
+
+    Example:
+        >>> from primforge.utils import dataclass, lens_field
+        >>> @dataclass
+        ... class Point:
+        ...     x: float = lens_field(default=0.0)
+        ...     tag: str = lens_field(default="p", static=True)
+        >>> Point(1.0)
+        Point(x=1.0, tag='p')
+    """
+    return field(
+        default=default,
+        default_factory=default_factory,
+        init=init,
+        repr=repr,
+        hash=hash,
+        compare=compare,
+        metadata=metadata,
+        kw_only=kw_only,
+        static=static,
+    )
+
+
+def _replace(self: T, **changes: Any) -> T:
+    """Return a copy with ``changes`` applied.
+
+    Goes through ``__init__`` (and so ``__post_init__`` validation), like
+    :func:`dataclasses.replace`; fields declared with ``init=False`` cannot be changed.
+
+    Args:
+        **changes: New values by field name.
+
+    Returns:
+        A new instance of the same class.
+    """
+    return dataclasses.replace(self, **changes)  # type: ignore[type-var]
+
+
+def _compile(src: str, name: str, namespace: dict[str, Any]) -> Callable[..., Any]:
+    exec(compile(src, f"<primforge.utils.dataclass {name}>", "exec"), namespace)  # noqa: S102
+    return namespace[name]
+
+
+def _register(cls: type) -> None:
+    fields = dataclasses.fields(cls)
+    data = [f.name for f in fields if not f.metadata.get(_STATIC, False)]
+    static = [f.name for f in fields if f.metadata.get(_STATIC, False)]
+
+    def tup(items: list[str]) -> str:
+        return "(" + "".join(f"{x}, " for x in items) + ")"
+
+    ns: dict[str, Any] = {
+        "_cls": cls,
+        "_new": object.__new__,
+        "_set": object.__setattr__,
+        "_keys": tuple(jax.tree_util.GetAttrKey(n) for n in data),
+    }
+    flatten = _compile(
+        f"def flatten(o):\n    return {tup([f'o.{n}' for n in data])}, "
+        f"{tup([f'o.{n}' for n in static])}\n",
+        "flatten",
+        ns,
+    )
+    flatten_with_keys = _compile(
+        "def flatten_with_keys(o):\n"
+        f"    return {tup([f'(_keys[{i}], o.{n})' for i, n in enumerate(data)])}, "
+        f"{tup([f'o.{n}' for n in static])}\n",
+        "flatten_with_keys",
+        ns,
+    )
+    lines = ["def unflatten(aux, children):", "    o = _new(_cls)"]
+    slotted: set[str] = set()
+    for klass in cls.__mro__:
+        slots_decl = klass.__dict__.get("__slots__", ())
+        slotted.update((slots_decl,) if isinstance(slots_decl, str) else slots_decl)
+    # Writing the instance dict is cheaper than object.__setattr__, which looks the name
+    # up on the type first; slotted fields need the descriptor, so they use setattr.
+    has_dict = not slotted.intersection(data + static)
+    if has_dict:
+        lines.append("    d = o.__dict__")
+    if data:
+        lines.append(f"    [{', '.join(f'c{i}' for i in range(len(data)))}] = children")
+    if static:
+        lines.append(f"    [{', '.join(f'a{i}' for i in range(len(static)))}] = aux")
+    for prefix, names in (("c", data), ("a", static)):
+        for i, n in enumerate(names):
+            if has_dict:
+                lines.append(f"    d[{n!r}] = {prefix}{i}")
+            else:
+                lines.append(f"    _set(o, {n!r}, {prefix}{i})")
+    lines.append("    return o\n")
+    unflatten = _compile("\n".join(lines), "unflatten", ns)
+    jax.tree_util.register_pytree_with_keys(cls, flatten_with_keys, unflatten, flatten)
+
+
+@overload
+def dataclass(
+    cls: C,
+    /,
+    *,
+    init: bool = ...,
+    repr: bool = ...,  # noqa: A002
+    eq: bool = ...,
+    order: bool = ...,
+    unsafe_hash: bool = ...,
+    frozen: bool = ...,
+    match_args: bool = ...,
+    kw_only: bool = ...,
+    slots: bool = ...,
+    weakref_slot: bool = ...,
+) -> C: ...
+@overload
+def dataclass(
+    cls: None = None,
+    /,
+    *,
+    init: bool = ...,
+    repr: bool = ...,  # noqa: A002
+    eq: bool = ...,
+    order: bool = ...,
+    unsafe_hash: bool = ...,
+    frozen: bool = ...,
+    match_args: bool = ...,
+    kw_only: bool = ...,
+    slots: bool = ...,
+    weakref_slot: bool = ...,
+) -> Callable[[C], C]: ...
+
+
+@dataclass_transform(frozen_default=True, field_specifiers=(field, lens_field, dataclasses.field))
+def dataclass(
+    cls: C | None = None,
+    /,
+    *,
+    init: bool = True,
+    repr: bool = True,  # noqa: A002
+    eq: bool = True,
+    order: bool = False,
+    unsafe_hash: bool = False,
+    frozen: bool = True,
+    match_args: bool = True,
+    kw_only: bool = False,
+    slots: bool = False,
+    weakref_slot: bool = False,
+) -> C | Callable[[C], C]:
+    """Make a class a dataclass and a JAX pytree (frozen unless ``frozen=False``).
+
+    Every flag has the meaning it has in :func:`dataclasses.dataclass`; only the default of
+    ``frozen`` differs. Fields made with ``field(static=True)`` are stored in the treedef;
+    all others are pytree children, so instances pass through ``jit``, ``vmap``, ``grad``
+    and ``lax.scan`` and keep their fields' key paths (``GetAttrKey``).
+
+    Unflattening (what JAX does after every transformation) creates the instance with
+    ``object.__new__`` and sets the fields directly: ``__init__`` and ``__post_init__`` do
+    not run, so validation never sees JAX's placeholder leaves, and attributes that
+    ``__post_init__`` stores outside the declared fields are not carried through pytree
+    operations (declare them as ``field(init=False)`` instead). Constructing an instance,
+    or calling the added ``replace(**changes)`` method, runs ``__init__`` and validation
+    as usual. Equality, hashing and pickling are those of a standard frozen dataclass.
+
+    Subclasses must be decorated again to become pytrees of their own.
+
+    Args:
+        cls: The class; omitted when the decorator is called with arguments.
+        init: Generate ``__init__``.
+        repr: Generate ``__repr__``.
+        eq: Generate ``__eq__``.
+        order: Generate ordering methods.
+        unsafe_hash: Force a ``__hash__``.
+        frozen: Forbid attribute assignment after construction (default True).
+        match_args: Generate ``__match_args__``.
+        kw_only: Make every field keyword-only.
+        slots: Generate ``__slots__`` (a new class is created and registered).
+        weakref_slot: Add a ``__weakref__`` slot (requires ``slots=True``).
+
+    Returns:
+        The registered class, or a decorator when ``cls`` is None.
+
+    Example:
+        >>> import jax, jax.numpy as jnp
+        >>> from primforge.utils import dataclass, field
+        >>> @dataclass
+        ... class Particle:
+        ...     position: jax.Array
+        ...     mass: float = field(default=1.0, static=True)
+        >>> p = Particle(jnp.zeros(3))
+        >>> moved = jax.jit(lambda p: p.replace(position=p.position + 1.0))(p)
+        >>> moved.position, moved.mass
+        (Array([1., 1., 1.], dtype=float32), 1.0)
+    """
+
+    def wrap(c: C) -> C:
+        names = {f for f in getattr(c, "__annotations__", {})}
+        dc = dataclasses.dataclass(
+            c,
+            init=init,
+            repr=repr,
+            eq=eq,
+            order=order,
+            unsafe_hash=unsafe_hash,
+            frozen=frozen,
+            match_args=match_args,
+            kw_only=kw_only,
+            slots=slots,
+            weakref_slot=weakref_slot,
+        )
+        if "replace" not in names and not hasattr(dc, "replace"):
+            dc.replace = _replace  # type: ignore[attr-defined]
+        _register(dc)
+        return dc  # type: ignore[return-value]
+
+    if cls is None:
+        return wrap
+    return wrap(cls)
+
+
+# --------------------------------------------------------------------------------------
+# Switchable __post_init__ validation
+# --------------------------------------------------------------------------------------
+
+_POST_INIT_ENABLED: contextvars.ContextVar[bool] = contextvars.ContextVar(
+    "primforge_post_init_enabled", default=True
+)
+
+
+def is_post_init_enabled() -> bool:
+    """Whether ``__post_init__`` methods decorated with
+    :func:`skip_post_init_if_disabled` currently run.
+
+    Returns:
+        True outside any :func:`no_post_init` block (or inside :func:`enable_post_init`).
+
+    Example:
+        >>> from primforge.utils import is_post_init_enabled, no_post_init
+        >>> with no_post_init():
+        ...     is_post_init_enabled()
+        False
+    """
+    return _POST_INIT_ENABLED.get()
+
+
+@contextlib.contextmanager
+def _post_init_state(enabled: bool) -> Iterator[None]:
+    token = _POST_INIT_ENABLED.set(enabled)
+    try:
+        yield
+    finally:
+        _POST_INIT_ENABLED.reset(token)
+
+
+def no_post_init() -> contextlib.AbstractContextManager[None]:
+    """Context manager that switches off opted-in ``__post_init__`` validation.
+
+    Inside the block, ``__post_init__`` methods decorated with
+    :func:`skip_post_init_if_disabled` return immediately. The state is a context variable:
+    it is per thread and per asyncio task, and nests (the previous state is restored on
+    exit). Use it while building intermediate objects that break invariants on purpose.
+
+    Returns:
+        A context manager.
+
+    Example:
+        >>> from primforge.utils import dataclass, no_post_init, skip_post_init_if_disabled
+        >>> @dataclass
+        ... class Positive:
+        ...     x: float
+        ...     @skip_post_init_if_disabled
+        ...     def __post_init__(self):
+        ...         if self.x <= 0:
+        ...             raise ValueError("x must be positive")
+        >>> with no_post_init():
+        ...     Positive(-1.0)
+        Positive(x=-1.0)
+    """
+    return _post_init_state(False)
+
+
+def enable_post_init() -> contextlib.AbstractContextManager[None]:
+    """Context manager that switches opted-in ``__post_init__`` validation back on.
+
+    The counterpart of :func:`no_post_init`, for a region inside one that must validate.
+
+    Returns:
+        A context manager.
+
+    Example:
+        >>> from primforge.utils import enable_post_init, is_post_init_enabled, no_post_init
+        >>> with no_post_init(), enable_post_init():
+        ...     is_post_init_enabled()
+        True
+    """
+    return _post_init_state(True)
+
+
+def skip_post_init_if_disabled(post_init: Callable[..., None]) -> Callable[..., None]:
+    """Decorate a ``__post_init__`` so that it is skipped inside :func:`no_post_init`.
+
+    Args:
+        post_init: The ``__post_init__`` method (``InitVar`` arguments are forwarded).
+
+    Returns:
+        The wrapped method; outside :func:`no_post_init` it behaves exactly as before.
+
+    Example:
+        >>> from primforge.utils import dataclass, no_post_init, skip_post_init_if_disabled
+        >>> @dataclass
+        ... class Sorted:
+        ...     keys: tuple
+        ...     @skip_post_init_if_disabled
+        ...     def __post_init__(self):
+        ...         if list(self.keys) != sorted(self.keys):
+        ...             raise ValueError("keys must be sorted")
+        >>> Sorted((2, 1))
+        Traceback (most recent call last):
+            ...
+        ValueError: keys must be sorted
+        >>> with no_post_init():
+        ...     Sorted((2, 1)).keys
+        (2, 1)
+    """
+
+    @functools.wraps(post_init)
+    def wrapper(self: Any, *args: Any, **kwargs: Any) -> None:
+        if _POST_INIT_ENABLED.get():
+            post_init(self, *args, **kwargs)
+
+    return wrapper
