@@ -1,0 +1,584 @@
+"""The XLA FFI C ABI, read from the header that ships with jaxlib.
+
+The typed XLA FFI hands a handler one pointer, an ``XLA_FFI_CallFrame*``. To serve it from
+Numba-compiled code without a line of C we need three things, all derived here from
+``jax.ffi.include_dir()/xla/ffi/api/c_api.h`` at runtime, never hard-coded:
+
+* the API version (``XLA_FFI_API_MAJOR``/``MINOR``) that the handler reports back to XLA;
+* the byte offsets of the struct fields the handler reads or writes, computed from the
+  header's declarations with the C layout rules of this platform's LP64 ABI (8-byte pointers
+  and ``size_t``, 4-byte enums and ``int``, natural alignment);
+* the ``XLA_FFI_DataType`` codes, mapped to NumPy dtypes.
+
+It also holds the few Numba intrinsics a handler needs (load and store a field at a byte
+offset, make a typed pointer, reserve stack memory, embed a C string, call a C function
+pointer) and :func:`error_create`, which builds an ``XLA_FFI_Error*`` through the API
+table's ``XLA_FFI_Error_Create``. Those names are created on first access (PEP 562), so
+importing this module does not import Numba.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import functools
+import hashlib
+import os
+import re
+import struct
+from typing import Any
+
+import numpy as np
+
+__all__ = [
+    "StructLayout",
+    "api_version",
+    "data_type_codes",
+    "dtype_code",
+    "header_path",
+    "layout",
+    "layout_digest",
+    "offset",
+]
+
+_POINTER_SIZE = 8
+# LP64 sizes (and alignments) of the scalar types the header uses.
+_SCALARS = {
+    "size_t": 8,
+    "int64_t": 8,
+    "uint64_t": 8,
+    "int32_t": 4,
+    "uint32_t": 4,
+    "int": 4,
+    "char": 1,
+}
+
+
+def header_path() -> str:
+    """Path of the XLA FFI C header that the installed jaxlib ships.
+
+    Returns:
+        An absolute path ending in ``xla/ffi/api/c_api.h``.
+
+    Example:
+        >>> header_path().endswith("xla/ffi/api/c_api.h")
+        True
+    """
+    import jax.ffi
+
+    return os.path.join(jax.ffi.include_dir(), "xla", "ffi", "api", "c_api.h")
+
+
+@functools.lru_cache(maxsize=None)
+def _header_text() -> str:
+    with open(header_path(), encoding="utf-8") as f:
+        text = f.read()
+    text = re.sub(r"/\*.*?\*/", " ", text, flags=re.S)
+    text = re.sub(r"//[^\n]*", " ", text)
+    return text.replace("\\\n", " ")  # join macro continuation lines
+
+
+@functools.lru_cache(maxsize=None)
+def _declarations() -> str:
+    """The header without preprocessor lines (macro bodies would look like declarations)."""
+    return "\n".join(ln for ln in _header_text().splitlines() if not ln.lstrip().startswith("#"))
+
+
+@functools.lru_cache(maxsize=None)
+def api_version() -> tuple[int, int]:
+    """The ``(major, minor)`` XLA FFI API version declared by the header.
+
+    Returns:
+        The values of ``XLA_FFI_API_MAJOR`` and ``XLA_FFI_API_MINOR``.
+
+    Example:
+        >>> major, minor = api_version()
+        >>> isinstance(major, int) and isinstance(minor, int)
+        True
+    """
+    text = _header_text()
+    found = []
+    for part in ("MAJOR", "MINOR"):
+        m = re.search(rf"#define\s+XLA_FFI_API_{part}\s+(\d+)", text)
+        if m is None:
+            raise RuntimeError(f"XLA_FFI_API_{part} is not defined in {header_path()}")
+        found.append(int(m.group(1)))
+    return found[0], found[1]
+
+
+@functools.lru_cache(maxsize=None)
+def _enums() -> dict[str, dict[str, int]]:
+    """Every enum in the header: enum (or typedef) name -> {member: value}."""
+    text = _declarations()
+    out: dict[str, dict[str, int]] = {}
+    pattern = r"(?:typedef\s+)?enum\s*(\w*)\s*\{(.*?)\}\s*(\w*)\s*;"
+    for m in re.finditer(pattern, text, flags=re.S):
+        name = m.group(3) or m.group(1)
+        members: dict[str, int] = {}
+        nxt = 0
+        for item in m.group(2).split(","):
+            item = item.strip()
+            if not item:
+                continue
+            if "=" in item:
+                key, value = (s.strip() for s in item.split("=", 1))
+                value = value.rstrip("u")
+                shift = re.fullmatch(r"1u?\s*<<\s*(\d+)", value)
+                nxt = 1 << int(shift.group(1)) if shift else int(value, 0)
+            else:
+                key = item
+            members[key] = nxt
+            nxt += 1
+        out[name] = members
+    return out
+
+
+def enum_value(enum: str, member: str) -> int:
+    """Value of ``member`` of the header's enum ``enum``.
+
+    Example:
+        >>> enum_value("XLA_FFI_Extension_Type", "XLA_FFI_Extension_Metadata") >= 0
+        True
+    """
+    return _enums()[enum][member]
+
+
+@functools.lru_cache(maxsize=None)
+def _typedefs() -> dict[str, str]:
+    """Scalar typedefs such as ``typedef uint32_t XLA_FFI_Handler_Traits;``."""
+    text = _declarations()
+    return {m.group(2): m.group(1) for m in re.finditer(r"typedef\s+(\w+)\s+(\w+)\s*;", text)}
+
+
+@dataclasses.dataclass(frozen=True)
+class StructLayout:
+    """Byte layout of one C struct of the FFI header on this platform.
+
+    Attributes:
+        name: the struct's name, e.g. ``"XLA_FFI_Buffer"``.
+        size: ``sizeof`` the struct, trailing padding included.
+        align: its alignment.
+        offsets: field name -> byte offset, in declaration order.
+        sizes: field name -> size of the field in bytes.
+        last_field: the field that ends the struct for ``XLA_FFI_STRUCT_SIZE``.
+
+    Example:
+        >>> buf = layout()["XLA_FFI_Buffer"]
+        >>> buf.offsets["struct_size"]
+        0
+    """
+
+    name: str
+    size: int
+    align: int
+    offsets: dict[str, int]
+    sizes: dict[str, int]
+
+    last_field: str
+
+    @property
+    def struct_size(self) -> int:
+        """``<name>_STRUCT_SIZE``: offset plus size of the header's declared last field.
+
+        The header names that field in ``XLA_FFI_DEFINE_STRUCT_TRAITS(name, last_field)``
+        (it is not always the last one declared); without such a line, the last declared.
+
+        Example:
+            >>> layout()["XLA_FFI_Extension_Base"].struct_size
+            24
+        """
+        return self.offsets[self.last_field] + self.sizes[self.last_field]
+
+
+def _split_declarations(body: str) -> list[tuple[str, str]]:
+    """Struct body -> [(type, field name)]; every pointer type is spelled ``'*'``."""
+    fields = []
+    for decl in body.split(";"):
+        decl = " ".join(decl.split())
+        if not decl:
+            continue
+        m = re.fullmatch(r"_XLA_FFI_API_STRUCT_FIELD\((\w+)\)", decl)
+        if m:  # a function pointer named after its type
+            fields.append(("*", m.group(1)))
+            continue
+        m = re.fullmatch(r".*\(\s*\*\s*(\w+)\s*\)\s*\(.*\)", decl)
+        if m:  # a plain function pointer, e.g. `void (*deleter)(void* object)`
+            fields.append(("*", m.group(1)))
+            continue
+        m = re.fullmatch(r"(?:const\s+)?(?:struct\s+)?(\w+)\s*(\**)\s*(\w+)", decl)
+        if m is None:
+            raise RuntimeError(f"cannot parse the field declaration {decl!r} in {header_path()}")
+        typ, stars, fname = m.groups()
+        fields.append(("*" if stars else typ, fname))
+    return fields
+
+
+@functools.lru_cache(maxsize=None)
+def layout() -> dict[str, StructLayout]:
+    """Layouts of every struct the FFI header declares, for this platform's LP64 ABI.
+
+    Returns:
+        Struct name -> :class:`StructLayout`.
+
+    Raises:
+        RuntimeError: if this is not a 64-bit platform or a declaration is not understood.
+
+    Example:
+        >>> frame = layout()["XLA_FFI_CallFrame"]
+        >>> frame.offsets["api"] > frame.offsets["extension_start"]
+        True
+    """
+    if struct.calcsize("P") != _POINTER_SIZE:
+        raise RuntimeError("primforge's XLA FFI layout assumes a 64-bit (LP64) platform")
+    text = _declarations()
+    bodies: dict[str, str] = {}
+    for m in re.finditer(r"struct\s+(\w+)\s*\{(.*?)\}\s*(\w*)\s*;", text, flags=re.S):
+        bodies[m.group(1)] = m.group(2)
+        if m.group(3):
+            bodies[m.group(3)] = m.group(2)
+    enums = _enums()
+    typedefs = _typedefs()
+    done: dict[str, StructLayout] = {}
+    traits = dict(re.findall(r"XLA_FFI_DEFINE_STRUCT_TRAITS\(\s*(\w+)\s*,\s*(\w+)\s*\)", text))
+
+    def size_align(typ: str) -> tuple[int, int]:
+        if typ == "*":
+            return _POINTER_SIZE, _POINTER_SIZE
+        typ = typedefs.get(typ, typ) if typ not in bodies else typ
+        if typ in _SCALARS:
+            return _SCALARS[typ], _SCALARS[typ]
+        if typ in enums:
+            return 4, 4
+        if typ in bodies:
+            sub = build(typ)
+            return sub.size, sub.align
+        raise RuntimeError(f"unknown C type {typ!r} in {header_path()}")
+
+    def build(name: str) -> StructLayout:
+        if name in done:
+            return done[name]
+        offsets: dict[str, int] = {}
+        sizes: dict[str, int] = {}
+        pos, align = 0, 1
+        for typ, fname in _split_declarations(bodies[name]):
+            size, al = size_align(typ)
+            pos = (pos + al - 1) // al * al
+            offsets[fname], sizes[fname] = pos, size
+            pos += size
+            align = max(align, al)
+        total = (pos + align - 1) // align * align
+        last = traits.get(name, next(reversed(offsets)))
+        done[name] = StructLayout(name, total, align, offsets, sizes, last)
+        return done[name]
+
+    for name in bodies:
+        build(name)
+    return dict(done)
+
+
+def offset(path: str) -> int:
+    """Byte offset of a (possibly nested) field, e.g. ``"XLA_FFI_CallFrame.args.size"``.
+
+    Args:
+        path: struct name followed by dotted field names; each field but the last must be
+            an embedded struct.
+
+    Returns:
+        The offset from the start of the outer struct.
+
+    Example:
+        >>> offset("XLA_FFI_CallFrame.args.size") == (
+        ...     offset("XLA_FFI_CallFrame.args") + offset("XLA_FFI_Args.size"))
+        True
+    """
+    struct_name, *fields = path.split(".")
+    lays = layout()
+    total = 0
+    current = struct_name
+    for i, fname in enumerate(fields):
+        lay = lays[current]
+        if fname not in lay.offsets:
+            raise KeyError(f"{current} has no field {fname!r}")
+        total += lay.offsets[fname]
+        if i + 1 < len(fields):
+            body_types = dict((f, t) for t, f in _split_declarations(_struct_body(current)))
+            current = body_types[fname]
+    return total
+
+
+def _struct_body(name: str) -> str:
+    m = re.search(rf"struct\s+{name}\s*\{{(.*?)\}}", _declarations(), flags=re.S)
+    if m is None:
+        raise KeyError(name)
+    return m.group(1)
+
+
+# XLA primitive type name (header enum suffix) -> NumPy/ml_dtypes dtype name.
+_DTYPE_NAMES = {
+    "PRED": "bool",
+    "S8": "int8",
+    "S16": "int16",
+    "S32": "int32",
+    "S64": "int64",
+    "U8": "uint8",
+    "U16": "uint16",
+    "U32": "uint32",
+    "U64": "uint64",
+    "F16": "float16",
+    "F32": "float32",
+    "F64": "float64",
+    "BF16": "bfloat16",
+    "C64": "complex64",
+    "C128": "complex128",
+    "S4": "int4",
+    "U4": "uint4",
+    "S2": "int2",
+    "U2": "uint2",
+    "F8E5M2": "float8_e5m2",
+    "F8E4M3FN": "float8_e4m3fn",
+    "F8E4M3B11FNUZ": "float8_e4m3b11fnuz",
+    "F8E5M2FNUZ": "float8_e5m2fnuz",
+    "F8E4M3FNUZ": "float8_e4m3fnuz",
+    "F8E3M4": "float8_e3m4",
+    "F8E4M3": "float8_e4m3",
+    "F8E8M0FNU": "float8_e8m0fnu",
+    "F4E2M1FN": "float4_e2m1fn",
+}
+
+
+@functools.lru_cache(maxsize=None)
+def data_type_codes() -> dict[str, int]:
+    """NumPy dtype name -> ``XLA_FFI_DataType`` code, for the types both sides know.
+
+    Example:
+        >>> data_type_codes()["float32"] == enum_value("XLA_FFI_DataType", "XLA_FFI_DataType_F32")
+        True
+    """
+    members = _enums()["XLA_FFI_DataType"]
+    out = {}
+    for suffix, dname in _DTYPE_NAMES.items():
+        key = f"XLA_FFI_DataType_{suffix}"
+        if key in members:
+            out[dname] = members[key]
+    return out
+
+
+def dtype_code(dtype: Any) -> int:
+    """The ``XLA_FFI_DataType`` code of a NumPy/JAX dtype.
+
+    Args:
+        dtype: anything ``numpy.dtype`` (with ml_dtypes registered by JAX) accepts.
+
+    Raises:
+        TypeError: if the header has no code for it.
+
+    Example:
+        >>> import numpy as np
+        >>> dtype_code(np.float64) == data_type_codes()["float64"]
+        True
+    """
+    name = np.dtype(dtype).name
+    try:
+        return data_type_codes()[name]
+    except KeyError:
+        raise TypeError(f"dtype {name} has no XLA FFI data type code") from None
+
+
+def layout_digest() -> str:
+    """A short digest of the API version, the layouts and the dtype codes.
+
+    Generated handlers embed it, so that a jaxlib whose ABI differs invalidates them.
+
+    Example:
+        >>> len(layout_digest())
+        16
+    """
+    parts = [repr(api_version()), repr(sorted(data_type_codes().items()))]
+    for name, lay in sorted(layout().items()):
+        parts.append(f"{name}:{lay.size}:{sorted(lay.offsets.items())}")
+    return hashlib.sha256("\n".join(parts).encode()).hexdigest()[:16]
+
+
+# --------------------------------------------------------------------------------------
+# Numba side: created on first attribute access so that importing this module is cheap.
+# --------------------------------------------------------------------------------------
+
+_NUMBA_NAMES = (
+    "load_i64",
+    "load_i32",
+    "store_i64",
+    "store_i32",
+    "as_ptr",
+    "stack_bytes",
+    "cstring",
+    "call_ptr_fn",
+    "status_of",
+    "error_create",
+)
+
+
+@functools.lru_cache(maxsize=None)
+def _numba_helpers() -> dict[str, Any]:
+    from llvmlite import ir
+    from numba import njit, types
+    from numba.core import cgutils
+    from numba.extending import intrinsic, overload
+
+    i8p = ir.IntType(8).as_pointer()
+
+    def _addr(builder, addr, off, lltype):
+        raw = builder.add(addr, off)
+        return builder.inttoptr(raw, lltype.as_pointer())
+
+    def _int_args(*tys):
+        return all(isinstance(t, types.Integer) for t in tys)
+
+    @intrinsic
+    def load_i64(typingctx, addr, off):
+        """Load the int64 (or pointer, as an int64) at ``addr + off``."""
+        if not _int_args(addr, off):
+            return None
+
+        def codegen(context, builder, sig, args):
+            a, o = (context.cast(builder, v, t, types.int64) for v, t in zip(args, sig.args))
+            return builder.load(_addr(builder, a, o, ir.IntType(64)))
+
+        return types.int64(addr, off), codegen
+
+    @intrinsic
+    def load_i32(typingctx, addr, off):
+        """Load the int32 (or C enum) at ``addr + off``, widened to int64."""
+        if not _int_args(addr, off):
+            return None
+
+        def codegen(context, builder, sig, args):
+            a, o = (context.cast(builder, v, t, types.int64) for v, t in zip(args, sig.args))
+            return builder.sext(builder.load(_addr(builder, a, o, ir.IntType(32))), ir.IntType(64))
+
+        return types.int64(addr, off), codegen
+
+    def _store(bits):
+        def typer(typingctx, addr, off, value):
+            if not _int_args(addr, off, value):
+                return None
+
+            def codegen(context, builder, sig, args):
+                a, o, v = (context.cast(builder, x, t, types.int64) for x, t in zip(args, sig.args))
+                if bits != 64:
+                    v = builder.trunc(v, ir.IntType(bits))
+                builder.store(v, _addr(builder, a, o, ir.IntType(bits)))
+                return context.get_dummy_value()
+
+            return types.none(addr, off, value), codegen
+
+        return typer
+
+    store_i64 = intrinsic(_store(64))
+    store_i32 = intrinsic(_store(32))
+
+    @intrinsic
+    def as_ptr(typingctx, addr, dtype):
+        """Turn an address into a typed pointer ``dtype*`` (for ``numba.carray``)."""
+        if not isinstance(addr, types.Integer):
+            return None
+        elem = getattr(dtype, "dtype", None)
+        if elem is None:
+            elem = getattr(dtype, "instance_type", None)
+        if not isinstance(elem, (types.Number, types.Boolean)):
+            return None
+        ptr_t = types.CPointer(elem)
+
+        def codegen(context, builder, sig, args):
+            a = context.cast(builder, args[0], sig.args[0], types.int64)
+            return builder.inttoptr(a, context.get_value_type(ptr_t))
+
+        return ptr_t(addr, dtype), codegen
+
+    @intrinsic(prefer_literal=True)
+    def stack_bytes(typingctx, nbytes):
+        """Reserve ``nbytes`` (a literal) of 16-byte aligned stack in the calling function."""
+        if not isinstance(nbytes, types.IntegerLiteral):
+            return None
+        n = int(nbytes.literal_value)
+
+        def codegen(context, builder, sig, args):
+            buf = cgutils.alloca_once(builder, ir.ArrayType(ir.IntType(8), n))
+            buf.align = 16
+            return builder.ptrtoint(buf, ir.IntType(64))
+
+        return types.int64(nbytes), codegen
+
+    @intrinsic(prefer_literal=True)
+    def cstring(typingctx, text):
+        """Address of a NUL-terminated constant holding the literal string ``text``."""
+        if not isinstance(text, types.StringLiteral):
+            return None
+        value = str(text.literal_value)
+
+        def codegen(context, builder, sig, args):
+            ptr = context.insert_const_string(builder.module, value)
+            return builder.ptrtoint(ptr, ir.IntType(64))
+
+        return types.int64(text), codegen
+
+    @intrinsic
+    def call_ptr_fn(typingctx, fn, arg):
+        """Call the C function ``void* fn(void*)`` at address ``fn``; the result as int64."""
+        if not _int_args(fn, arg):
+            return None
+
+        def codegen(context, builder, sig, args):
+            f, a = (context.cast(builder, v, t, types.int64) for v, t in zip(args, sig.args))
+            fnty = ir.FunctionType(i8p, [i8p])
+            fptr = builder.inttoptr(f, fnty.as_pointer())
+            res = builder.call(fptr, [builder.inttoptr(a, i8p)])
+            return builder.ptrtoint(res, ir.IntType(64))
+
+        return types.int64(fn, arg), codegen
+
+    def status_of(value):  # pragma: no cover - replaced by the overload below
+        raise NotImplementedError
+
+    @overload(status_of)
+    def _status_of_impl(value):
+        if isinstance(value, (types.NoneType, types.Omitted)) or value is types.none:
+            return lambda value: 0
+        if isinstance(value, (types.Integer, types.Boolean)):
+            return lambda value: int(value)
+        return None
+
+    create_size = layout()["XLA_FFI_Error_Create_Args"]
+    c_struct_size = create_size.struct_size
+    c_nbytes = create_size.size
+    c_ext = create_size.offsets["extension_start"]
+    c_msg = create_size.offsets["message"]
+    c_errc = create_size.offsets["errc"]
+    api_fn = layout()["XLA_FFI_Api"].offsets["XLA_FFI_Error_Create"]
+
+    @njit(cache=False)
+    def error_create(api, message, errc):
+        """``api->XLA_FFI_Error_Create(&{message, errc})``; returns the error's address."""
+        args = stack_bytes(c_nbytes)
+        store_i64(args, 0, c_struct_size)
+        store_i64(args, c_ext, 0)
+        store_i64(args, c_msg, message)
+        store_i32(args, c_errc, errc)
+        return call_ptr_fn(load_i64(api, api_fn), args)
+
+    return {
+        "load_i64": load_i64,
+        "load_i32": load_i32,
+        "store_i64": store_i64,
+        "store_i32": store_i32,
+        "as_ptr": as_ptr,
+        "stack_bytes": stack_bytes,
+        "cstring": cstring,
+        "call_ptr_fn": call_ptr_fn,
+        "status_of": status_of,
+        "error_create": error_create,
+    }
+
+
+def __getattr__(name: str) -> Any:
+    if name in _NUMBA_NAMES:
+        return _numba_helpers()[name]
+    raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
