@@ -45,8 +45,8 @@ def field(
     default: Any = dataclasses.MISSING,
     default_factory: Callable[[], Any] | Any = dataclasses.MISSING,
     init: bool = True,
-    repr: bool = True,  # noqa: A002  (mirrors dataclasses.field)
-    hash: bool | None = None,  # noqa: A002
+    repr: bool = True,
+    hash: bool | None = None,
     compare: bool = True,
     metadata: Mapping[Any, Any] | None = None,
     kw_only: bool | Any = dataclasses.MISSING,
@@ -100,8 +100,8 @@ def lens_field(
     default: Any = dataclasses.MISSING,
     default_factory: Callable[[], Any] | Any = dataclasses.MISSING,
     init: bool = True,
-    repr: bool = True,  # noqa: A002
-    hash: bool | None = None,  # noqa: A002
+    repr: bool = True,
+    hash: bool | None = None,
     compare: bool = True,
     metadata: Mapping[Any, Any] | None = None,
     kw_only: bool | Any = dataclasses.MISSING,
@@ -227,7 +227,7 @@ def dataclass(
     /,
     *,
     init: bool = ...,
-    repr: bool = ...,  # noqa: A002
+    repr: bool = ...,
     eq: bool = ...,
     order: bool = ...,
     unsafe_hash: bool = ...,
@@ -243,7 +243,7 @@ def dataclass(
     /,
     *,
     init: bool = ...,
-    repr: bool = ...,  # noqa: A002
+    repr: bool = ...,
     eq: bool = ...,
     order: bool = ...,
     unsafe_hash: bool = ...,
@@ -261,7 +261,7 @@ def dataclass(
     /,
     *,
     init: bool = True,
-    repr: bool = True,  # noqa: A002
+    repr: bool = True,
     eq: bool = True,
     order: bool = False,
     unsafe_hash: bool = False,

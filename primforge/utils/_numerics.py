@@ -130,8 +130,6 @@ def isin(a: Any, b: Any, max_item: int) -> jax.Array:
         if not jnp.issubdtype(arr.dtype, jnp.integer):
             raise TypeError(f"isin: {name} must be an integer array, got dtype {arr.dtype}.")
     b_ok = (b >= 0) & (b < max_item)
-    table = jnp.zeros(max_item, dtype=bool).at[jnp.where(b_ok, b, max_item)].set(
-        True, mode="drop"
-    )
+    table = jnp.zeros(max_item, dtype=bool).at[jnp.where(b_ok, b, max_item)].set(True, mode="drop")
     a_ok = (a >= 0) & (a < max_item)
     return a_ok & table[jnp.clip(a, 0, max_item - 1)]

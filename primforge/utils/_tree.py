@@ -209,9 +209,7 @@ def _map_leaf(fn: Callable[..., Any], is_leaf: Callable[[Any], bool] | None, *xs
     if jax.tree_util.treedef_is_leaf(node_def) and node_def.num_leaves == 1:
         return fn(*aligned)
     rest = [node_def.flatten_up_to(a) for a in aligned[1:]]
-    mapped = [
-        tree_map(fn, *group, is_leaf=is_leaf) for group in zip(children, *rest, strict=True)
-    ]
+    mapped = [tree_map(fn, *group, is_leaf=is_leaf) for group in zip(children, *rest, strict=True)]
     return node_def.unflatten(mapped)
 
 
