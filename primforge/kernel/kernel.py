@@ -200,7 +200,6 @@ class XLACustomKernel:
         self.primitive.multiple_results = True
         self._entries: dict[str, dict[str, KernelEntry]] = {}
         self._defaults: dict[str, str] = {}
-        self._lowered_platforms: set[str] = set()
         self._shape_rule: Callable | None = None
         self._jvp_rule: Callable | None = None
         self._transpose_rule: Callable | None = None
@@ -219,6 +218,12 @@ class XLACustomKernel:
         _compat.primitive_jvps[prim] = self._jvp
         _compat.primitive_transposes[prim] = self._transpose
         _compat.primitive_batchers[prim] = self._batch
+        # One lowering per platform, registered up front: a platform without a kernel then
+        # fails with an error that says how to add one, not JAX's generic message.
+        for platform in ("cpu", "gpu", "tpu"):
+            _compat.mlir.register_lowering(
+                prim, functools.partial(self._lower, platform=platform), platform
+            )
 
         from primforge import registry
 
@@ -266,11 +271,6 @@ class XLACustomKernel:
         if asdefault or platform not in self._defaults:
             self._defaults[platform] = backend
             _selection.defaults_changed()
-        if platform not in self._lowered_platforms:
-            _compat.mlir.register_lowering(
-                self.primitive, functools.partial(self._lower, platform=platform), platform
-            )
-            self._lowered_platforms.add(platform)
         self._build_cache.clear()
 
     def def_numba_kernel(self, kg: Callable[..., Any], asdefault: bool = False) -> None:
