@@ -59,3 +59,12 @@ def tangent_dtype(dtype):
     from jax.extend.core import primal_dtype_to_tangent_dtype
 
     return primal_dtype_to_tangent_dtype(dtype)
+
+
+# Custom SPMD partitioning of an opaque call (used by primforge.kernel.sharding).
+from jax.experimental.custom_partitioning import custom_partitioning  # noqa: E402,F401
+
+try:  # primitives whose lowering needs the concrete device assignment
+    from jax._src.dispatch import prim_requires_devices_during_lowering  # noqa: E402
+except ImportError:  # pragma: no cover - moved in a future JAX
+    prim_requires_devices_during_lowering: set = set()
