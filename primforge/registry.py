@@ -3,18 +3,52 @@
 Design: every ``XLACustomKernel`` registers itself here under its name when it is created;
 a second kernel under a taken name is an error unless ``replace=True`` is asked for. Tags
 are plain strings; filtering is ``match='all'`` (every tag present) or ``match='any'`` (at
-least one), with the same semantics wherever tags are filtered (API and CLI).
+least one), with the same semantics wherever tags are filtered (API and CLI):
+:func:`list_kernels` filters quietly, :func:`select_kernels` (what the CLI uses) also
+rejects unknown names and tags with a message listing what exists. :func:`load_modules`
+imports the modules that define kernels (the library's own ``primforge.ops`` and any the
+user names). :func:`notify_backend_defined` is the hook through which autotuned defaults
+(``primforge.autotune``) reach a kernel as soon as its tuned backend is registered.
 """
 
 from __future__ import annotations
 
-from collections.abc import Iterable
-from typing import TYPE_CHECKING
+import importlib
+import os
+from collections.abc import Iterable, Sequence
+from typing import TYPE_CHECKING, Any
 
 if TYPE_CHECKING:  # pragma: no cover
     from primforge.kernel.kernel import XLACustomKernel
 
-__all__ = ["register_kernel", "get_kernel", "list_kernels", "unregister_kernel", "all_tags"]
+__all__ = [
+    "register_kernel",
+    "get_kernel",
+    "list_kernels",
+    "select_kernels",
+    "unregister_kernel",
+    "all_tags",
+    "matches_tags",
+    "load_modules",
+    "kernel_summary",
+    "notify_backend_defined",
+    "UnknownKernelError",
+    "UnknownTagError",
+]
+
+BUILTIN_OPS_MODULE = "primforge.ops"
+
+
+class UnknownKernelError(KeyError):
+    """A kernel name that is not registered; the message lists the registered ones."""
+
+    def __str__(self) -> str:  # KeyError would repr() the message
+        return str(self.args[0]) if self.args else ""
+
+
+class UnknownTagError(ValueError):
+    """A tag no registered kernel carries; the message lists the tags in use."""
+
 
 _KERNELS: dict[str, XLACustomKernel] = {}
 
@@ -37,6 +71,10 @@ def register_kernel(kernel: XLACustomKernel, *, replace: bool = False) -> None:
             f"pass replace=True to XLACustomKernel(...) to replace it."
         )
     _KERNELS[kernel.name] = kernel
+    if os.environ.get("PRIMFORGE_AUTOTUNE"):
+        from primforge import autotune
+
+        autotune._load_from_env()
 
 
 def unregister_kernel(name: str) -> None:
@@ -64,7 +102,9 @@ def get_kernel(name: str) -> XLACustomKernel:
         return _KERNELS[name]
     except KeyError:
         known = ", ".join(sorted(_KERNELS)) or "(none)"
-        raise KeyError(f"no kernel named {name!r}; registered kernels: {known}") from None
+        raise UnknownKernelError(
+            f"no kernel named {name!r}; registered kernels: {known}"
+        ) from None
 
 
 def _normalize_tags(tags: str | Iterable[str] | None) -> tuple[str, ...]:
@@ -121,3 +161,117 @@ def all_tags() -> list[str]:
         True
     """
     return sorted({t for k in _KERNELS.values() for t in k.tags})
+
+
+def select_kernels(
+    names: Sequence[str] = (), tags=None, match: str = "all"
+) -> list[XLACustomKernel]:
+    """Kernels by name and tags, rejecting names and tags that do not exist.
+
+    With no names, every registered kernel is a candidate; tags then filter the candidates
+    with :func:`matches_tags` semantics.
+
+    Raises:
+        UnknownKernelError: a name is not registered (the message lists registered names).
+        UnknownTagError: a tag is carried by no kernel (the message lists the tags in use).
+
+    Example:
+        >>> import primforge
+        >>> k = primforge.XLACustomKernel('doc_select_kernels')
+        >>> k.def_tags('doc_sel_a', 'doc_sel_b')
+        >>> [k.name for k in select_kernels(tags=['doc_sel_a', 'doc_sel_zzz'], match='any')]
+        Traceback (most recent call last):
+        ...
+        primforge.registry.UnknownTagError: unknown tag 'doc_sel_zzz'; tags in use: ...
+        >>> [k.name for k in select_kernels(['doc_select_kernels'], tags='doc_sel_b')]
+        ['doc_select_kernels']
+    """
+    if isinstance(names, str):
+        names = [names]
+    wanted = _normalize_tags(tags)
+    if match not in ("all", "any"):
+        raise ValueError(f"match must be 'all' or 'any', got {match!r}")
+    in_use = set(all_tags())
+    for t in wanted:
+        if t not in in_use:
+            raise UnknownTagError(
+                f"unknown tag {t!r}; tags in use: {', '.join(sorted(in_use)) or '(none)'}"
+            )
+    chosen = [get_kernel(n) for n in dict.fromkeys(names)] if names else list_kernels()
+    return [k for k in chosen if matches_tags(k.tags, wanted, match)]
+
+
+def load_modules(modules: Iterable[str] = (), *, builtin: bool = True) -> list[str]:
+    """Import the modules that define kernels, so their kernels are registered.
+
+    Args:
+        modules: importable module names (``'mypkg.kernels'``); an import error propagates
+            with the module's name.
+        builtin: also import the library's own operators (``primforge.ops``) when present.
+
+    Returns:
+        notes about optional imports that failed (the builtin operators).
+
+    Example:
+        >>> load_modules(['json'], builtin=False)
+        []
+    """
+    notes = []
+    if builtin:
+        try:
+            importlib.import_module(BUILTIN_OPS_MODULE)
+        except ImportError as e:
+            if getattr(e, "name", None) != BUILTIN_OPS_MODULE:
+                notes.append(f"{BUILTIN_OPS_MODULE} could not be imported: {e}")
+    for name in modules:
+        try:
+            importlib.import_module(name)
+        except ImportError as e:
+            raise ImportError(
+                f"could not import kernel module {name!r}: {e}. Is it installed or on "
+                f"PYTHONPATH?"
+            ) from e
+    return notes
+
+
+def kernel_summary(kernel: XLACustomKernel) -> dict[str, Any]:
+    """What the CLI shows about a kernel, as plain data.
+
+    Example:
+        >>> import primforge
+        >>> k = primforge.XLACustomKernel('doc_kernel_summary', 'Adds one.')
+        >>> k.def_kernel('jax', 'cpu', lambda **kw: lambda x: x + 1)
+        >>> s = kernel_summary(k)
+        >>> s['backends'], s['defaults'], s['doc']
+        ({'cpu': ['jax']}, {'cpu': 'jax'}, 'Adds one.')
+    """
+    from primforge import autotune
+
+    platforms = [p for p in ("cpu", "gpu", "tpu") if kernel.available_backends(p)]
+    return {
+        "name": kernel.name,
+        "doc": kernel.doc,
+        "tags": sorted(kernel.tags),
+        "backends": {p: kernel.available_backends(p) for p in platforms},
+        "defaults": {p: d for p, d in kernel.defaults.items() if p in platforms},
+        "tuned": autotune.choices().get(kernel.name, {}),
+        "has_call": getattr(kernel, "_call_fn", None) is not None,
+        "has_benchmark_data": getattr(kernel, "_benchmark_data_fn", None) is not None,
+    }
+
+
+def notify_backend_defined(kernel: XLACustomKernel, platform: str, backend: str) -> None:
+    """Hook called by ``XLACustomKernel.def_kernel`` after it registers a backend.
+
+    Applies a loaded autotune choice for ``kernel`` on ``platform`` as soon as the tuned
+    backend exists (see :func:`primforge.autotune.load`).
+
+    Example:
+        >>> import primforge
+        >>> k = primforge.XLACustomKernel('doc_notify_backend')
+        >>> k.def_kernel('jax', 'cpu', lambda **kw: lambda x: x)
+        >>> notify_backend_defined(k, 'cpu', 'jax')
+    """
+    from primforge import autotune
+
+    autotune.apply_pending(kernel, platform)

@@ -1,0 +1,325 @@
+"""Autotuning: pick each kernel's fastest backend per platform and remember it.
+
+Design:
+    * :func:`tune` benchmarks kernels (``primforge.bench.benchmark_kernel``), keeps for each
+      platform the backend with the lowest geometric-mean median time among those that
+      ran on every config and agreed with the reference backend, and writes the choice to
+      a JSON cache: ``$PRIMFORGE_CACHE_DIR/autotune.json``, else
+      ``$XDG_CACHE_HOME/primforge/autotune.json``, else ``~/.cache/primforge/autotune.json``.
+    * Using the choices is opt-in. :func:`load` reads the cache and makes each choice the
+      kernel's default (``set_default``); choices for kernels not registered yet, or whose
+      tuned backend is not registered yet, stay pending and are applied when the backend
+      is defined (``registry.notify_backend_defined``). Setting ``PRIMFORGE_AUTOTUNE=1``
+      calls :func:`load` automatically when the first kernel is created.
+    * The cache records, per kernel and platform, the backend, its time, the device and
+      JAX version it was measured with, and when.
+"""
+
+from __future__ import annotations
+
+import datetime
+import json
+import math
+import os
+from collections.abc import Iterable
+from pathlib import Path
+from typing import Any
+
+__all__ = [
+    "cache_path",
+    "choices",
+    "tune",
+    "load",
+    "clear",
+    "applied",
+    "apply_pending",
+    "enabled",
+]
+
+ENV_CACHE_DIR = "PRIMFORGE_CACHE_DIR"
+ENV_AUTOTUNE = "PRIMFORGE_AUTOTUNE"
+_CACHE_NAME = "autotune.json"
+_FORMAT = "primforge-autotune"
+_VERSION = 1
+
+# Choices loaded with load(): kernel -> platform -> backend, and which were applied.
+_PENDING: dict[str, dict[str, str]] = {}
+_APPLIED: dict[str, dict[str, str]] = {}
+_ENV_LOADED = False
+
+
+def cache_path() -> Path:
+    """Where autotune choices are stored.
+
+    Example:
+        >>> cache_path().name
+        'autotune.json'
+    """
+    root = os.environ.get(ENV_CACHE_DIR)
+    if root:
+        return Path(root) / _CACHE_NAME
+    xdg = os.environ.get("XDG_CACHE_HOME")
+    base = Path(xdg) if xdg else Path.home() / ".cache"
+    return base / "primforge" / _CACHE_NAME
+
+
+def enabled() -> bool:
+    """Whether ``PRIMFORGE_AUTOTUNE`` asks for tuned defaults to be loaded automatically.
+
+    Example:
+        >>> isinstance(enabled(), bool)
+        True
+    """
+    return os.environ.get(ENV_AUTOTUNE, "").strip().lower() not in ("", "0", "false", "no")
+
+
+def _read(path: Path | None = None) -> dict[str, Any]:
+    path = Path(path) if path is not None else cache_path()
+    try:
+        text = path.read_text(encoding="utf-8")
+    except FileNotFoundError:
+        return {"format": _FORMAT, "version": _VERSION, "kernels": {}}
+    try:
+        data = json.loads(text)
+    except json.JSONDecodeError as e:
+        raise ValueError(
+            f"autotune cache {str(path)!r} is not valid JSON ({e}); delete it or run "
+            f"`primforge autotune --clear`"
+        ) from None
+    if not isinstance(data, dict) or not isinstance(data.get("kernels"), dict):
+        raise ValueError(f"autotune cache {str(path)!r} has an unexpected layout; delete it")
+    return data
+
+
+def _write(data: dict[str, Any], path: Path | None = None) -> Path:
+    path = Path(path) if path is not None else cache_path()
+    path.parent.mkdir(parents=True, exist_ok=True)
+    tmp = path.with_name(path.name + f".{os.getpid()}.tmp")
+    tmp.write_text(json.dumps(data, indent=2, sort_keys=True), encoding="utf-8")
+    os.replace(tmp, path)  # atomic: a concurrent reader never sees half a file
+    return path
+
+
+def choices(path: str | os.PathLike | None = None) -> dict[str, dict[str, str]]:
+    """The stored choices: kernel name -> platform -> backend.
+
+    Example:
+        >>> import tempfile, os
+        >>> choices(os.path.join(tempfile.mkdtemp(), 'none.json'))
+        {}
+    """
+    data = _read(Path(path) if path is not None else None)
+    return {
+        name: {p: entry["backend"] for p, entry in per.items() if "backend" in entry}
+        for name, per in data["kernels"].items()
+    }
+
+
+def applied() -> dict[str, dict[str, str]]:
+    """The tuned defaults applied in this process: kernel name -> platform -> backend.
+
+    Example:
+        >>> isinstance(applied(), dict)
+        True
+    """
+    return {k: dict(v) for k, v in _APPLIED.items()}
+
+
+def apply_pending(kernel: Any, platform: str | None = None) -> None:
+    """Make a loaded choice the default of ``kernel`` if its tuned backend is registered.
+
+    Called by ``registry.notify_backend_defined``; a no-op without a loaded choice.
+
+    Example:
+        >>> import primforge
+        >>> k = primforge.XLACustomKernel('doc_apply_pending')
+        >>> apply_pending(k)
+    """
+    per = _PENDING.get(kernel.name)
+    if not per:
+        return
+    for p, backend in per.items():
+        if platform is not None and p != platform:
+            continue
+        if backend in kernel.available_backends(p):
+            if kernel.get_default(p) != backend:
+                kernel.set_default(p, backend)
+            _APPLIED.setdefault(kernel.name, {})[p] = backend
+
+
+def load(
+    path: str | os.PathLike | None = None, *, kernels: Iterable[str] | None = None
+) -> dict[str, dict[str, str]]:
+    """Use the stored choices as kernel defaults, now and for kernels defined later.
+
+    Args:
+        path: the cache file (default :func:`cache_path`).
+        kernels: restrict to these kernel names.
+
+    Returns:
+        the choices applied now to registered kernels (kernel -> platform -> backend);
+        the others wait for their kernel or backend to be defined.
+
+    Example:
+        >>> import os, tempfile
+        >>> load(os.path.join(tempfile.mkdtemp(), 'autotune.json'))
+        {}
+    """
+    from primforge import registry
+
+    wanted = None if kernels is None else set(kernels)
+    stored = choices(path)
+    for name, per in stored.items():
+        if wanted is None or name in wanted:
+            _PENDING.setdefault(name, {}).update(per)
+    now: dict[str, dict[str, str]] = {}
+    for kernel in registry.list_kernels():
+        if kernel.name in stored and (wanted is None or kernel.name in wanted):
+            apply_pending(kernel)
+            if kernel.name in _APPLIED:
+                now[kernel.name] = dict(_APPLIED[kernel.name])
+    return now
+
+
+def _load_from_env() -> None:
+    """Load the cache once per process when ``PRIMFORGE_AUTOTUNE`` is set (registry hook)."""
+    global _ENV_LOADED
+    if _ENV_LOADED or not enabled():
+        return
+    _ENV_LOADED = True
+    try:
+        stored = choices()
+    except ValueError:
+        return  # a damaged cache must not break kernel creation; the CLI reports it
+    for name, per in stored.items():
+        _PENDING.setdefault(name, {}).update(per)
+
+
+def clear(
+    path: str | os.PathLike | None = None, *, kernels: Iterable[str] | None = None
+) -> None:
+    """Forget stored choices (all, or those of ``kernels``).
+
+    Example:
+        >>> import os, tempfile
+        >>> clear(os.path.join(tempfile.mkdtemp(), 'autotune.json'))
+    """
+    p = Path(path) if path is not None else cache_path()
+    if kernels is None:
+        p.unlink(missing_ok=True)
+        return
+    data = _read(p)
+    for name in kernels:
+        data["kernels"].pop(name, None)
+    _write(data, p)
+
+
+def tune(
+    kernels: Iterable[Any] | None = None,
+    *,
+    platform: str | None = None,
+    n_warmup: int = 3,
+    n_runs: int = 10,
+    n_batch_per_run: int = 1,
+    rtol: float = 1e-3,
+    atol: float = 1e-3,
+    save: bool = True,
+    apply: bool = True,
+    path: str | os.PathLike | None = None,
+    progress: bool | None = None,
+) -> dict[str, dict[str, Any]]:
+    """Benchmark kernels and record the fastest correct backend of each.
+
+    Kernels without benchmark data or a call function, or with a single backend on the
+    platform, are skipped. A backend that fails or disagrees with the reference backend
+    is never chosen.
+
+    Args:
+        kernels: ``XLACustomKernel`` objects or names (default: every registered kernel).
+        platform: 'cpu', 'gpu' or 'tpu' (default: JAX's default backend).
+        n_warmup: untimed calls per config and backend.
+        n_runs: timed runs per config and backend.
+        n_batch_per_run: back-to-back calls per timed run.
+        rtol: relative tolerance of the check against the reference.
+        atol: absolute tolerance of the check against the reference.
+        save: write the choices to the cache.
+        apply: make the choices the kernels' defaults in this process.
+        path: the cache file (default :func:`cache_path`).
+        progress: show a progress bar (default: when stderr is a terminal).
+
+    Returns:
+        kernel name -> ``{'backend': ..., 'median_s': ..., 'result': BenchmarkResult}``
+        for every kernel tuned; ``backend`` is None when no backend qualified.
+
+    Example:
+        >>> import jax, jax.numpy as jnp, os, tempfile, primforge
+        >>> from primforge.bench import BenchmarkConfig
+        >>> k = primforge.XLACustomKernel('doc_tune')
+        >>> k.def_kernel('jax', 'cpu', lambda **kw: lambda x: x * 2)
+        >>> k.def_kernel('alt', 'cpu', lambda **kw: lambda x: x + x)
+        >>> _ = k.def_call(lambda x, backend=None: k(x, outs=jax.ShapeDtypeStruct(x.shape, x.dtype), backend=backend))
+        >>> _ = k.def_benchmark_data(lambda *, platform: [BenchmarkConfig(args=(jnp.ones(8),), n=8)])
+        >>> f = os.path.join(tempfile.mkdtemp(), 'autotune.json')
+        >>> out = tune([k], platform='cpu', n_runs=2, path=f, apply=False)
+        >>> out['doc_tune']['backend'] in ('jax', 'alt'), list(choices(f))
+        (True, ['doc_tune'])
+    """
+    import warnings
+
+    import jax
+
+    from primforge import registry
+    from primforge.bench import BenchmarkMismatchWarning, benchmark_kernel
+    from primforge.kernel.selection import canonical_platform
+
+    platform = canonical_platform(platform or jax.default_backend())
+    if kernels is None:
+        kernels = registry.list_kernels()
+    kernels = [registry.get_kernel(k) if isinstance(k, str) else k for k in kernels]
+    try:
+        device = jax.devices(platform)[0].device_kind
+    except RuntimeError:
+        device = None
+    out: dict[str, dict[str, Any]] = {}
+    for kernel in kernels:
+        if (
+            getattr(kernel, "_benchmark_data_fn", None) is None
+            or getattr(kernel, "_call_fn", None) is None
+            or len(kernel.available_backends(platform)) < 2
+        ):
+            continue
+        with warnings.catch_warnings():
+            warnings.simplefilter("ignore", BenchmarkMismatchWarning)
+            result = benchmark_kernel(
+                kernel, platform=platform, n_warmup=n_warmup, n_runs=n_runs,
+                n_batch_per_run=n_batch_per_run, rtol=rtol, atol=atol, progress=progress,
+            )
+        best = result.fastest_backend(kernel.name) if len(result) else None
+        median = None
+        if best is not None:
+            logs = [math.log(r.median) for r in result.filter(backend=best)]
+            median = math.exp(sum(logs) / len(logs))
+        out[kernel.name] = {"backend": best, "median_s": median, "result": result}
+    if save and out:
+        p = Path(path) if path is not None else None
+        data = _read(p)
+        stamp = datetime.datetime.now(datetime.timezone.utc).isoformat(timespec="seconds")
+        for name, info in out.items():
+            if info["backend"] is None:
+                continue
+            data["kernels"].setdefault(name, {})[platform] = {
+                "backend": info["backend"],
+                "median_s": info["median_s"],
+                "device": device,
+                "jax_version": jax.__version__,
+                "tuned_at": stamp,
+            }
+        data["format"], data["version"] = _FORMAT, _VERSION
+        _write(data, p)
+    if apply:
+        for kernel in kernels:
+            best = out.get(kernel.name, {}).get("backend")
+            if best is not None:
+                _PENDING.setdefault(kernel.name, {})[platform] = best
+                apply_pending(kernel, platform)
+    return out

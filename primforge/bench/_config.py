@@ -1,0 +1,96 @@
+"""What one benchmark case is: a name, the call's arguments, and the values that describe it.
+
+Design: a :class:`BenchmarkConfig` is inert data produced by a kernel's benchmark data
+function (``kernel.def_benchmark_data``). ``args`` and ``kwargs`` are handed to the kernel's
+call function (``kernel.call(*args, backend=..., **kwargs)``); ``params`` are the numbers a
+human wants to see in a table or on a plot axis (sizes, densities). Keyword arguments that
+are not fields are taken as params, so ``BenchmarkConfig(n=100)`` reads naturally.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping, Sequence
+from typing import Any
+
+__all__ = ["BenchmarkConfig", "BenchmarkDataFnNotProvidedError", "BenchmarkMismatchWarning"]
+
+
+class BenchmarkDataFnNotProvidedError(ValueError):
+    """A kernel was benchmarked but has no benchmark data function.
+
+    Register one with ``kernel.def_benchmark_data(fn)``, where ``fn(*, platform)`` returns a
+    list of :class:`BenchmarkConfig`.
+    """
+
+
+class BenchmarkMismatchWarning(UserWarning):
+    """A backend's output differs from the reference backend's beyond the tolerances."""
+
+
+def _describe(value: Any) -> str:
+    if isinstance(value, float):
+        return f"{value:g}"
+    return str(value)
+
+
+class BenchmarkConfig:
+    """One benchmark case of a kernel.
+
+    Args:
+        name: label of the case in tables and plots; derived from ``params`` when omitted
+            (``'n=100,density=0.1'``).
+        args: positional arguments for the kernel's call function. Array leaves become
+            runtime inputs of the timed, compiled function; other values are fixed.
+        kwargs: keyword arguments for the call function (static: shapes, flags).
+        params: values that describe the case (sizes, densities); recorded with every
+            result and used as the x axis of plots.
+        **more_params: further params, merged into ``params``.
+
+    Example:
+        >>> import jax.numpy as jnp
+        >>> cfg = BenchmarkConfig(args=(jnp.ones(100),), n=100, density=0.1)
+        >>> cfg.name
+        'n=100,density=0.1'
+        >>> cfg.params
+        {'n': 100, 'density': 0.1}
+        >>> BenchmarkConfig('small', (jnp.ones(3),), {'scale': 2}).kwargs
+        {'scale': 2}
+    """
+
+    __slots__ = ("name", "args", "kwargs", "params")
+
+    def __init__(
+        self,
+        name: str | None = None,
+        args: Sequence[Any] = (),
+        kwargs: Mapping[str, Any] | None = None,
+        params: Mapping[str, Any] | None = None,
+        **more_params: Any,
+    ):
+        if isinstance(args, (str, bytes)) or not isinstance(args, Sequence):
+            raise TypeError(
+                f"BenchmarkConfig: 'args' must be a tuple or list of the call's positional "
+                f"arguments, got {type(args).__name__}"
+            )
+        if kwargs is not None and not isinstance(kwargs, Mapping):
+            raise TypeError(
+                f"BenchmarkConfig: 'kwargs' must be a mapping of keyword arguments, got "
+                f"{type(kwargs).__name__}"
+            )
+        if params is not None and not isinstance(params, Mapping):
+            raise TypeError(
+                f"BenchmarkConfig: 'params' must be a mapping, got {type(params).__name__}"
+            )
+        merged = dict(params or {})
+        merged.update(more_params)
+        if name is None:
+            name = ",".join(f"{k}={_describe(v)}" for k, v in merged.items()) or "default"
+        if not isinstance(name, str) or not name:
+            raise TypeError(f"BenchmarkConfig: 'name' must be a non-empty str, got {name!r}")
+        self.name = name
+        self.args = tuple(args)
+        self.kwargs = dict(kwargs or {})
+        self.params = merged
+
+    def __repr__(self) -> str:
+        return f"BenchmarkConfig({self.name!r}, params={self.params!r})"
