@@ -1,0 +1,32 @@
+"""primforge.ops: event-driven sparse connectivity built on :class:`~primforge.XLACustomKernel`.
+
+* :class:`CSR` / :class:`CSC`: pytree sparse matrices with ``@``, ``.T``, ``from_dense``,
+  ``todense``; :func:`fixed_prob` draws fixed-probability random connectivity.
+* :func:`csrmv`, :func:`csrmm`, :func:`binary_csrmv`, :func:`binary_csrmm`: the products,
+  each one kernel (``*_p``) with a ``jax`` reference backend and an event-driven ``numba``
+  CPU backend, differentiable, batchable and jittable.
+"""
+
+from primforge.ops._common import CSRStructureError
+from primforge.ops._kernels import (
+    binary_csrmm,
+    binary_csrmm_p,
+    binary_csrmv,
+    binary_csrmv_p,
+    csrmm,
+    csrmm_p,
+    csrmv,
+    csrmv_p,
+)
+
+__all__ = [
+    "CSRStructureError",
+    "binary_csrmm",
+    "binary_csrmm_p",
+    "binary_csrmv",
+    "binary_csrmv_p",
+    "csrmm",
+    "csrmm_p",
+    "csrmv",
+    "csrmv_p",
+]

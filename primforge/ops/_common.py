@@ -1,0 +1,187 @@
+"""Shared pieces of the CSR operators: argument checks, row ids, structural validation.
+
+Design:
+    * A CSR matrix of shape ``(m, n)`` is three arrays: ``data`` (``(nnz,)`` weights, or
+      ``(1,)`` for one weight shared by every synapse: *homogeneous*), ``indices``
+      (``(nnz,)`` column of each stored entry) and ``indptr`` (``(m + 1,)`` row offsets).
+    * Shape checks happen at trace time from shapes and dtypes alone. Structural checks
+      (indices in range, ``indptr`` non-decreasing from 0 to nnz) need values: they raise
+      when the arrays are concrete, run as an opt-in runtime check under ``jit``, and every
+      kernel also poisons its output with NaN when it meets a bad entry, so a malformed
+      matrix never yields a plausible-looking wrong answer (and never touches memory out
+      of bounds).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+
+import jax
+import jax.numpy as jnp
+import numpy as np
+
+__all__ = [
+    "CSRStructureError",
+    "check_shape_param",
+    "check_csr_args",
+    "row_ids",
+    "structure_ok",
+    "validate_concrete",
+    "validate_runtime",
+]
+
+
+class CSRStructureError(ValueError):
+    """A CSR matrix's ``indices`` or ``indptr`` are inconsistent with its shape.
+
+    Example:
+        >>> issubclass(CSRStructureError, ValueError)
+        True
+    """
+
+
+def check_shape_param(shape, who: str) -> tuple[int, int]:
+    """Return ``shape`` as a pair of non-negative ints, or raise a clear error."""
+    try:
+        m, n = (int(s) for s in shape)
+    except (TypeError, ValueError):
+        raise TypeError(f"{who}: 'shape' must be a pair of ints (rows, cols), got {shape!r}") from None
+    if m < 0 or n < 0:
+        raise ValueError(f"{who}: 'shape' must be non-negative, got {shape!r}")
+    return m, n
+
+
+def check_csr_args(who: str, data, indices, indptr, shape: Sequence[int]) -> bool:
+    """Check the CSR arrays' shapes and dtypes (trace time); return True when homogeneous."""
+    m, _ = shape
+    if jnp.ndim(indices) != 1:
+        raise ValueError(f"{who}: 'indices' must be 1-D (nnz,), got shape {jnp.shape(indices)}")
+    if jnp.ndim(indptr) != 1 or jnp.shape(indptr)[0] != m + 1:
+        raise ValueError(
+            f"{who}: 'indptr' must have shape (rows + 1,) = ({m + 1},) for shape {tuple(shape)}, "
+            f"got {jnp.shape(indptr)}"
+        )
+    for name, arr in (("indices", indices), ("indptr", indptr)):
+        if not jnp.issubdtype(jnp.result_type(arr), jnp.integer):
+            raise TypeError(f"{who}: '{name}' must be an integer array, got {jnp.result_type(arr)}")
+    nnz = jnp.shape(indices)[0]
+    if not jnp.issubdtype(jnp.result_type(data), jnp.floating):
+        raise TypeError(f"{who}: 'data' (the weights) must be floating point, got {jnp.result_type(data)}")
+    dshape = tuple(jnp.shape(data))
+    if dshape == (1,):
+        return nnz != 1  # with one synapse both readings agree; call it heterogeneous
+    if dshape != (nnz,):
+        raise ValueError(
+            f"{who}: 'data' must have shape (nnz,) = ({nnz},) (one weight per synapse) or (1,) "
+            f"(one shared weight), got {dshape}"
+        )
+    return False
+
+
+def row_ids(indptr: jax.Array, nnz: int) -> jax.Array:
+    """Row index of every stored entry, from ``indptr`` in O(nnz + rows) (jax.numpy).
+
+    Entry ``k`` belongs to row ``i`` when ``indptr[i] <= k < indptr[i + 1]``: the row is the
+    number of interior row starts at or before ``k``.
+
+    Example:
+        >>> import jax.numpy as jnp
+        >>> row_ids(jnp.array([0, 2, 2, 3]), 3)
+        Array([0, 0, 2], dtype=int32)
+    """
+    marks = jnp.zeros((nnz,), jnp.int32).at[indptr[1:-1]].add(1, mode="drop")
+    return jnp.cumsum(marks, dtype=jnp.int32)
+
+
+def structure_ok(indices: jax.Array, indptr: jax.Array, n_cols: int) -> jax.Array:
+    """Traceable boolean scalar: is the (indices, indptr) pair a valid CSR structure?
+
+    Example:
+        >>> import jax.numpy as jnp
+        >>> bool(structure_ok(jnp.array([0, 3]), jnp.array([0, 1, 2]), 4))
+        True
+        >>> bool(structure_ok(jnp.array([0, 4]), jnp.array([0, 1, 2]), 4))
+        False
+    """
+    nnz = indices.shape[0]
+    ok = (indptr[0] == 0) & (indptr[-1] == nnz) & jnp.all(indptr[1:] >= indptr[:-1])
+    if nnz:
+        ok = ok & jnp.all(indices >= 0) & jnp.all(indices < n_cols)
+    return ok
+
+
+def _problems(indices: np.ndarray, indptr: np.ndarray, shape: tuple[int, int]) -> list[str]:
+    m, n = shape
+    nnz = indices.shape[0]
+    found = []
+    if indptr[0] != 0:
+        found.append(f"indptr[0] must be 0, got {int(indptr[0])}")
+    if indptr[-1] != nnz:
+        found.append(f"indptr[-1] must equal nnz = len(indices) = {nnz}, got {int(indptr[-1])}")
+    drops = np.flatnonzero(np.diff(indptr) < 0)
+    if drops.size:
+        i = int(drops[0])
+        found.append(
+            f"indptr must be non-decreasing, but indptr[{i}] = {int(indptr[i])} > "
+            f"indptr[{i + 1}] = {int(indptr[i + 1])} ({drops.size} decreasing step(s))"
+        )
+    if nnz:
+        bad = np.flatnonzero((indices < 0) | (indices >= n))
+        if bad.size:
+            k = int(bad[0])
+            found.append(
+                f"indices must lie in [0, {n}) for {n} columns, but indices[{k}] = "
+                f"{int(indices[k])} ({bad.size} entr{'y' if bad.size == 1 else 'ies'} out of range)"
+            )
+    return found
+
+
+def _is_concrete(x) -> bool:
+    return not isinstance(x, jax.core.Tracer)
+
+
+def validate_concrete(indices, indptr, shape: tuple[int, int], who: str = "CSR") -> None:
+    """Raise :class:`CSRStructureError` if concrete ``indices``/``indptr`` are malformed.
+
+    Does nothing when either array is a tracer (use :func:`validate_runtime` there).
+
+    Example:
+        >>> import numpy as np
+        >>> validate_concrete(np.array([0, 5]), np.array([0, 1, 2]), (2, 3))
+        Traceback (most recent call last):
+        ...
+        primforge.ops._common.CSRStructureError: CSR: indices must lie in [0, 3) for 3 columns, but indices[1] = 5 (1 entry out of range)
+    """
+    if not (_is_concrete(indices) and _is_concrete(indptr)):
+        return
+    found = _problems(np.asarray(indices), np.asarray(indptr), shape)
+    if found:
+        raise CSRStructureError(f"{who}: " + "; ".join(found))
+
+
+def validate_runtime(indices, indptr, shape: tuple[int, int], who: str = "CSR") -> None:
+    """Check the structure when the computation runs, even under ``jit``.
+
+    Concrete arrays are checked at once. Traced arrays get a host callback that raises a
+    :class:`CSRStructureError` when the compiled function runs (JAX reports it as a runtime
+    error whose message contains the problem).
+
+    Example:
+        >>> import jax, jax.numpy as jnp
+        >>> @jax.jit
+        ... def f(indices, indptr):
+        ...     validate_runtime(indices, indptr, (2, 3))
+        ...     return indptr
+        >>> f(jnp.array([0, 2]), jnp.array([0, 1, 2])).tolist()
+        [0, 1, 2]
+    """
+    if _is_concrete(indices) and _is_concrete(indptr):
+        validate_concrete(indices, indptr, shape, who)
+        return
+
+    def check(idx, ptr):
+        found = _problems(np.asarray(idx), np.asarray(ptr), shape)
+        if found:
+            raise CSRStructureError(f"{who}: " + "; ".join(found))
+
+    jax.debug.callback(check, indices, indptr)

@@ -1,0 +1,189 @@
+"""Numba CPU kernels for CSR products (imported only when a numba kernel is generated).
+
+Every kernel follows the numba backend's convention ``kernel(data, indices, indptr, x, out)``
+and fills ``out`` in place. The variant (binary or float input, one shared weight or one
+per synapse, ``W @ x`` or ``W.T @ x``, vector or matrix ``x``) is fixed by closure
+constants, so Numba compiles a branch-free loop for each.
+
+* ``W.T @ x`` (``transpose=True``) walks the *rows* of ``W`` whose entry of ``x`` is
+  non-zero and scatters those rows into ``out``: the work is proportional to the number of
+  active events times the row length, independent of the matrix size. This is the
+  event-driven direction (rows are presynaptic neurons).
+* ``W @ x`` gathers along each row; it must look at every stored entry (CSR cannot find
+  the rows that contain a given column without a transposed index), but skips inactive
+  events without touching the weights.
+
+Malformed structure (``indptr`` not running non-decreasingly from 0 to nnz, or a column
+index out of range on a visited entry) is detected before any out-of-bounds access; the
+output is then filled with NaN.
+"""
+
+from __future__ import annotations
+
+import functools
+
+import numpy as np
+
+
+@functools.lru_cache(maxsize=None)
+def mv_kernel(binary: bool, transpose: bool, homo: bool):
+    """The njit matrix-vector kernel for one variant (compiled lazily per dtype)."""
+    import numba
+
+    BINARY, HOMO = binary, homo
+
+    if transpose:
+
+        @numba.njit(nogil=True)
+        def csr_t_mv(data, indices, indptr, x, out):
+            m = x.shape[0]
+            n = out.shape[0]
+            nnz = indices.shape[0]
+            out[:] = 0
+            ok = indptr[0] == 0 and indptr[m] == nnz
+            if ok:
+                for i in range(m):
+                    if indptr[i + 1] < indptr[i]:
+                        ok = False
+                        break
+            if ok:
+                w0 = data[0]
+                for i in range(m):
+                    xi = x[i]
+                    if xi != 0:
+                        for k in range(indptr[i], indptr[i + 1]):
+                            j = indices[k]
+                            if j < 0 or j >= n:
+                                ok = False
+                                break
+                            w = w0 if HOMO else data[k]
+                            if BINARY:
+                                out[j] += w
+                            else:
+                                out[j] += w * xi
+                        if not ok:
+                            break
+            if not ok:
+                out[:] = np.nan
+
+        return csr_t_mv
+
+    @numba.njit(nogil=True)
+    def csr_mv(data, indices, indptr, x, out):
+        m = out.shape[0]
+        n = x.shape[0]
+        nnz = indices.shape[0]
+        ok = indptr[0] == 0 and indptr[m] == nnz
+        if ok:
+            for i in range(m):
+                if indptr[i + 1] < indptr[i]:
+                    ok = False
+                    break
+        if ok:
+            w0 = data[0]
+            for i in range(m):
+                s = 0.0  # accumulate in float64
+                for k in range(indptr[i], indptr[i + 1]):
+                    j = indices[k]
+                    if j < 0 or j >= n:
+                        ok = False
+                        break
+                    if BINARY:
+                        if x[j] != 0:
+                            s += 1.0 if HOMO else data[k]
+                    else:
+                        s += (1.0 if HOMO else data[k]) * x[j]
+                if not ok:
+                    break
+                out[i] = s * w0 if HOMO else s
+        if not ok:
+            out[:] = np.nan
+
+    return csr_mv
+
+
+@functools.lru_cache(maxsize=None)
+def mm_kernel(binary: bool, transpose: bool, homo: bool):
+    """The njit matrix-matrix kernel for one variant (compiled lazily per dtype)."""
+    import numba
+
+    BINARY, HOMO = binary, homo
+
+    if transpose:
+
+        @numba.njit(nogil=True)
+        def csr_t_mm(data, indices, indptr, x, out):
+            m, kcols = x.shape
+            n = out.shape[0]
+            nnz = indices.shape[0]
+            out[:] = 0
+            ok = indptr[0] == 0 and indptr[m] == nnz
+            if ok:
+                for i in range(m):
+                    if indptr[i + 1] < indptr[i]:
+                        ok = False
+                        break
+            active = np.empty(kcols, np.int64)
+            if ok:
+                w0 = data[0]
+                for i in range(m):
+                    # Columns of x that fire in row i: only they cost work below.
+                    na = 0
+                    for c in range(kcols):
+                        if x[i, c] != 0:
+                            active[na] = c
+                            na += 1
+                    if na == 0:
+                        continue
+                    for k in range(indptr[i], indptr[i + 1]):
+                        j = indices[k]
+                        if j < 0 or j >= n:
+                            ok = False
+                            break
+                        w = w0 if HOMO else data[k]
+                        for t in range(na):
+                            c = active[t]
+                            if BINARY:
+                                out[j, c] += w
+                            else:
+                                out[j, c] += w * x[i, c]
+                    if not ok:
+                        break
+            if not ok:
+                out[:] = np.nan
+
+        return csr_t_mm
+
+    @numba.njit(nogil=True)
+    def csr_mm(data, indices, indptr, x, out):
+        m = out.shape[0]
+        n, kcols = x.shape
+        nnz = indices.shape[0]
+        out[:] = 0
+        ok = indptr[0] == 0 and indptr[m] == nnz
+        if ok:
+            for i in range(m):
+                if indptr[i + 1] < indptr[i]:
+                    ok = False
+                    break
+        if ok:
+            w0 = data[0]
+            for i in range(m):
+                for k in range(indptr[i], indptr[i + 1]):
+                    j = indices[k]
+                    if j < 0 or j >= n:
+                        ok = False
+                        break
+                    w = w0 if HOMO else data[k]
+                    for c in range(kcols):
+                        if BINARY:
+                            if x[j, c] != 0:
+                                out[i, c] += w
+                        else:
+                            out[i, c] += w * x[j, c]
+                if not ok:
+                    break
+        if not ok:
+            out[:] = np.nan
+
+    return csr_mm
