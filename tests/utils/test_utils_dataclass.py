@@ -105,6 +105,7 @@ def test_field_metadata_is_kept_and_static_metadata_is_honoured():
 
     fa, fb = dataclasses.fields(M)
     assert fa.metadata["unit"] == "m" and not fa.metadata["static"]
+    assert fb.metadata["static"]
     assert jax.tree_util.tree_leaves(M()) == [1]
 
 
@@ -251,9 +252,8 @@ def test_no_post_init_context_switches_validation_off_and_back_on():
     assert is_post_init_enabled()
     with no_post_init():
         assert Checked(-1).n == -1
-        with enable_post_init():
-            with pytest.raises(ValueError):
-                Checked(-1)
+        with enable_post_init(), pytest.raises(ValueError):
+            Checked(-1)
         assert Checked(-2).n == -2
     assert is_post_init_enabled()
     with pytest.raises(ValueError):
@@ -298,3 +298,15 @@ def test_user_defined_replace_is_not_overwritten():
             return "mine"
 
     assert Custom(1).replace(a=2) == "mine"
+
+
+def test_decorated_subclass_is_its_own_pytree_with_inherited_fields():
+    @dataclass
+    class Point3(Point):
+        z: jax.Array = field(default=None)
+
+    p = Point3(jnp.ones(1), jnp.zeros(1), "k", jnp.full(1, 2.0))
+    leaves, treedef = jax.tree_util.tree_flatten(p)
+    np.testing.assert_array_equal(np.concatenate(leaves), [1.0, 0.0, 2.0])
+    back = jax.tree_util.tree_unflatten(treedef, leaves)
+    assert type(back) is Point3 and back.label == "k"
