@@ -476,9 +476,10 @@ class BenchmarkResult:
                 if not pts:
                     continue
                 xs, ys, lo, hi = zip(*pts)
-                label = backend + (" (mismatch)" if any(
-                    not r.ok for r in recs if r.backend == backend) else "")
-                ax.plot(xs, [y * 1e6 for y in ys], marker="o", label=label)
+                bad = any(not r.ok for r in recs if r.backend == backend)
+                label = backend + (" (mismatch/failed)" if bad else "")
+                ax.plot(xs, [y * 1e6 for y in ys], marker="o", label=label,
+                        linestyle="--" if bad else "-")
                 ax.fill_between(xs, [v * 1e6 for v in lo], [v * 1e6 for v in hi], alpha=0.2)
                 drew = True
             ax.set_xticks(range(len(configs)))
