@@ -8,6 +8,8 @@
 """
 
 from primforge.ops._common import CSRStructureError
+from primforge.ops.connectivity import fixed_prob
+from primforge.ops.csr import CSC, CSR
 from primforge.ops._kernels import (
     binary_csrmm,
     binary_csrmm_p,
@@ -20,6 +22,9 @@ from primforge.ops._kernels import (
 )
 
 __all__ = [
+    "CSC",
+    "CSR",
+    "fixed_prob",
     "CSRStructureError",
     "binary_csrmm",
     "binary_csrmm_p",

@@ -1,0 +1,282 @@
+"""CSR and CSC sparse matrices as JAX pytrees, with ``@`` dispatching to the CSR kernels.
+
+Design:
+    * :class:`CSR` is a frozen :func:`primforge.utils.dataclass`: ``data``, ``indices`` and
+      ``indptr`` are pytree children (so ``jit``, ``grad`` w.r.t. the weights and ``vmap``
+      see through it) and ``shape`` is static.
+    * :class:`CSC` holds the same three arrays read as the CSR of its transpose, so
+      ``W.T`` is free (no data is moved) and ``W.T @ x`` runs the event-driven kernel.
+    * ``@`` picks the kernel from the operand: bool or integer operands are binary events
+      (``binary_csrmv``/``binary_csrmm``), floating operands use the float kernels; a
+      vector gives a matvec and a matrix a matmat.
+    * Construction checks shapes always and structure (indices in range, ``indptr``
+      consistent) whenever the arrays are concrete; :meth:`CSR.check` adds the same check
+      at run time under ``jit``.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+import jax
+import jax.numpy as jnp
+import numpy as np
+
+from primforge.ops import _common, _kernels
+from primforge.utils import dataclass, field
+
+__all__ = ["CSR", "CSC"]
+
+
+def _is_event(x: jax.Array) -> bool:
+    return not jnp.issubdtype(x.dtype, jnp.inexact)
+
+
+def _product(mat, x: jax.Array, *, transpose: bool, backend: str | None) -> jax.Array:
+    """``A @ x`` (``transpose=False``) or ``A.T @ x`` where A is the stored CSR."""
+    x = jnp.asarray(x)
+    fn = {
+        (True, 1): _kernels.binary_csrmv,
+        (False, 1): _kernels.csrmv,
+        (True, 2): _kernels.binary_csrmm,
+        (False, 2): _kernels.csrmm,
+    }.get((_is_event(x), x.ndim))
+    if fn is None:
+        raise ValueError(
+            f"sparse @ operand must be a vector or a matrix, got shape {x.shape}"
+        )
+    return fn(mat.data, mat.indices, mat.indptr, x, shape=mat._csr_shape, transpose=transpose,
+              backend=backend)
+
+
+class _Compressed:
+    """Behaviour shared by :class:`CSR` and :class:`CSC` (``_TRANSPOSED`` tells which)."""
+
+    _TRANSPOSED = False
+    data: jax.Array
+    indices: jax.Array
+    indptr: jax.Array
+    shape: tuple[int, int]
+
+    def __post_init__(self):
+        who = type(self).__name__
+        shape = _common.check_shape_param(self.shape, who)
+        object.__setattr__(self, "shape", shape)
+        data = self.data
+        if not hasattr(data, "shape"):
+            data = jnp.asarray(data)
+        if jnp.ndim(data) == 0:
+            data = jnp.reshape(data, (1,))
+        object.__setattr__(self, "data", data)
+        _common.check_csr_args(who, self.data, self.indices, self.indptr, self._csr_shape)
+        _common.validate_concrete(self.indices, self.indptr, self._csr_shape, who)
+
+    @property
+    def _csr_shape(self) -> tuple[int, int]:
+        m, n = self.shape
+        return (n, m) if self._TRANSPOSED else (m, n)
+
+    @property
+    def nnz(self) -> int:
+        """Number of stored entries (synapses)."""
+        return int(self.indices.shape[0])
+
+    @property
+    def dtype(self):
+        """Dtype of the weights."""
+        return self.data.dtype
+
+    @property
+    def homogeneous(self) -> bool:
+        """Whether all stored entries share one weight (``data.shape == (1,)``)."""
+        return tuple(self.data.shape) == (1,) and self.nnz != 1
+
+    @classmethod
+    def _unchecked(cls, data, indices, indptr, shape):
+        # For views of an already validated matrix: skip the O(nnz) structure check.
+        obj = object.__new__(cls)
+        for name, value in (("data", data), ("indices", indices), ("indptr", indptr),
+                            ("shape", shape)):
+            object.__setattr__(obj, name, value)
+        return obj
+
+    def with_data(self, data: Any):
+        """The same structure with new weights (shape ``(nnz,)``, ``(1,)`` or a scalar).
+
+        Example:
+            >>> from primforge.ops import CSR
+            >>> CSR.from_dense([[0., 2.], [3., 0.]]).with_data(1.0).homogeneous
+            True
+        """
+        data = jnp.asarray(data)
+        if data.ndim == 0:
+            data = data.reshape(1)
+        _common.check_csr_args(type(self).__name__, data, self.indices, self.indptr,
+                               self._csr_shape)
+        return self._unchecked(data, self.indices, self.indptr, self.shape)
+
+    def check(self):
+        """Check the structure, also at run time under ``jit``; returns ``self``.
+
+        Concrete arrays are checked at once. Under ``jit`` a host callback raises
+        :class:`~primforge.ops.CSRStructureError` (surfacing as a JAX runtime error that
+        quotes it) when the compiled function runs.
+        """
+        _common.validate_runtime(self.indices, self.indptr, self._csr_shape, type(self).__name__)
+        return self
+
+    def matmul(self, x: Any, *, backend: str | None = None) -> jax.Array:
+        """``self @ x`` with an explicit backend choice."""
+        return _product(self, x, transpose=self._TRANSPOSED, backend=backend)
+
+    def rmatmul(self, x: Any, *, backend: str | None = None) -> jax.Array:
+        """``x @ self`` with an explicit backend choice (vector or ``(k, rows)`` matrix)."""
+        x = jnp.asarray(x)
+        if x.ndim == 2:
+            return _product(self, x.T, transpose=not self._TRANSPOSED, backend=backend).T
+        return _product(self, x, transpose=not self._TRANSPOSED, backend=backend)
+
+    def __matmul__(self, x: Any) -> jax.Array:
+        return self.matmul(x)
+
+    def __rmatmul__(self, x: Any) -> jax.Array:
+        return self.rmatmul(x)
+
+    def _dense_of_stored(self) -> jax.Array:
+        m, n = self._csr_shape
+        rows = _common.row_ids(self.indptr, self.nnz)
+        vals = jnp.broadcast_to(self.data, (self.nnz,))
+        return jnp.zeros((m, n), self.data.dtype).at[rows, self.indices].add(vals)
+
+
+def _from_dense_arrays(dense, homogeneous: bool):
+    d = np.asarray(dense)
+    if d.ndim != 2:
+        raise ValueError(f"from_dense: expected a 2-D array, got shape {d.shape}")
+    rows, cols = np.nonzero(d)
+    indptr = np.zeros(d.shape[0] + 1, np.int32)
+    np.cumsum(np.bincount(rows, minlength=d.shape[0]), out=indptr[1:])
+    values = d[rows, cols]
+    if not np.issubdtype(values.dtype, np.floating):
+        values = values.astype(np.float32)
+    if homogeneous:
+        uniq = np.unique(values)
+        if uniq.size > 1:
+            raise ValueError(
+                f"from_dense(homogeneous=True): the non-zero entries take {uniq.size} "
+                f"different values; a homogeneous matrix has one shared weight"
+            )
+        values = uniq[:1] if uniq.size else np.zeros(1, values.dtype)
+    return jnp.asarray(values), jnp.asarray(cols.astype(np.int32)), jnp.asarray(indptr)
+
+
+@dataclass
+class CSR(_Compressed):
+    """A sparse ``(rows, cols)`` matrix in compressed sparse row form, as a JAX pytree.
+
+    Attributes:
+        data: weights, ``(nnz,)`` (one per entry) or ``(1,)`` (shared; a scalar is accepted).
+        indices: column of each stored entry, ``(nnz,)`` integers.
+        indptr: ``(rows + 1,)`` offsets: row ``i`` holds entries ``indptr[i]:indptr[i+1]``.
+        shape: ``(rows, cols)``; static.
+
+    ``W @ x`` and ``x @ W`` accept vectors and matrices; bool or integer ``x`` are binary
+    events. Rows are the event sources in ``x @ W`` (``W.T @ x``), the event-driven
+    direction of the numba kernels.
+
+    Example:
+        >>> import jax, jax.numpy as jnp
+        >>> W = CSR.from_dense(jnp.array([[1., 0., 2.], [0., 3., 0.]]))
+        >>> W @ jnp.array([1., 1., 1.])
+        Array([3., 3.], dtype=float32)
+        >>> jnp.array([False, True]) @ W        # spikes of the 2 rows
+        Array([0., 3., 0.], dtype=float32)
+        >>> W.T.shape, W.T.todense().tolist()
+        ((3, 2), [[1.0, 0.0], [0.0, 3.0], [2.0, 0.0]])
+        >>> jax.grad(lambda w: (jnp.array([1., 2.]) @ W.with_data(w)).sum())(W.data)
+        Array([1., 1., 2.], dtype=float32)
+    """
+
+    data: jax.Array
+    indices: jax.Array
+    indptr: jax.Array
+    shape: tuple[int, int] = field(static=True)
+
+    _TRANSPOSED = False
+
+    @classmethod
+    def from_dense(cls, dense: Any, *, homogeneous: bool = False) -> CSR:
+        """Build from a concrete dense array, storing its non-zero entries.
+
+        Args:
+            dense: 2-D array (NumPy or concrete JAX).
+            homogeneous: store one shared weight (all non-zeros must be equal).
+
+        Example:
+            >>> CSR.from_dense([[0., 2.], [2., 0.]], homogeneous=True).data
+            Array([2.], dtype=float32)
+        """
+        d = np.asarray(dense)
+        return cls(*_from_dense_arrays(d, homogeneous), shape=d.shape)
+
+    def todense(self) -> jax.Array:
+        """The dense ``(rows, cols)`` array (traceable).
+
+        Example:
+            >>> CSR.from_dense([[0., 2.], [3., 0.]]).todense().tolist()
+            [[0.0, 2.0], [3.0, 0.0]]
+        """
+        return self._dense_of_stored()
+
+    @property
+    def T(self) -> CSC:
+        """The transpose, as a :class:`CSC` sharing these arrays (no copy)."""
+        return CSC._unchecked(self.data, self.indices, self.indptr, (self.shape[1], self.shape[0]))
+
+
+@dataclass
+class CSC(_Compressed):
+    """A sparse ``(rows, cols)`` matrix in compressed sparse column form, as a JAX pytree.
+
+    The arrays are those of the CSR form of its transpose: ``indptr`` has ``cols + 1``
+    entries and ``indices`` holds row numbers. ``CSR.T`` returns one, and ``CSC.T`` returns
+    the :class:`CSR` again. ``W @ x`` for a CSC ``W`` is the event-driven direction.
+
+    Example:
+        >>> import jax.numpy as jnp
+        >>> W = CSC.from_dense(jnp.array([[1., 0.], [0., 3.], [2., 0.]]))
+        >>> W @ jnp.array([True, False])
+        Array([1., 0., 2.], dtype=float32)
+    """
+
+    data: jax.Array
+    indices: jax.Array
+    indptr: jax.Array
+    shape: tuple[int, int] = field(static=True)
+
+    _TRANSPOSED = True
+
+    @classmethod
+    def from_dense(cls, dense: Any, *, homogeneous: bool = False) -> CSC:
+        """Build from a concrete dense array, storing its non-zero entries.
+
+        Example:
+            >>> CSC.from_dense([[0., 2.], [3., 0.]]).indptr.tolist()
+            [0, 1, 2]
+        """
+        d = np.asarray(dense)
+        return cls(*_from_dense_arrays(d.T, homogeneous), shape=d.shape)
+
+    def todense(self) -> jax.Array:
+        """The dense ``(rows, cols)`` array (traceable).
+
+        Example:
+            >>> CSC.from_dense([[0., 2.], [3., 0.]]).todense().tolist()
+            [[0.0, 2.0], [3.0, 0.0]]
+        """
+        return self._dense_of_stored().T
+
+    @property
+    def T(self) -> CSR:
+        """The transpose, as a :class:`CSR` sharing these arrays (no copy)."""
+        return CSR._unchecked(self.data, self.indices, self.indptr, (self.shape[1], self.shape[0]))
