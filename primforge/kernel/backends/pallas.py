@@ -1,0 +1,116 @@
+"""Pallas backend: kernels written with ``jax.experimental.pallas`` on GPU, TPU and CPU.
+
+* Available wherever JAX is: Pallas ships with JAX, so the extra ``primforge[pallas]`` adds
+  nothing beyond ``jax`` (the probe still imports lazily, so a broken install only disables
+  this backend).
+* Platforms: 'gpu' (Triton or Mosaic GPU, chosen by the ``compiler_params`` the kernel
+  passes), 'tpu' (Mosaic), and 'cpu' in interpret mode.
+* Product: the generator returns a function of the input arrays built on
+  ``pl.pallas_call``. It receives ``platform`` and should pass
+  ``interpret=(platform == 'cpu')``; on 'cpu' this module checks that every
+  ``pallas_call`` in the product is interpreted and says how to fix it if not.
+* Testing without hardware: the same kernel runs on CPU in interpret mode (a numerical
+  oracle), and ``jax.jit(f).trace(...).lower(lowering_platforms=('cuda',))`` lowers the
+  GPU path on a CPU-only machine when the kernel passes Triton compiler params.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Sequence
+from typing import Any
+
+import jax
+
+NAME = "pallas"
+PLATFORMS = ("cpu", "gpu", "tpu")
+EXTRA = "pallas"
+
+
+def is_available() -> bool:
+    """Whether ``jax.experimental.pallas`` imports here.
+
+    Example:
+        >>> is_available()
+        True
+    """
+    try:
+        from jax.experimental import pallas  # noqa: F401
+    except Exception:  # noqa: BLE001 - any import failure means "not available"
+        return False
+    return True
+
+
+def _sub_jaxprs(value):
+    values = value if isinstance(value, (tuple, list)) else (value,)
+    for v in values:
+        if hasattr(v, "eqns"):
+            yield v
+        elif hasattr(getattr(v, "jaxpr", None), "eqns"):
+            yield v.jaxpr
+
+
+def _pallas_eqns(jaxpr) -> list:
+    """Every ``pallas_call`` equation in a jaxpr, including those nested in jit/cond/scan."""
+    found = []
+    for eqn in jaxpr.eqns:
+        if eqn.primitive.name == "pallas_call":
+            found.append(eqn)
+            continue
+        for v in eqn.params.values():
+            for sub in _sub_jaxprs(v):
+                found.extend(_pallas_eqns(sub))
+    return found
+
+
+def _check_interpreted(product, ins, name: str) -> None:
+    closed = jax.make_jaxpr(product)(*ins)
+    for eqn in _pallas_eqns(closed.jaxpr):
+        if not eqn.params.get("interpret", False):
+            raise ValueError(
+                f"kernel {name!r}: on 'cpu' the Pallas kernel must run in interpret mode. The "
+                f"generator receives `platform`; pass "
+                f"pl.pallas_call(..., interpret=(platform == 'cpu'))."
+            )
+
+
+def make_callable(
+    product: Callable[..., Any],
+    *,
+    ins: Sequence[jax.ShapeDtypeStruct],
+    outs: Sequence[jax.ShapeDtypeStruct],
+    platform: str,
+    name: str,
+) -> Callable[..., tuple[jax.Array, ...]]:
+    """Wrap a function built on ``pl.pallas_call`` so it returns a tuple of outputs.
+
+    Args:
+        product: the generator's return value, a function of the input arrays.
+        ins: input structs. outs: output structs.
+        platform: 'cpu' (interpret mode required), 'gpu' or 'tpu'.
+        name: the kernel's name, for error messages.
+
+    Example:
+        >>> import jax, jax.numpy as jnp
+        >>> from jax.experimental import pallas as pl
+        >>> def body(x_ref, o_ref):
+        ...     o_ref[...] = x_ref[...] + 1.0
+        >>> s = jax.ShapeDtypeStruct((4,), jnp.float32)
+        >>> prod = pl.pallas_call(body, out_shape=s, interpret=True)
+        >>> make_callable(prod, ins=[s], outs=[s], platform='cpu', name='inc')(jnp.zeros(4))
+        (Array([1., 1., 1., 1.], dtype=float32),)
+    """
+    if not callable(product):
+        raise TypeError(
+            f"kernel {name!r}: the 'pallas' kernel generator must return a function built on "
+            f"pl.pallas_call, got {type(product).__name__}."
+        )
+    if platform not in PLATFORMS:
+        raise ValueError(f"kernel {name!r}: Pallas serves {PLATFORMS}, not {platform!r}")
+    if platform == "cpu":
+        _check_interpreted(product, ins, name)
+
+    def call(*arrays):
+        result = product(*arrays)
+        return tuple(result) if isinstance(result, (tuple, list)) else (result,)
+
+    return call

@@ -1,0 +1,174 @@
+"""Warp backend: ``@wp.kernel`` functions launched through Warp's own JAX interop.
+
+* Available when ``warp`` (package ``warp-lang``, extra ``primforge[warp]``) imports; the
+  probe imports it only when asked.
+* Platforms: 'gpu' and 'cpu' (Warp compiles kernels for the host too).
+* Product: a ``wp.Kernel`` whose parameters are the inputs followed by the outputs, or a
+  :class:`WarpKernel` (made by :func:`warp_kernel`) that adds launch dimensions, block size
+  and static scalar arguments. It becomes a call of ``wp.jax_kernel(...)``, which Warp
+  lowers to a typed XLA FFI call on the device JAX runs on (XLA's stream on the GPU).
+* Batching: the FFI call is told to loop over a batch (``vmap_method='sequential'``) unless
+  the :class:`WarpKernel` asks otherwise, because a Warp kernel has a fixed array rank.
+* Testing without hardware: the same kernel runs on device "cpu", and its CUDA lowering is
+  checked with ``lowering_platforms=('cuda',)``.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import functools
+from collections.abc import Callable, Mapping, Sequence
+from typing import Any
+
+import jax
+
+NAME = "warp"
+PLATFORMS = ("cpu", "gpu")
+EXTRA = "warp"
+
+__all__ = ["WarpKernel", "warp_kernel", "is_available", "make_callable"]
+
+
+@functools.lru_cache(maxsize=None)
+def is_available() -> bool:
+    """Whether ``warp`` (warp-lang) imports and offers ``wp.jax_kernel``.
+
+    Example:
+        >>> isinstance(is_available(), bool)
+        True
+    """
+    try:
+        import warp
+    except Exception:  # noqa: BLE001
+        return False
+    return hasattr(warp, "jax_kernel")
+
+
+def _require_warp():
+    if not is_available():
+        raise ImportError(
+            "the 'warp' backend needs NVIDIA Warp with JAX interop (wp.jax_kernel): "
+            "pip install 'primforge[warp]'"
+        )
+    import warp
+
+    return warp
+
+
+@dataclasses.dataclass(frozen=True)
+class WarpKernel:
+    """A Warp kernel plus how to launch it from JAX.
+
+    Attributes:
+        kernel: the ``@wp.kernel`` function; its parameters are the inputs (arrays and
+            scalars, in order) then the outputs.
+        dim: launch dimensions (an int or tuple); None launches over the shape of the first
+            output.
+        block_dim: threads per block on the GPU (None: Warp's default).
+        scalars: values for the kernel's scalar parameters, by name (they are static).
+        vmap_method: how the FFI call is batched under ``jax.vmap``.
+
+    Example:
+        >>> spec = WarpKernel(kernel=None, dim=8)
+        >>> spec.dim, spec.vmap_method
+        (8, 'sequential')
+    """
+
+    kernel: Any
+    dim: int | tuple[int, ...] | None = None
+    block_dim: int | None = None
+    scalars: Mapping[str, Any] = dataclasses.field(default_factory=dict)
+    vmap_method: str = "sequential"
+
+
+def warp_kernel(
+    kernel: Any,
+    *,
+    dim: int | tuple[int, ...] | None = None,
+    block_dim: int | None = None,
+    scalars: Mapping[str, Any] | None = None,
+    vmap_method: str = "sequential",
+) -> WarpKernel:
+    """Describe how to launch a ``@wp.kernel`` from a primforge kernel generator.
+
+    Args:
+        kernel: the Warp kernel (inputs first, then outputs).
+        dim: launch dimensions; default: the shape of the first output.
+        block_dim: GPU threads per block.
+        scalars: static values for the kernel's scalar parameters, by parameter name.
+        vmap_method: batching of the FFI call ('sequential', 'broadcast_all', ...).
+
+    Returns:
+        A :class:`WarpKernel` to return from the generator.
+
+    Example:
+        >>> warp_kernel(None, dim=(4, 4), scalars={'alpha': 2.0}).scalars
+        {'alpha': 2.0}
+    """
+    if dim is not None:
+        dims = (dim,) if isinstance(dim, int) else tuple(dim)
+        if not dims or not all(isinstance(d, int) and d >= 0 for d in dims):
+            raise ValueError(f"warp_kernel: dim must be a non-negative int or tuple, got {dim!r}")
+        dim = dims
+    return WarpKernel(kernel, dim, block_dim, dict(scalars or {}), vmap_method)
+
+
+def make_callable(
+    product: Any,
+    *,
+    ins: Sequence[jax.ShapeDtypeStruct],
+    outs: Sequence[jax.ShapeDtypeStruct],
+    platform: str,
+    name: str,
+) -> Callable[..., tuple[jax.Array, ...]]:
+    """Turn a ``wp.Kernel`` or :class:`WarpKernel` into a traceable call of ``wp.jax_kernel``.
+
+    Example:
+        >>> import jax, jax.numpy as jnp
+        >>> make_callable(42, ins=[], outs=[jax.ShapeDtypeStruct((1,), jnp.float32)],
+        ...               platform='cpu', name='k')
+        Traceback (most recent call last):
+        ...
+        TypeError: kernel 'k': the 'warp' kernel generator must return a @wp.kernel or primforge.warp_kernel(...), got int
+    """
+    spec = product if isinstance(product, WarpKernel) else WarpKernel(product)
+    kernel = spec.kernel
+    if not hasattr(kernel, "adj") or not hasattr(kernel, "key"):
+        raise TypeError(
+            f"kernel {name!r}: the 'warp' kernel generator must return a @wp.kernel or "
+            f"primforge.warp_kernel(...), got {type(product).__name__}"
+        )
+    if platform not in PLATFORMS:
+        raise ValueError(f"kernel {name!r}: Warp serves {PLATFORMS}, not {platform!r}")
+    wp = _require_warp()
+    arg_names = [a.label for a in kernel.adj.args]
+    n_out = len(outs)
+    in_names = arg_names[: len(arg_names) - n_out]
+    out_names = arg_names[len(arg_names) - n_out :]
+    array_names = [n for n in in_names if n not in spec.scalars]
+    unknown = set(spec.scalars) - set(in_names)
+    if unknown:
+        raise ValueError(
+            f"kernel {name!r}: scalars {sorted(unknown)} are not input parameters of the Warp "
+            f"kernel {kernel.key!r} (its inputs: {in_names})"
+        )
+    if len(array_names) != len(ins):
+        raise ValueError(
+            f"kernel {name!r}: the Warp kernel {kernel.key!r} has parameters {arg_names}; with "
+            f"{n_out} output(s) and scalars {sorted(spec.scalars)} it expects "
+            f"{len(array_names)} input array(s) ({array_names}) but the call has {len(ins)}"
+        )
+    dim = spec.dim if spec.dim is not None else tuple(outs[0].shape)
+    kwargs: dict[str, Any] = {"num_outputs": n_out, "vmap_method": spec.vmap_method}
+    if spec.block_dim is not None:
+        kwargs["block_dim"] = spec.block_dim
+    jk = wp.jax_kernel(kernel, **kwargs)
+    output_dims = {n: tuple(o.shape) for n, o in zip(out_names, outs)}
+
+    def call(*arrays):
+        it = iter(arrays)
+        args = [spec.scalars[n] if n in spec.scalars else next(it) for n in in_names]
+        result = jk(*args, launch_dims=dim, output_dims=output_dims)
+        return tuple(result)
+
+    return call
