@@ -501,7 +501,9 @@ class BenchmarkResult:
 
 def _status(r: BenchmarkRecord) -> str:
     if not r.success:
-        return f"FAILED: {r.error}"
+        # One line in a table; the full message stays in the record.
+        text = " ".join(str(r.error).split())
+        return "FAILED: " + (text if len(text) <= 100 else text[:99] + "…")
     if r.matches_reference is False:
         return f"MISMATCH vs {r.reference}" + (
             f" (max |diff| {r.max_abs_diff:.3g})" if r.max_abs_diff is not None else ""
