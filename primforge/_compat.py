@@ -68,3 +68,30 @@ try:  # primitives whose lowering needs the concrete device assignment
     from jax._src.dispatch import prim_requires_devices_during_lowering  # noqa: E402
 except ImportError:  # pragma: no cover - moved in a future JAX
     prim_requires_devices_during_lowering: set = set()
+
+
+def mlir_custom_call(*args, **kwargs):
+    """JAX's internal builder of a ``stablehlo.custom_call`` op (no public equivalent yet).
+
+    Used by backends that emit a custom call JAX has no public wrapper for (the Triton
+    backend's ``__gpu$xla.gpu.triton`` call).
+    """
+    from jax._src.interpreters import mlir as _internal_mlir
+
+    return _internal_mlir.custom_call(*args, **kwargs)
+
+
+def triton_dialect():
+    """jaxlib's bundled Triton MLIR dialect (the version XLA:GPU compiles), or None."""
+    try:
+        from jax._src.lib.triton import dialect
+    except ImportError:
+        return None
+    return dialect
+
+
+def jaxlib_version() -> tuple[int, ...]:
+    """The installed jaxlib version as a tuple of ints."""
+    import jaxlib
+
+    return tuple(int(p) for p in jaxlib.__version__.split(".")[:3] if p.isdigit())

@@ -294,7 +294,7 @@ class FFIModule:
 
 def _load(source: str, *, kind: str, name: str | None, handlers: Sequence[str] | None,
           flags: Sequence[str], arch: str | None, include_dirs: Sequence[str],
-          verbose: bool, register: bool) -> FFIModule:
+          verbose: bool, register: bool, platform: str | None = None) -> FFIModule:
     if not isinstance(source, str) or not source.strip():
         raise TypeError("source must be a non-empty str of C++/CUDA code")
     if handlers is None:
@@ -310,7 +310,7 @@ def _load(source: str, *, kind: str, name: str | None, handlers: Sequence[str] |
         raise ValueError(f"name must be an identifier-like string, got {name!r}")
     path, cached = _build(source, kind=kind, name=name, flags=flags, arch=arch,
                           include_dirs=include_dirs, verbose=verbose)
-    platform = "CUDA" if kind == "cuda" else "cpu"
+    platform = platform or ("CUDA" if kind == "cuda" else "cpu")
     with _LOCK:
         known = _LOADED.get(path)
         if known is not None:

@@ -1,0 +1,411 @@
+"""Numba-CUDA backend: ``@cuda.jit`` kernels launched on XLA's CUDA stream.
+
+* Available when the ``numba-cuda`` package (extra ``primforge[numba-cuda]``) is installed;
+  the probe looks for it without importing it.
+* Platforms: 'gpu'; and 'cpu' only under Numba's CUDA simulator (``NUMBA_ENABLE_CUDASIM=1``),
+  where the kernel runs in Python through ``jax.pure_callback`` — slow, but it checks the
+  kernel's indexing and primforge's launch configuration on any machine.
+* Product: a ``@cuda.jit`` kernel ``kernel(*inputs, *outputs)`` that writes every element
+  of its outputs, or a :class:`NumbaCudaKernel` (from :func:`numba_cuda_kernel`) that adds
+  the grid, block and dynamic shared memory. Scalars are compile-time constants (close over
+  them in the generator).
+* Route on the GPU: Numba compiles the kernel to PTX for the C-contiguous array types of the
+  call (at trace time: no GPU needed). A small host-only launcher, compiled once by the C++
+  compiler and registered as a typed XLA FFI target for CUDA, loads the PTX through the
+  driver API (``libcuda`` opened at run time, modules cached per context) and launches it
+  with ``cuLaunchKernel`` on the stream XLA gives the call: no host synchronisation and no
+  Python at run time. Arrays are passed in Numba's kernel ABI (meminfo, parent, nitems,
+  itemsize, data, shape, strides).
+* Testing without a GPU: the simulator route, plus PTX compilation and the CUDA lowering
+  (``lowering_platforms=('cuda',)``), which need only ``numba-cuda`` and NVRTC/NVVM.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import functools
+import importlib.util
+import math
+import os
+import re
+from collections.abc import Callable, Sequence
+from typing import Any
+
+import jax
+import numpy as np
+
+NAME = "numba_cuda"
+PLATFORMS = ("gpu", "cpu")
+EXTRA = "numba-cuda"
+
+__all__ = ["NumbaCudaKernel", "numba_cuda_kernel", "is_available", "make_callable",
+           "simulator_enabled", "launcher"]
+
+
+def is_available() -> bool:
+    """Whether ``numba-cuda`` is installed (checked without importing it).
+
+    Example:
+        >>> isinstance(is_available(), bool)
+        True
+    """
+    try:
+        return importlib.util.find_spec("numba_cuda") is not None
+    except (ImportError, ValueError):
+        return False
+
+
+def simulator_enabled() -> bool:
+    """Whether Numba's CUDA simulator is on (``NUMBA_ENABLE_CUDASIM=1``).
+
+    Example:
+        >>> isinstance(simulator_enabled(), bool)
+        True
+    """
+    return os.environ.get("NUMBA_ENABLE_CUDASIM", "0") not in ("", "0")
+
+
+def _require():
+    if not is_available():
+        raise ImportError(
+            "the 'numba_cuda' backend needs the numba-cuda package: "
+            "pip install 'primforge[numba-cuda]'"
+        )
+    from numba import cuda
+
+    return cuda
+
+
+@dataclasses.dataclass(frozen=True)
+class NumbaCudaKernel:
+    """A ``@cuda.jit`` kernel plus its launch configuration.
+
+    Attributes:
+        kernel: the Numba CUDA kernel, parameters ``(*inputs, *outputs)``.
+        grid: blocks per grid (int or up to 3 ints); None covers the first output's size
+            with one thread per element.
+        block: threads per block (int or up to 3 ints).
+        shared_mem: bytes of dynamic shared memory.
+        cc: compute capability to compile for, e.g. (9, 0); None: the visible GPU, else
+            (8, 0) (the PTX is JIT-compiled by the driver on newer GPUs).
+
+    Example:
+        >>> NumbaCudaKernel(kernel=None, block=128).block
+        128
+    """
+
+    kernel: Any
+    grid: int | tuple[int, ...] | None = None
+    block: int | tuple[int, ...] = 256
+    shared_mem: int = 0
+    cc: tuple[int, int] | None = None
+
+
+def numba_cuda_kernel(
+    kernel: Any,
+    *,
+    grid: int | tuple[int, ...] | None = None,
+    block: int | tuple[int, ...] = 256,
+    shared_mem: int = 0,
+    cc: tuple[int, int] | None = None,
+) -> NumbaCudaKernel:
+    """Wrap a ``numba.cuda`` kernel with its launch configuration for a kernel generator.
+
+    Args:
+        kernel: a ``@cuda.jit`` function taking the inputs then the outputs.
+        grid: blocks per grid; default: enough blocks for one thread per output element.
+        block: threads per block.
+        shared_mem: dynamic shared memory in bytes.
+        cc: compute capability to compile the PTX for.
+
+    Returns:
+        A :class:`NumbaCudaKernel` to return from the generator.
+
+    Example:
+        >>> numba_cuda_kernel(None, grid=(4, 2), block=(32, 8)).grid
+        (4, 2)
+    """
+    for what, v in (("grid", grid), ("block", block)):
+        if v is None:
+            continue
+        dims = (v,) if isinstance(v, int) else tuple(v)
+        if not 1 <= len(dims) <= 3 or not all(isinstance(d, int) and d > 0 for d in dims):
+            raise ValueError(f"numba_cuda_kernel: {what} must be 1 to 3 positive ints, got {v!r}")
+    if not isinstance(shared_mem, int) or shared_mem < 0:
+        raise ValueError(f"numba_cuda_kernel: shared_mem must be a non-negative int")
+    return NumbaCudaKernel(kernel, grid, block, shared_mem, cc)
+
+
+def _dim3(v) -> tuple[int, int, int]:
+    dims = (v,) if isinstance(v, int) else tuple(v)
+    return tuple(dims) + (1,) * (3 - len(dims))
+
+
+def _launch_dims(spec: NumbaCudaKernel, outs) -> tuple[tuple[int, ...], tuple[int, ...]]:
+    block = _dim3(spec.block)
+    if spec.grid is None:
+        n = max(1, int(np.prod(outs[0].shape)))
+        grid = (math.ceil(n / int(np.prod(block))), 1, 1)
+    else:
+        grid = _dim3(spec.grid)
+    return grid, block
+
+
+# The launcher: host-only C++ on the XLA FFI; opens libcuda at run time, so it builds on
+# machines without the CUDA toolkit or a driver.
+_LAUNCHER_SOURCE = r"""
+#include <dlfcn.h>
+#include <cstdint>
+#include <cstring>
+#include <functional>
+#include <map>
+#include <mutex>
+#include <string>
+#include <string_view>
+#include <tuple>
+#include <vector>
+#include "xla/ffi/api/ffi.h"
+
+namespace ffi = xla::ffi;
+typedef int CUresult;
+typedef struct CUctx_st* CUcontext;
+typedef struct CUmod_st* CUmodule;
+typedef struct CUfunc_st* CUfunction;
+typedef struct CUstream_st* CUstream;
+
+namespace {
+struct Driver {
+  CUresult (*ctx_get_current)(CUcontext*) = nullptr;
+  CUresult (*module_load_data)(CUmodule*, const void*) = nullptr;
+  CUresult (*module_get_function)(CUfunction*, CUmodule, const char*) = nullptr;
+  CUresult (*launch_kernel)(CUfunction, unsigned, unsigned, unsigned, unsigned, unsigned,
+                            unsigned, unsigned, CUstream, void**, void**) = nullptr;
+  CUresult (*get_error_string)(CUresult, const char**) = nullptr;
+  std::string error;
+};
+
+const Driver& driver() {
+  static Driver d = [] {
+    Driver d;
+    void* lib = dlopen("libcuda.so.1", RTLD_NOW | RTLD_GLOBAL);
+    if (!lib) { d.error = "cannot open libcuda.so.1 (no NVIDIA driver?)"; return d; }
+    d.ctx_get_current = (decltype(d.ctx_get_current))dlsym(lib, "cuCtxGetCurrent");
+    d.module_load_data = (decltype(d.module_load_data))dlsym(lib, "cuModuleLoadData");
+    d.module_get_function = (decltype(d.module_get_function))dlsym(lib, "cuModuleGetFunction");
+    d.launch_kernel = (decltype(d.launch_kernel))dlsym(lib, "cuLaunchKernel");
+    d.get_error_string = (decltype(d.get_error_string))dlsym(lib, "cuGetErrorString");
+    if (!d.ctx_get_current || !d.module_load_data || !d.module_get_function || !d.launch_kernel)
+      d.error = "libcuda.so.1 lacks the driver API entry points";
+    return d;
+  }();
+  return d;
+}
+
+std::string describe(CUresult r) {
+  const char* s = nullptr;
+  if (driver().get_error_string) driver().get_error_string(r, &s);
+  return std::to_string(r) + (s ? std::string(" (") + s + ")" : std::string());
+}
+
+std::mutex cache_mutex;
+std::map<std::tuple<CUcontext, size_t, std::string>, CUfunction> cache;
+
+ffi::Error Launch(CUstream stream, ffi::RemainingArgs args, ffi::RemainingRets rets,
+                  std::string_view ptx, std::string_view kernel, std::string_view abi,
+                  ffi::Span<const int64_t> grid, ffi::Span<const int64_t> block,
+                  int64_t shared_mem) {
+  const Driver& d = driver();
+  if (!d.error.empty()) return ffi::Error::Internal(d.error);
+  if (grid.size() != 3 || block.size() != 3)
+    return ffi::Error::InvalidArgument("grid and block must have 3 entries");
+  CUcontext ctx = nullptr;
+  CUresult r = d.ctx_get_current(&ctx);
+  if (r != 0) return ffi::Error::Internal("cuCtxGetCurrent failed: " + describe(r));
+  std::string name(kernel);
+  size_t h = std::hash<std::string_view>{}(ptx);
+  CUfunction fn = nullptr;
+  {
+    std::lock_guard<std::mutex> lock(cache_mutex);
+    auto key = std::make_tuple(ctx, h, name);
+    auto it = cache.find(key);
+    if (it != cache.end()) {
+      fn = it->second;
+    } else {
+      std::string image(ptx);  // NUL-terminated copy for the driver's PTX JIT
+      CUmodule mod = nullptr;
+      r = d.module_load_data(&mod, image.c_str());
+      if (r != 0) return ffi::Error::Internal("cuModuleLoadData failed: " + describe(r));
+      r = d.module_get_function(&fn, mod, name.c_str());
+      if (r != 0) return ffi::Error::Internal("cuModuleGetFunction(" + name + ") failed: " + describe(r));
+      cache[key] = fn;
+    }
+  }
+  // Storage for every kernel parameter; params[i] points into it.
+  std::vector<int64_t> slots;
+  std::vector<size_t> offsets;
+  const bool numba_abi = abi == "numba";
+  auto add_buffer = [&](void* data, ffi::Span<const int64_t> dims, size_t itemsize) {
+    if (!numba_abi) { offsets.push_back(slots.size()); slots.push_back((int64_t)(intptr_t)data); return; }
+    int64_t n = 1;
+    for (int64_t v : dims) n *= v;
+    for (int64_t v : {int64_t(0), int64_t(0), n, int64_t(itemsize), (int64_t)(intptr_t)data}) {
+      offsets.push_back(slots.size()); slots.push_back(v);
+    }
+    for (int64_t v : dims) { offsets.push_back(slots.size()); slots.push_back(v); }
+    std::vector<int64_t> strides(dims.size());
+    int64_t s = itemsize;
+    for (size_t i = dims.size(); i-- > 0;) { strides[i] = s; s *= dims[i]; }
+    for (int64_t v : strides) { offsets.push_back(slots.size()); slots.push_back(v); }
+  };
+  for (size_t i = 0; i < args.size(); ++i) {
+    auto b = args.get<ffi::AnyBuffer>(i);
+    if (!b.has_value()) return ffi::Error::InvalidArgument("argument is not a buffer");
+    add_buffer(b->untyped_data(), b->dimensions(), ffi::ByteWidth(b->element_type()));
+  }
+  for (size_t i = 0; i < rets.size(); ++i) {
+    auto b = rets.get<ffi::AnyBuffer>(i);
+    if (!b.has_value()) return ffi::Error::InvalidArgument("result is not a buffer");
+    add_buffer((*b)->untyped_data(), (*b)->dimensions(), ffi::ByteWidth((*b)->element_type()));
+  }
+  std::vector<void*> params;
+  for (size_t off : offsets) params.push_back(&slots[off]);
+  r = d.launch_kernel(fn, grid[0], grid[1], grid[2], block[0], block[1], block[2],
+                      (unsigned)shared_mem, stream, params.data(), nullptr);
+  if (r != 0) return ffi::Error::Internal("cuLaunchKernel(" + name + ") failed: " + describe(r));
+  return ffi::Error::Success();
+}
+}  // namespace
+
+XLA_FFI_DEFINE_HANDLER_SYMBOL(
+    PrimforgePtxLaunch, Launch,
+    ffi::Ffi::Bind()
+        .Ctx<ffi::PlatformStream<CUstream>>()
+        .RemainingArgs()
+        .RemainingRets()
+        .Attr<std::string_view>("ptx")
+        .Attr<std::string_view>("kernel")
+        .Attr<std::string_view>("abi")
+        .Attr<ffi::Span<const int64_t>>("grid")
+        .Attr<ffi::Span<const int64_t>>("block")
+        .Attr<int64_t>("shared_mem"));
+"""
+
+
+@functools.lru_cache(maxsize=None)
+def launcher():
+    """The PTX launcher module (compiled once, cached on disk, registered for CUDA).
+
+    Returns:
+        A :class:`primforge.kernel.backends.cuda.FFIModule` exporting ``PrimforgePtxLaunch``,
+        which launches a PTX kernel with attributes ``ptx``, ``kernel``, ``abi`` ('numba' or
+        'plain': one pointer per buffer), ``grid``, ``block`` and ``shared_mem``.
+
+    Example:
+        >>> launcher().target('PrimforgePtxLaunch')  # doctest: +ELLIPSIS
+        'primforge_ptx_launcher...PrimforgePtxLaunch'
+    """
+    from primforge.kernel.backends import cuda
+
+    return cuda._load(_LAUNCHER_SOURCE, kind="cpp", name="primforge_ptx_launcher",
+                      handlers=["PrimforgePtxLaunch"], flags=(), arch=None, include_dirs=(),
+                      verbose=False, register=True, platform="CUDA")
+
+
+def _default_cc() -> tuple[int, int]:
+    try:
+        gpus = jax.devices("gpu")
+    except RuntimeError:
+        gpus = []
+    if gpus and getattr(gpus[0], "compute_capability", None):
+        major, minor = str(gpus[0].compute_capability).split(".")
+        return int(major), int(minor)
+    return (8, 0)
+
+
+def compile_ptx(kernel, ins, outs, cc=None) -> tuple[str, str]:
+    """PTX and entry name of ``kernel`` for C-contiguous arrays shaped like ``ins + outs``.
+
+    Needs ``numba-cuda`` with NVVM and NVRTC, but no GPU.
+    """
+    import numba
+    from numba import cuda
+
+    py_func = getattr(kernel, "py_func", kernel)
+    sig = tuple(
+        numba.types.Array(numba.from_dtype(np.dtype(s.dtype)), len(s.shape), "C")
+        for s in (*ins, *outs)
+    )
+    ptx, _ = cuda.compile_ptx(py_func, sig, cc=cc or _default_cc())
+    m = re.search(r"\.entry\s+([\w$]+)\s*\(", ptx)
+    if m is None:
+        raise RuntimeError("numba-cuda produced PTX without a kernel entry")
+    return ptx, m.group(1)
+
+
+def _simulated(spec: NumbaCudaKernel, outs, name: str):
+    grid, block = _launch_dims(spec, outs)
+    grid = tuple(g for g in grid)
+    kernel = spec.kernel
+
+    def host(*arrays):
+        results = [np.zeros(o.shape, o.dtype) for o in outs]
+        kernel[grid, block, 0, spec.shared_mem](*[np.asarray(a) for a in arrays], *results)
+        return tuple(results)
+
+    def call(*arrays):
+        return tuple(jax.pure_callback(host, tuple(outs), *arrays, vmap_method="sequential"))
+
+    return call
+
+
+def make_callable(
+    product: Any,
+    *,
+    ins: Sequence[jax.ShapeDtypeStruct],
+    outs: Sequence[jax.ShapeDtypeStruct],
+    platform: str,
+    name: str,
+) -> Callable[..., tuple[jax.Array, ...]]:
+    """Turn a ``@cuda.jit`` kernel or :class:`NumbaCudaKernel` into a traceable call.
+
+    On 'gpu' the kernel is compiled to PTX and launched by :func:`launcher` on XLA's
+    stream; on 'cpu' (simulator only) it runs through ``jax.pure_callback``.
+
+    Example:
+        >>> import jax, jax.numpy as jnp
+        >>> make_callable(3, ins=[], outs=[jax.ShapeDtypeStruct((1,), jnp.float32)],
+        ...               platform='gpu', name='k')
+        Traceback (most recent call last):
+        ...
+        TypeError: kernel 'k': the 'numba_cuda' kernel generator must return a @cuda.jit kernel or primforge.numba_cuda_kernel(...), got int
+    """
+    spec = product if isinstance(product, NumbaCudaKernel) else NumbaCudaKernel(product)
+    if not hasattr(spec.kernel, "py_func") and not callable(getattr(spec.kernel, "__getitem__", None)):
+        raise TypeError(
+            f"kernel {name!r}: the 'numba_cuda' kernel generator must return a @cuda.jit kernel "
+            f"or primforge.numba_cuda_kernel(...), got {type(product).__name__}"
+        )
+    _require()
+    if platform == "cpu":
+        if not simulator_enabled():
+            raise ValueError(
+                f"kernel {name!r}: numba_cuda kernels run on 'gpu'; on 'cpu' only under Numba's "
+                f"CUDA simulator (set NUMBA_ENABLE_CUDASIM=1 before importing numba)"
+            )
+        return _simulated(spec, outs, name)
+    if platform != "gpu":
+        raise ValueError(f"kernel {name!r}: numba_cuda serves 'gpu', not {platform!r}")
+    ptx, entry = compile_ptx(spec.kernel, ins, outs, spec.cc)
+    grid, block = _launch_dims(spec, outs)
+    target = launcher().target("PrimforgePtxLaunch")
+    attrs = dict(
+        ptx=ptx, kernel=entry, abi="numba",
+        grid=np.asarray(grid, np.int64), block=np.asarray(block, np.int64),
+        shared_mem=np.int64(spec.shared_mem),
+    )
+    ffi = jax.ffi.ffi_call(target, tuple(outs), vmap_method="sequential")
+
+    def call(*arrays):
+        return tuple(ffi(*arrays, **attrs))
+
+    return call
