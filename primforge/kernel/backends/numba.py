@@ -557,6 +557,12 @@ def _ensure_registered(kernel, name, in_sig, out_sig, n_levels) -> str:
         target = f"primforge_numba_{_safe(name)}_{_safe(qual)}_{digest}"
         if target not in _HANDLERS:
             _try_enable_caching(kernel)
+            if _uses_parallel(kernel):
+                # A handler loaded from Numba's cache calls the parallel runtime directly;
+                # unlike a fresh compile, loading does not start it (segfault otherwise).
+                from numba.np.ufunc import parallel
+
+                parallel._launch_threads()
             label = f"primforge numba kernel {name!r} ({ident.split('@')[0]})"
             source = _handler_source(target, label, in_sig, out_sig, n_levels)
             module = _load_handler(target, source, kernel)
@@ -567,6 +573,30 @@ def _ensure_registered(kernel, name, in_sig, out_sig, n_levels) -> str:
             _HANDLERS[target] = module
         _TARGETS[key] = target
         return target
+
+
+def _uses_parallel(kernel, seen=None) -> bool:
+    """Whether ``kernel`` or a dispatcher it references was compiled with parallel=True."""
+    from numba.core.registry import CPUDispatcher
+
+    seen = set() if seen is None else seen
+    if id(kernel) in seen:
+        return False
+    seen.add(id(kernel))
+    if kernel.targetoptions.get("parallel"):
+        return True
+    py = kernel.py_func
+    refs = [c.cell_contents for c in py.__closure__ or () if _cell_full(c)]
+    refs += [py.__globals__.get(n) for n in _global_names(py.__code__)]
+    return any(isinstance(r, CPUDispatcher) and _uses_parallel(r, seen) for r in refs)
+
+
+def _cell_full(cell) -> bool:
+    try:
+        cell.cell_contents
+    except ValueError:
+        return False
+    return True
 
 
 def _try_enable_caching(kernel):
