@@ -53,6 +53,8 @@ class _Compressed:
     """Behaviour shared by :class:`CSR` and :class:`CSC` (``_TRANSPOSED`` tells which)."""
 
     _TRANSPOSED = False
+    # Make NumPy's ``ndarray @ W`` defer to ``W.__rmatmul__``.
+    __array_ufunc__ = None
     data: jax.Array
     indices: jax.Array
     indptr: jax.Array
