@@ -1,0 +1,125 @@
+"""The `primforge` command, end to end in subprocesses (plus quick in-process error paths)."""
+
+import json
+import os
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+from primforge.bench import BenchmarkResult
+from primforge.cli import main
+
+TESTS = Path(__file__).parent
+CONSOLE_SCRIPT = Path(sys.executable).with_name("primforge")
+
+
+def run(*args, cache_dir, script=False, **env):
+    full = {k: v for k, v in os.environ.items() if k != "PRIMFORGE_AUTOTUNE"}
+    full.update(PYTHONPATH=str(TESTS), PRIMFORGE_CACHE_DIR=str(cache_dir), JAX_PLATFORMS="cpu",
+                **env)
+    cmd = [str(CONSOLE_SCRIPT)] if script else [sys.executable, "-m", "primforge"]
+    return subprocess.run([*cmd, *args, "--import", "pf_cli_demo"], env=full,
+                          capture_output=True, text=True, timeout=300)
+
+
+def listed(capsys, *args):
+    assert main(["list", "--json", "--import", "pf_cli_demo", *args]) == 0
+    return [k["name"] for k in json.loads(capsys.readouterr().out)]
+
+
+def test_list_filters_by_tags_all_and_any(capsys):
+    assert listed(capsys, "--tags", "pf_demo,pf_broken") == ["pf_demo_wrong"]
+    assert listed(capsys, "--tags", "pf_demo", "--tags", "pf_broken") == ["pf_demo_wrong"]
+    assert listed(capsys, "--tags", "pf_broken,pf_other", "--match", "any") == [
+        "pf_demo_plain", "pf_demo_wrong"]
+    assert listed(capsys, "pf_demo_scale", "pf_demo_plain") == ["pf_demo_scale", "pf_demo_plain"]
+
+
+def test_unknown_names_tags_and_modules_list_what_exists(capsys):
+    assert main(["info", "pf_nope", "--import", "pf_cli_demo"]) == 2
+    err = capsys.readouterr().err
+    assert "no kernel named 'pf_nope'" in err and "pf_demo_scale" in err
+    assert main(["bench", "--tags", "pf_zzz", "--import", "pf_cli_demo"]) == 2
+    err = capsys.readouterr().err
+    assert "unknown tag 'pf_zzz'" in err and "pf_elementwise" in err
+    assert main(["list", "--import", "pf_no_such_module"]) == 2
+    assert "could not import kernel module 'pf_no_such_module'" in capsys.readouterr().err
+    assert main(["bench", "pf_demo_scale", "--output", "x.txt", "--import", "pf_cli_demo"]) == 2
+    assert "expected a file ending in .json or .csv" in capsys.readouterr().err
+    assert main(["check", "pf_demo_scale", "--platform", "mars", "--import", "pf_cli_demo"]) == 2
+    assert "unknown platform 'mars'" in capsys.readouterr().err
+
+
+def test_list_and_info_show_backends_and_defaults(tmp_path):
+    proc = run("list", "--tags", "pf_demo", cache_dir=tmp_path, script=True)
+    assert proc.returncode == 0, proc.stderr
+    lines = proc.stdout.splitlines()
+    assert lines[0].split()[:4] == ["NAME", "TAGS", "PLATFORM", "DEFAULT"]
+    row = next(line for line in lines if line.startswith("pf_demo_scale")).split()
+    assert row[2:6] == ["cpu", "jax", "jax*", "alt"]
+    proc = run("info", "pf_demo_wrong", cache_dir=tmp_path)
+    assert proc.returncode == 0, proc.stderr
+    assert "cpu: backends jax, wrong; default jax" in proc.stdout
+    assert "tags: pf_broken, pf_demo" in proc.stdout
+
+
+def test_check_catches_the_wrong_backend(tmp_path):
+    proc = run("check", "--tags", "pf_demo", cache_dir=tmp_path)
+    assert proc.returncode == 1, proc.stdout + proc.stderr
+    assert "PASS  pf_demo_scale" in proc.stdout
+    assert "FAIL  pf_demo_wrong" in proc.stdout
+    assert "[n=16] wrong: differs from jax" in proc.stdout
+    proc = run("check", "--tags", "pf_elementwise", cache_dir=tmp_path)
+    assert proc.returncode == 0, proc.stdout + proc.stderr
+    assert "1 of 1 kernel(s) passed on cpu" in proc.stdout
+
+
+def test_bench_writes_json_csv_and_png(tmp_path):
+    out, png = tmp_path / "r.json", tmp_path / "r.png"
+    proc = run("bench", "--tags", "pf_demo", "--n-runs", "3", "--n-warmup", "1",
+               "--output", str(out), "--plot", str(png), cache_dir=tmp_path)
+    assert proc.returncode == 0, proc.stderr
+    res = BenchmarkResult.load(out)
+    assert res.kernels == ["pf_demo_scale", "pf_demo_wrong"]
+    assert len(res) == 2 * 2 * 2 and all(r.n_runs == 3 and r.success for r in res)
+    assert [(r.config, r.backend) for r in res.mismatches()] == [
+        ("n=16", "wrong"), ("n=256", "wrong")]
+    assert "MISMATCH vs jax" in proc.stdout and "speedup" in proc.stdout
+    data = png.read_bytes()
+    assert data[:8] == b"\x89PNG\r\n\x1a\n" and len(data) > 1000
+
+    csv_out = tmp_path / "r.csv"
+    proc = run("bench", "pf_demo_scale", "--backends", "alt", "--n-runs", "2",
+               "--output", str(csv_out), cache_dir=tmp_path)
+    assert proc.returncode == 0, proc.stderr
+    res = BenchmarkResult.load(csv_out)
+    assert res.backends == ["alt"] and all(r.matches_reference for r in res)
+
+
+def test_autotune_choice_survives_into_the_next_process(tmp_path):
+    proc = run("list", "pf_demo_flaky", cache_dir=tmp_path)
+    row = next(line for line in proc.stdout.splitlines() if line.startswith("pf_demo_flaky"))
+    assert row.split()[2:4] == ["cpu", "broken"] and row.split()[-1] == "-"
+    proc = run("autotune", "pf_demo_flaky", "--n-runs", "2", cache_dir=tmp_path)
+    assert proc.returncode == 0, proc.stderr
+    assert "pf_demo_flaky [cpu]: jax" in proc.stdout
+    assert json.loads((tmp_path / "autotune.json").read_text())["kernels"]["pf_demo_flaky"]
+    # a new process: the choice shows; with PRIMFORGE_AUTOTUNE it is the default too
+    proc = run("list", "pf_demo_flaky", cache_dir=tmp_path)
+    row = next(line for line in proc.stdout.splitlines() if line.startswith("pf_demo_flaky"))
+    assert row.split()[2:4] == ["cpu", "broken"] and row.split()[-1] == "jax"
+    proc = run("list", "pf_demo_flaky", cache_dir=tmp_path, PRIMFORGE_AUTOTUNE="1")
+    row = next(line for line in proc.stdout.splitlines() if line.startswith("pf_demo_flaky"))
+    assert row.split()[2:4] == ["cpu", "jax"] and row.split()[-1] == "jax"
+    proc = run("autotune", "--show", cache_dir=tmp_path)
+    assert "pf_demo_flaky  cpu       jax" in proc.stdout
+    proc = run("autotune", "--clear", cache_dir=tmp_path)
+    assert proc.returncode == 0 and not (tmp_path / "autotune.json").exists()
+
+
+def test_parser_requires_a_command(capsys):
+    with pytest.raises(SystemExit) as e:
+        main([])
+    assert e.value.code == 2
