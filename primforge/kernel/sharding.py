@@ -35,6 +35,7 @@ __all__ = [
     "def_sharding_rule",
     "get_sharding_rule",
     "partition_lowering",
+    "result_avals",
     "result_shardings",
 ]
 
@@ -489,13 +490,15 @@ def partition_lowering(
         assert len(arrays) == n_in
         return tuple(fn(*arrays))
 
+    # Shardy wants special factors in the order the factors first appear in the rule.
+    order = list(dict.fromkeys(f for fs in res.operands + res.results for f in fs))
     cp = _compat.custom_partitioning(call)
     cp.def_partition(
         partition,
         infer_sharding_from_operands=infer,
         sharding_rule=res.text,
-        reduction_factors=tuple(sorted(res.reduction)),
-        need_replication_factors=tuple(sorted(res.replicated)),
+        reduction_factors=tuple(f for f in order if f in res.reduction),
+        need_replication_factors=tuple(f for f in order if f in res.replicated),
     )
     return lambda *arrays: tuple(cp(*arrays))
 
@@ -545,3 +548,57 @@ def result_shardings(kernel: Any, avals: Sequence[Any], *, outs: tuple, batch: t
         return None
     assign = _assign(res, mesh, specs, [])
     return [_named(mesh, f, assign) for f in res.results]
+
+
+def _varying(aval) -> frozenset:
+    return getattr(getattr(aval, "manual_axis_type", None), "varying", frozenset())
+
+
+def result_avals(kernel: Any, avals: Sequence[Any], results: Sequence[Any], *, outs: tuple,
+                 batch: tuple = (), params: dict | None = None) -> list:
+    """Give a kernel's result avals the mesh context of its inputs (abstract-eval hook).
+
+    Results built from scratch lose what the inputs' types say about the mesh: inside
+    ``shard_map`` whether a value varies across manual axes (without it, ``grad`` inside
+    ``shard_map`` fails), and under an explicit mesh how it is sharded. Here each result
+    is derived from an input aval (``aval.update``): it varies over every manual axis any
+    input varies over, and with a sharding rule and explicitly sharded inputs it is typed
+    as sharded along the rule's factors (see :func:`result_shardings`). Works for kernels
+    without a rule too.
+
+    Args:
+        kernel: the ``XLACustomKernel``.
+        avals: the bind's input avals.
+        results: the result avals computed from ``outs`` (shapes and dtypes are kept).
+        outs: per-example output structs (the ``outs`` param).
+        batch: the bind's native batch levels.
+        params: the call's user params.
+
+    Returns:
+        The result avals, one per output.
+
+    Example:
+        >>> import jax, jax.numpy as jnp, primforge
+        >>> k = primforge.XLACustomKernel('doc_result_avals')
+        >>> x = jax.typeof(jnp.ones(3))
+        >>> result_avals(k, [x], [x.update(shape=(2,))], outs=())[0].shape
+        (2,)
+    """
+    shardings = result_shardings(kernel, avals, outs=outs, batch=batch, params=params)
+    bases = [a for a in avals if hasattr(a, "update") and hasattr(a, "manual_axis_type")]
+    if not bases:
+        return list(results)
+    varying = frozenset().union(*(_varying(a) for a in bases))
+    base = max(bases, key=lambda a: len(_varying(a)))
+    mat = base.manual_axis_type
+    if _varying(base) != varying:
+        mat = mat.update(varying=varying)
+    mesh = base.sharding.mesh
+    out = []
+    for i, r in enumerate(results):
+        sh = shardings[i] if shardings else jax.sharding.NamedSharding(
+            mesh, jax.sharding.PartitionSpec(*[None] * len(r.shape))
+        )
+        out.append(base.update(shape=r.shape, dtype=r.dtype, weak_type=False, sharding=sh,
+                               manual_axis_type=mat))
+    return out

@@ -3,7 +3,7 @@
 The hooks (to live in primforge/kernel/kernel.py): ``XLACustomKernel.def_sharding_rule``
 in ``XLACustomKernel._lower``, passing the built callable through
 ``sharding.partition_lowering``, and in ``_abstract_eval``, typing results with
-``sharding.result_shardings``. Until they exist, this patch wraps ``build`` at class
+``sharding.result_avals``. Until they exist, this patch wraps ``build`` at class
 level for the lowering hook, which is equivalent for lowering (a nested build inside a partition callback is
 lowered in a fully manual context, where custom_partitioning lowers the callable as is).
 """
@@ -40,11 +40,8 @@ def install() -> bool:
     def _abstract_eval(self, *avals, outs, backend=None, context=(), batch=(), **params):
         result = orig_abstract_eval(self, *avals, outs=outs, backend=backend,
                                     context=context, batch=batch, **params)
-        shardings = sharding.result_shardings(self, avals, outs=outs, batch=batch,
-                                              params=params)
-        if shardings is None:
-            return result
-        return [a.update(sharding=s) for a, s in zip(result, shardings)]
+        return sharding.result_avals(self, avals, result, outs=outs, batch=batch,
+                                     params=params)
 
     K.def_sharding_rule = def_sharding_rule
     K.build = build
