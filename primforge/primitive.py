@@ -188,11 +188,14 @@ class HashableCallable:
         return f"HashableCallable({getattr(self.fn, '__qualname__', self.fn)!r})"
 
 
+_RECURSIVE = "<recursive reference>"
+
+
 def _closure_key(value: Any, seen: frozenset[int]) -> Any:
     # Keys carry the type so that 1, 1.0 and True captured by a closure stay distinct.
     if isinstance(value, types.FunctionType):
-        if id(value) in seen:  # a recursive closure refers to itself
-            return _ById(value)
+        if id(value) in seen:  # a recursive closure refers to itself (or to an enclosing one)
+            return (_RECURSIVE, value.__code__)
         return HashableCallable(value, seen)
     if isinstance(value, (list, tuple)):
         return (type(value), tuple(_closure_key(v, seen) for v in value))
@@ -835,6 +838,16 @@ def _is_symbolic_zero(t: Any) -> bool:
     return type(t) is Zero or getattr(t, "dtype", None) == float0
 
 
+def _spec_of(aval: Any) -> jax.ShapeDtypeStruct:
+    # Keep shard_map's varying-manual-axes type, or the cotangents come back mistyped.
+    mat = getattr(aval, "manual_axis_type", None)
+    if mat is None:
+        return jax.ShapeDtypeStruct(aval.shape, aval.dtype)
+    return jax.ShapeDtypeStruct(
+        aval.shape, aval.dtype, sharding=aval.sharding, manual_axis_type=mat
+    )
+
+
 def _zero_tangent_like(x: Any) -> Zero:
     return Zero(jax.typeof(x).to_tangent_aval())
 
@@ -950,7 +963,7 @@ class _DerivedRules:
             out = fn(*full)
             return tuple(out) if self.multiple else out
 
-        in_specs = [jax.ShapeDtypeStruct(args[i].aval.shape, args[i].aval.dtype) for i in linear]
+        in_specs = [_spec_of(args[i].aval) for i in linear]
         transposed = jax.linear_transpose(of_linear, *in_specs)
         ct_in = transposed(tuple(ct_list) if self.multiple else ct_list[0])
         result: list[Any] = [None] * len(args)
