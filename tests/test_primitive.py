@@ -137,16 +137,20 @@ def test_recreated_lambda_does_not_retrace():
 
     p = register_primitive("test_no_retrace", impl)
     x = jnp.arange(3.0)
+
+    def double():  # each call re-creates an identical lambda (same code object)
+        return lambda v: v * 2.0
+
     for _ in range(3):  # eager: the impl's jit is cached on the params
-        np.testing.assert_allclose(p.bind(x, fn=lambda v: v * 2.0), x * 2.0)
+        np.testing.assert_allclose(p.bind(x, fn=double()), x * 2.0)
     assert count[0] == 1
     # Under jit, the first outer trace traces the impl for abstract evaluation and for
     # lowering; later outer jits with a re-created lambda (new jit objects, so the outer
     # function is traced again) reuse those traces.
-    jax.jit(lambda x: p.bind(x, fn=lambda v: v * 2.0))(x)
+    jax.jit(lambda x: p.bind(x, fn=double()))(x)
     after_first_jit = count[0]
     for _ in range(3):
-        np.testing.assert_allclose(jax.jit(lambda x: p.bind(x, fn=lambda v: v * 2.0))(x), x * 2)
+        np.testing.assert_allclose(jax.jit(lambda x: p.bind(x, fn=double()))(x), x * 2)
     assert count[0] == after_first_jit
     # a different computation is a different key
     np.testing.assert_allclose(p.bind(x, fn=lambda v: v * 3.0), x * 3.0)
