@@ -26,14 +26,14 @@ from pathlib import Path
 from typing import Any
 
 __all__ = [
-    "cache_path",
-    "choices",
-    "tune",
-    "load",
-    "clear",
     "applied",
     "apply_pending",
+    "cache_path",
+    "choices",
+    "clear",
     "enabled",
+    "load",
+    "tune",
 ]
 
 ENV_CACHE_DIR = "PRIMFORGE_CACHE_DIR"
@@ -87,7 +87,7 @@ def _read(path: Path | None = None) -> dict[str, Any]:
             f"`primforge autotune --clear`"
         ) from None
     if not isinstance(data, dict) or not isinstance(data.get("kernels"), dict):
-        raise ValueError(f"autotune cache {str(path)!r} has an unexpected layout; delete it")
+        raise TypeError(f"autotune cache {str(path)!r} has an unexpected layout; delete it")
     return data
 
 
@@ -189,7 +189,7 @@ def _load_from_env() -> None:
     _ENV_LOADED = True
     try:
         stored = choices()
-    except ValueError:
+    except (TypeError, ValueError):
         return  # a damaged cache must not break kernel creation; the CLI reports it
     for name, per in stored.items():
         _PENDING.setdefault(name, {}).update(per)
@@ -303,7 +303,7 @@ def tune(
     if save and out:
         p = Path(path) if path is not None else None
         data = _read(p)
-        stamp = datetime.datetime.now(datetime.timezone.utc).isoformat(timespec="seconds")
+        stamp = datetime.datetime.now(datetime.UTC).isoformat(timespec="seconds")
         for name, info in out.items():
             if info["backend"] is None:
                 continue

@@ -19,9 +19,8 @@ import json
 import sys
 import warnings
 from collections.abc import Sequence
-from typing import Any
 
-__all__ = ["main", "build_parser"]
+__all__ = ["build_parser", "main"]
 
 
 def _split(values: Sequence[str] | None) -> list[str]:
@@ -235,7 +234,7 @@ def _cmd_bench(args, kernels) -> int:
         except ImportError:
             _err("--plot needs matplotlib: pip install primforge[plot]")
             return 2
-    result, skipped, platform = _run_all(
+    result, skipped, _ = _run_all(
         args, kernels, n_warmup=args.n_warmup, n_runs=args.n_runs,
         n_batch=args.n_batch_per_run, progress=False if args.no_progress else None,
     )
@@ -345,7 +344,7 @@ def main(argv: Sequence[str] | None = None) -> int:
     if autotune.enabled():
         try:
             autotune.load()
-        except ValueError as e:
+        except (TypeError, ValueError) as e:
             _err(str(e))
     try:
         if args.command == "info":

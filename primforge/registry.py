@@ -22,18 +22,18 @@ if TYPE_CHECKING:  # pragma: no cover
     from primforge.kernel.kernel import XLACustomKernel
 
 __all__ = [
-    "register_kernel",
-    "get_kernel",
-    "list_kernels",
-    "select_kernels",
-    "unregister_kernel",
-    "all_tags",
-    "matches_tags",
-    "load_modules",
-    "kernel_summary",
-    "notify_backend_defined",
     "UnknownKernelError",
     "UnknownTagError",
+    "all_tags",
+    "get_kernel",
+    "kernel_summary",
+    "list_kernels",
+    "load_modules",
+    "matches_tags",
+    "notify_backend_defined",
+    "register_kernel",
+    "select_kernels",
+    "unregister_kernel",
 ]
 
 BUILTIN_OPS_MODULE = "primforge.ops"
@@ -247,6 +247,10 @@ def kernel_summary(kernel: XLACustomKernel) -> dict[str, Any]:
     """
     from primforge import autotune
 
+    try:
+        tuned = autotune.choices().get(kernel.name, {})
+    except (TypeError, ValueError):  # a damaged cache is reported by the CLI, not here
+        tuned = {}
     platforms = [p for p in ("cpu", "gpu", "tpu") if kernel.available_backends(p)]
     return {
         "name": kernel.name,
@@ -254,7 +258,7 @@ def kernel_summary(kernel: XLACustomKernel) -> dict[str, Any]:
         "tags": sorted(kernel.tags),
         "backends": {p: kernel.available_backends(p) for p in platforms},
         "defaults": {p: d for p, d in kernel.defaults.items() if p in platforms},
-        "tuned": autotune.choices().get(kernel.name, {}),
+        "tuned": tuned,
         "has_call": getattr(kernel, "_call_fn", None) is not None,
         "has_benchmark_data": getattr(kernel, "_benchmark_data_fn", None) is not None,
     }

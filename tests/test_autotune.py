@@ -1,6 +1,5 @@
 """Autotune: the fastest correct backend is chosen, cached, and restored in a new process."""
 
-import inspect
 import json
 import os
 import subprocess
@@ -20,6 +19,7 @@ TESTS = Path(__file__).parent
 
 @pytest.fixture(autouse=True)
 def cache_dir(tmp_path, monkeypatch):
+    monkeypatch.syspath_prepend(str(TESTS))
     monkeypatch.setenv("PRIMFORGE_CACHE_DIR", str(tmp_path / "cache"))
     monkeypatch.delenv("PRIMFORGE_AUTOTUNE", raising=False)
     monkeypatch.setattr(autotune, "_PENDING", {})
@@ -133,7 +133,7 @@ def _run(code, cache_dir, **env):
     full.update(PYTHONPATH=str(TESTS), PRIMFORGE_CACHE_DIR=str(cache_dir),
                 JAX_PLATFORMS="cpu", **env)
     proc = subprocess.run([sys.executable, "-c", code], env=full, capture_output=True,
-                          text=True, timeout=120)
+                          text=True, timeout=120, check=False)
     assert proc.returncode == 0, proc.stderr
     return proc.stdout.strip().splitlines()[-1]
 

@@ -3,6 +3,7 @@
 import json
 import math
 import sys
+from pathlib import Path
 
 import jax
 import jax.numpy as jnp
@@ -28,7 +29,7 @@ def make_kernel(backends, *, data=True, call=True, sizes=(8, 64)):
     """A kernel with the given {backend: fn} on cpu, a call function and benchmark data."""
     k = primforge.XLACustomKernel(f"test_bench_{next(_counter)}")
     for name, fn in backends.items():
-        k.def_kernel(name, "cpu", (lambda f: lambda **kw: f)(fn))
+        k.def_kernel(name, "cpu", lambda f=fn, **kw: f)
     if call:
         k.def_call(lambda x, backend=None: k(
             x, outs=jax.ShapeDtypeStruct(x.shape, x.dtype), backend=backend))
@@ -293,7 +294,7 @@ def test_bad_files_are_rejected(tmp_path):
 
 def test_plot_writes_a_png(tmp_path):
     path = BenchmarkResult(_records()).plot(tmp_path / "p.png")
-    data = (tmp_path / "p.png").read_bytes()
+    data = Path(path).read_bytes()
     assert data[:8] == b"\x89PNG\r\n\x1a\n" and len(data) > 1000
 
 

@@ -15,13 +15,21 @@ TESTS = Path(__file__).parent
 CONSOLE_SCRIPT = Path(sys.executable).with_name("primforge")
 
 
+@pytest.fixture(autouse=True)
+def isolated(tmp_path, monkeypatch):
+    """Demo kernels importable; autotune reads a private cache, not the user's."""
+    monkeypatch.syspath_prepend(str(TESTS))
+    monkeypatch.setenv("PRIMFORGE_CACHE_DIR", str(tmp_path / "in_process_cache"))
+    monkeypatch.delenv("PRIMFORGE_AUTOTUNE", raising=False)
+
+
 def run(*args, cache_dir, script=False, **env):
     full = {k: v for k, v in os.environ.items() if k != "PRIMFORGE_AUTOTUNE"}
     full.update(PYTHONPATH=str(TESTS), PRIMFORGE_CACHE_DIR=str(cache_dir), JAX_PLATFORMS="cpu",
                 **env)
     cmd = [str(CONSOLE_SCRIPT)] if script else [sys.executable, "-m", "primforge"]
     return subprocess.run([*cmd, *args, "--import", "pf_cli_demo"], env=full,
-                          capture_output=True, text=True, timeout=300)
+                          capture_output=True, text=True, timeout=300, check=False)
 
 
 def listed(capsys, *args):

@@ -23,12 +23,12 @@ from primforge.bench._result import BenchmarkResult
 from primforge.bench._run import benchmark_kernel, compare_outputs, reference_backend
 
 __all__ = [
+    "STATS",
     "BenchmarkConfig",
     "BenchmarkDataFnNotProvidedError",
     "BenchmarkMismatchWarning",
     "BenchmarkRecord",
     "BenchmarkResult",
-    "STATS",
     "benchmark_kernel",
     "compare_outputs",
     "format_seconds",

@@ -57,7 +57,7 @@ class BenchmarkConfig:
         {'scale': 2}
     """
 
-    __slots__ = ("name", "args", "kwargs", "params")
+    __slots__ = ("args", "kwargs", "name", "params")
 
     def __init__(
         self,

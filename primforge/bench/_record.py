@@ -15,7 +15,7 @@ from typing import Any
 
 import numpy as np
 
-__all__ = ["BenchmarkRecord", "STATS"]
+__all__ = ["STATS", "BenchmarkRecord"]
 
 #: Statistics a record derives from its times, by name.
 STATS = ("mean", "median", "min", "max", "p90", "std")

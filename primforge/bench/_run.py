@@ -409,10 +409,11 @@ def _replace(rec: BenchmarkRecord, **changes) -> BenchmarkRecord:
 
 
 def _one(kernel, backend, platform, config, device, n_warmup, n_runs, n_batch, catch_errors):
-    base = dict(
-        kernel=kernel.name, config=config.name, backend=backend, platform=platform,
-        params=config.params, n_warmup=n_warmup, n_batch_per_run=n_batch,
-    )
+    base = {
+        "kernel": kernel.name, "config": config.name, "backend": backend,
+        "platform": platform, "params": config.params, "n_warmup": n_warmup,
+        "n_batch_per_run": n_batch,
+    }
     try:
         runner = _Runner(kernel, backend, platform, config, device)
         compile_time, times, out = _measure(runner, n_warmup, n_runs, n_batch)
