@@ -54,7 +54,7 @@ __all__ = [
 ]
 
 _LOCK = threading.Lock()
-_LOADED: dict[str, FFIModule] = {}  # library path -> loaded module
+_LOADED: dict[tuple[str, str], FFIModule] = {}  # (library path, name) -> loaded module
 _HANDLER_RE = re.compile(r"XLA_FFI_DEFINE_HANDLER_SYMBOL\s*\(\s*([A-Za-z_]\w*)")
 
 
@@ -159,13 +159,13 @@ def _quote_errors(log: str, source: str, src_path: str) -> str:
     """Compiler log plus the source lines its errors point at."""
     lines = source.splitlines()
     base = re.escape(os.path.basename(src_path))
-    pattern = re.compile(rf"{base}(?:\((\d+)\)|:(\d+):(?:\d+:)?)\s*(?:error|fatal error)")
+    pattern = re.compile(rf"{base}(?:\((\d+)\):|:(\d+):(?:\d+:)?)\s*(?:error|fatal error)")
     quoted = []
     for m in pattern.finditer(log):
         n = int(m.group(1) or m.group(2))
         if 1 <= n <= len(lines) and n not in [q[0] for q in quoted]:
             quoted.append((n, lines[n - 1]))
-    text = log.strip()
+    text = log.strip().replace(src_path, os.path.basename(src_path))
     if quoted:
         text += "\n\nsource lines:\n" + "\n".join(f"  {n:4d} | {s}" for n, s in quoted)
     return text
@@ -206,7 +206,7 @@ def _build(source: str, *, kind: str, name: str, flags: Sequence[str], arch: str
     digest = hashlib.sha256(key_text.encode()).hexdigest()[:20]
     folder = cache_dir()
     os.makedirs(folder, exist_ok=True)
-    lib_path = os.path.join(folder, f"{name}_{digest}.so")
+    lib_path = os.path.join(folder, f"lib{digest}.so")
     if os.path.exists(lib_path):
         return lib_path, True
     with tempfile.TemporaryDirectory(dir=folder) as tmp:
@@ -214,7 +214,9 @@ def _build(source: str, *, kind: str, name: str, flags: Sequence[str], arch: str
         with open(src_path, "w", encoding="utf-8") as f:
             f.write(source)
         out_tmp = os.path.join(tmp, "out.so")
-        cmd = [compiler, *cmd_flags, *[f"-I{d}" for d in includes], *flags, src_path,
+        # XLA's headers go in as system headers so their warnings do not bury the user's errors.
+        inc = ["-isystem", includes[0], *[f"-I{d}" for d in includes[1:]]]
+        cmd = [compiler, *cmd_flags, *inc, *flags, src_path,
                "-o", out_tmp]
         if verbose:
             print(" ".join(cmd))
@@ -312,11 +314,11 @@ def _load(source: str, *, kind: str, name: str | None, handlers: Sequence[str] |
                           include_dirs=include_dirs, verbose=verbose)
     platform = platform or ("CUDA" if kind == "cuda" else "cpu")
     with _LOCK:
-        known = _LOADED.get(path)
+        known = _LOADED.get((path, name))
         if known is not None:
             known.cached = cached
             return known
-        digest = os.path.basename(path)[len(name) + 1 : -3]
+        digest = os.path.basename(path)[3:-3]
         targets = {h: f"{name}.{digest[:8]}.{h}" for h in handlers}
         module = FFIModule(name, path, platform, targets, cached)
         if register:
@@ -333,7 +335,7 @@ def _load(source: str, *, kind: str, name: str | None, handlers: Sequence[str] |
                 addr = ctypes.cast(fn, ctypes.c_void_p).value
                 jax.ffi.register_ffi_target(target, jax.ffi.pycapsule(addr), platform=platform)
             module.library = lib
-            _LOADED[path] = module
+            _LOADED[(path, name)] = module
         return module
 
 

@@ -349,7 +349,8 @@ def _simulated(spec: NumbaCudaKernel, outs, name: str):
 
     def host(*arrays):
         results = [np.zeros(o.shape, o.dtype) for o in outs]
-        kernel[grid, block, 0, spec.shared_mem](*[np.asarray(a) for a in arrays], *results)
+        # Copies: the simulator writes every argument back, and JAX buffers are read-only.
+        kernel[grid, block, 0, spec.shared_mem](*[np.array(a) for a in arrays], *results)
         return tuple(results)
 
     def call(*arrays):

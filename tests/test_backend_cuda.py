@@ -1,0 +1,152 @@
+"""cuda_raw backend: the C++ twin runs here; nvcc compiles CUDA here; lowering for CUDA."""
+
+import os
+import shutil
+
+import jax
+import jax.numpy as jnp
+import numpy as np
+import pytest
+
+import primforge
+from gpu_utils import lower_for_cuda, requires_gpu
+from primforge.kernel.backends import cuda as pcuda
+
+CPP_SOURCE = r"""
+#include "xla/ffi/api/ffi.h"
+namespace ffi = xla::ffi;
+
+static ffi::Error Axpb(ffi::Buffer<ffi::F32> x, ffi::ResultBuffer<ffi::F32> y, float a, float b) {
+  const float* in = x.typed_data();
+  float* out = y->typed_data();
+  for (size_t i = 0; i < x.element_count(); ++i) out[i] = a * in[i] + b;
+  return ffi::Error::Success();
+}
+XLA_FFI_DEFINE_HANDLER_SYMBOL(AxpbCpu, Axpb,
+    ffi::Ffi::Bind().Arg<ffi::Buffer<ffi::F32>>().Ret<ffi::Buffer<ffi::F32>>()
+        .Attr<float>("a").Attr<float>("b"));
+"""
+
+CUDA_SOURCE = r"""
+#include <cuda_runtime.h>
+#include "xla/ffi/api/ffi.h"
+namespace ffi = xla::ffi;
+
+__global__ void axpb_kernel(const float* x, float* y, float a, float b, size_t n) {
+  size_t i = blockIdx.x * (size_t)blockDim.x + threadIdx.x;
+  if (i < n) y[i] = a * x[i] + b;
+}
+
+static ffi::Error Axpb(cudaStream_t stream, ffi::Buffer<ffi::F32> x,
+                       ffi::ResultBuffer<ffi::F32> y, float a, float b) {
+  size_t n = x.element_count();
+  unsigned blocks = (unsigned)((n + 255) / 256);
+  axpb_kernel<<<blocks, 256, 0, stream>>>(x.typed_data(), y->typed_data(), a, b, n);
+  cudaError_t err = cudaGetLastError();
+  if (err != cudaSuccess) return ffi::Error::Internal(cudaGetErrorString(err));
+  return ffi::Error::Success();
+}
+XLA_FFI_DEFINE_HANDLER_SYMBOL(AxpbGpu, Axpb,
+    ffi::Ffi::Bind().Ctx<ffi::PlatformStream<cudaStream_t>>()
+        .Arg<ffi::Buffer<ffi::F32>>().Ret<ffi::Buffer<ffi::F32>>()
+        .Attr<float>("a").Attr<float>("b"));
+"""
+
+needs_nvcc = pytest.mark.skipif(pcuda.find_nvcc() is None, reason="nvcc not found (CUDA toolkit "
+                                "or pip install 'primforge[cuda]')")
+
+
+@pytest.fixture(autouse=True)
+def _cache(tmp_path_factory, monkeypatch):
+    monkeypatch.setenv("PRIMFORGE_CACHE_DIR", str(tmp_path_factory.getbasetemp() / "pfcache"))
+
+
+def test_cpp_twin_runs_and_matches_numpy():
+    m = pcuda.load_cpp_inline(CPP_SOURCE, name="t_axpb")
+    x = np.linspace(-1, 1, 50, dtype=np.float32)
+    out = jax.jit(lambda x: m.call("AxpbCpu", x, outs=jax.ShapeDtypeStruct(x.shape, x.dtype),
+                                   a=np.float32(3), b=np.float32(-1)))(x)
+    np.testing.assert_allclose(np.asarray(out), 3 * x - 1, rtol=1e-6)
+
+
+def test_library_is_cached_on_disk_by_source_and_flags():
+    m1 = pcuda.load_cpp_inline(CPP_SOURCE, name="t_cache")
+    m2 = pcuda.load_cpp_inline(CPP_SOURCE, name="t_cache")
+    assert m2.cached and m1.path == m2.path and os.path.exists(m1.path)
+    m3 = pcuda.load_cpp_inline(CPP_SOURCE, name="t_cache", flags=["-DPF_VARIANT=1"])
+    assert m3.path != m1.path and not m3.cached
+
+
+def test_through_xla_custom_kernel_with_vmap():
+    m = pcuda.load_cpp_inline(CPP_SOURCE, name="t_axpb_kernel")
+    k = primforge.XLACustomKernel("t_cuda_raw_cpu", replace=True)
+    k.def_cuda_raw_kernel(
+        lambda outs, a, **kw: m.function("AxpbCpu", outs=outs[0], a=np.float32(a),
+                                         b=np.float32(0.5)),
+        platform="cpu")
+    x = np.random.default_rng(0).normal(size=(3, 7)).astype(np.float32)
+    f = lambda x: k(x, outs=jax.ShapeDtypeStruct(x.shape, x.dtype), a=2.0)  # noqa: E731
+    np.testing.assert_allclose(np.asarray(jax.vmap(f)(x)), 2 * x + 0.5, rtol=1e-6)
+
+
+def test_compile_error_quotes_the_source_line():
+    bad = CPP_SOURCE.replace("out[i] = a * in[i] + b;", "out[i] = a * undefined_name[i];")
+    with pytest.raises(pcuda.CompileError, match=r"undefined_name") as info:
+        pcuda.load_cpp_inline(bad, name="t_bad")
+    assert "source lines:" in str(info.value)
+    assert "out[i] = a * undefined_name[i];" in str(info.value)
+
+
+def test_missing_handler_is_reported():
+    with pytest.raises(ValueError, match="does not export handler 'Nope'"):
+        pcuda.load_cpp_inline(CPP_SOURCE, name="t_nohandler", handlers=["Nope"])
+
+
+@needs_nvcc
+def test_nvcc_compile_error_quotes_the_source_line():
+    bad = CUDA_SOURCE.replace("if (i < n) y[i]", "if (i < n) z[i]")
+    with pytest.raises(pcuda.CompileError) as info:
+        pcuda.load_cuda_inline(bad, name="t_bad_cu", arch="sm_80", register=False)
+    msg = str(info.value)
+    assert "nvcc" in msg and "z[i]" in msg and "source lines:" in msg
+
+
+@needs_nvcc
+def test_nvcc_builds_and_gpu_lowering_on_any_machine(tmp_path):
+    path = tmp_path / "axpb.cu"
+    path.write_text(CUDA_SOURCE)
+    m = pcuda.load_cuda_file(path, arch="sm_80")
+    assert m.platform == "CUDA" and os.path.exists(m.path)
+    k = primforge.XLACustomKernel("t_cuda_raw_gpu", replace=True)
+    k.def_cuda_raw_kernel(lambda outs, **kw: m.function("AxpbGpu", outs=outs[0],
+                                                         a=np.float32(2), b=np.float32(1)))
+    text = lower_for_cuda(lambda x: k(x, outs=jax.ShapeDtypeStruct(x.shape, x.dtype)),
+                          jnp.ones(16, jnp.float32))
+    assert m.target("AxpbGpu") in text
+
+
+def test_find_nvcc_in_pip_layout(tmp_path, monkeypatch):
+    fake = tmp_path / "nvidia" / "cu13" / "bin"
+    fake.mkdir(parents=True)
+    nvcc = fake / "nvcc"
+    nvcc.write_text("#!/bin/sh\n")
+    nvcc.chmod(0o755)
+    monkeypatch.setenv("PATH", "/nonexistent")
+    monkeypatch.delenv("PRIMFORGE_NVCC", raising=False)
+    monkeypatch.setenv("CUDA_HOME", "/nonexistent")
+    monkeypatch.delenv("CUDA_PATH", raising=False)
+    monkeypatch.setattr("sys.path", [str(tmp_path)])
+    monkeypatch.setattr(os.path, "isfile", lambda p, _f=os.path.isfile: (
+        False if p.startswith("/usr/local/cuda") else _f(p)))
+    assert pcuda.find_nvcc() == str(nvcc)
+
+
+@requires_gpu
+@needs_nvcc
+def test_gpu_run_matches_numpy():
+    m = pcuda.load_cuda_inline(CUDA_SOURCE, name="t_axpb_gpu")
+    x = np.arange(1000, dtype=np.float32)
+    out = m.call("AxpbGpu", jax.device_put(x, jax.devices("gpu")[0]),
+                 outs=jax.ShapeDtypeStruct(x.shape, x.dtype), a=np.float32(2), b=np.float32(1))
+    np.testing.assert_allclose(np.asarray(out), 2 * x + 1)
+    assert shutil.which  # keep import used
