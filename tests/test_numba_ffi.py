@@ -14,7 +14,7 @@ import pytest
 
 numba = pytest.importorskip("numba")
 
-from primforge.kernel.backends import numba as nb  # noqa: E402
+from primforge.kernel.backends import numba as nb
 
 S = jax.ShapeDtypeStruct
 
@@ -62,8 +62,20 @@ def _data(shape, dtype, seed=0):
 
 
 NUMERIC = [
-    "int8", "int16", "int32", "int64", "uint8", "uint16", "uint32", "uint64",
-    "float16", "bfloat16", "float32", "float64", "complex64", "complex128",
+    "int8",
+    "int16",
+    "int32",
+    "int64",
+    "uint8",
+    "uint16",
+    "uint32",
+    "uint64",
+    "float16",
+    "bfloat16",
+    "float32",
+    "float64",
+    "complex64",
+    "complex128",
 ]
 
 
@@ -205,14 +217,16 @@ def raising(x, out):
         out[i] = x[i]
 
 
-@pytest.mark.parametrize("kernel,label,ok", [
-    (checked_sqrt, "non-zero status", [1.0, 2.0, 3.0]),
-    (raising, "raised", [1.0, 4.0, 9.0]),
-])
+@pytest.mark.parametrize(
+    "kernel,label,ok",
+    [
+        (checked_sqrt, "non-zero status", [1.0, 2.0, 3.0]),
+        (raising, "raised", [1.0, 4.0, 9.0]),
+    ],
+)
 def test_failures_raise_and_next_call_works(kernel, label, ok):
     spec = S((3,), jnp.float32)
-    f = jax.jit(nb.make_callable(kernel, ins=(spec,), outs=(spec,), platform="cpu",
-                                 name="failing"))
+    f = jax.jit(nb.make_callable(kernel, ins=(spec,), outs=(spec,), platform="cpu", name="failing"))
     with pytest.raises(Exception, match=label) as info:
         jax.block_until_ready(f(jnp.array([1.0, -1.0, 4.0])))
     assert "failing" in str(info.value) and kernel.py_func.__name__ in str(info.value)
@@ -252,8 +266,9 @@ def test_two_batch_levels(mapped):
     outs = (S((2, 3), jnp.float32),)
     batch = ((3, (True, False)), (2, mapped))
     (y,) = _call(scale_rows, ins, outs, x, w, batch=batch)
-    inner = jax.vmap(_scale_rows_ref, in_axes=(0 if mapped[0] else None, 0 if mapped[1] else None),
-                     axis_size=2)
+    inner = jax.vmap(
+        _scale_rows_ref, in_axes=(0 if mapped[0] else None, 0 if mapped[1] else None), axis_size=2
+    )
     ref = jax.vmap(inner, in_axes=(0, None))(x, w)
     assert y.shape == (3, 2, 2, 3)
     np.testing.assert_allclose(y, ref, rtol=1e-6)
@@ -308,11 +323,13 @@ def test_bad_arguments_are_named():
     with pytest.raises(TypeError, match="numba.njit"):
         nb.make_callable(object(), ins=(spec,), outs=(spec,), platform="cpu", name="x")
     with pytest.raises(ValueError, match="batch"):
-        nb.make_callable(affine, ins=(spec,), outs=(spec,), platform="cpu", name="x",
-                         batch=((2, (True, False)),))
+        nb.make_callable(
+            affine, ins=(spec,), outs=(spec,), platform="cpu", name="x", batch=((2, (True, False)),)
+        )
     with pytest.raises(ValueError, match="alias"):
         nb.numba_kernel(affine, outs=S((3,), jnp.float32), input_output_aliases={0: 0})(
-            jnp.zeros(4, jnp.float32))
+            jnp.zeros(4, jnp.float32)
+        )
 
 
 def test_registration_does_not_grow_in_a_loop():
@@ -338,7 +355,7 @@ def test_module_import_does_not_import_numba():
         "assert 'numba' not in sys.modules, 'numba imported'; "
         "assert m.is_available(); print('ok')"
     )
-    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True)
+    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=False)
     assert out.returncode == 0, out.stderr
     assert out.stdout.strip() == "ok"
 
@@ -357,7 +374,7 @@ def test_missing_numba_gives_install_hint():
             assert 'pip install primforge[cpu]' in str(e), str(e)
             print('ok')
     """)
-    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True)
+    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=False)
     assert out.returncode == 0, out.stderr
     assert out.stdout.strip() == "ok"
 
@@ -393,7 +410,9 @@ def test_export_is_deterministic_across_processes(tmp_path):
     env = dict(os.environ, PRIMFORGE_CACHE_DIR=str(tmp_path / "cache"))
     blobs = []
     for _ in range(2):
-        out = subprocess.run([sys.executable, str(script)], capture_output=True, env=env)
+        out = subprocess.run(
+            [sys.executable, str(script)], capture_output=True, env=env, check=False
+        )
         assert out.returncode == 0, out.stderr.decode()
         blobs.append(out.stdout)
     assert blobs[0] == blobs[1] and len(blobs[0]) > 100

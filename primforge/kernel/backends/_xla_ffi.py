@@ -68,22 +68,22 @@ def header_path() -> str:
     return os.path.join(jax.ffi.include_dir(), "xla", "ffi", "api", "c_api.h")
 
 
-@functools.lru_cache(maxsize=None)
+@functools.cache
 def _header_text() -> str:
     with open(header_path(), encoding="utf-8") as f:
         text = f.read()
-    text = re.sub(r"/\*.*?\*/", " ", text, flags=re.S)
+    text = re.sub(r"/\*.*?\*/", " ", text, flags=re.DOTALL)
     text = re.sub(r"//[^\n]*", " ", text)
     return text.replace("\\\n", " ")  # join macro continuation lines
 
 
-@functools.lru_cache(maxsize=None)
+@functools.cache
 def _declarations() -> str:
     """The header without preprocessor lines (macro bodies would look like declarations)."""
     return "\n".join(ln for ln in _header_text().splitlines() if not ln.lstrip().startswith("#"))
 
 
-@functools.lru_cache(maxsize=None)
+@functools.cache
 def api_version() -> tuple[int, int]:
     """The ``(major, minor)`` XLA FFI API version declared by the header.
 
@@ -105,13 +105,13 @@ def api_version() -> tuple[int, int]:
     return found[0], found[1]
 
 
-@functools.lru_cache(maxsize=None)
+@functools.cache
 def _enums() -> dict[str, dict[str, int]]:
     """Every enum in the header: enum (or typedef) name -> {member: value}."""
     text = _declarations()
     out: dict[str, dict[str, int]] = {}
     pattern = r"(?:typedef\s+)?enum\s*(\w*)\s*\{(.*?)\}\s*(\w*)\s*;"
-    for m in re.finditer(pattern, text, flags=re.S):
+    for m in re.finditer(pattern, text, flags=re.DOTALL):
         name = m.group(3) or m.group(1)
         members: dict[str, int] = {}
         nxt = 0
@@ -142,7 +142,7 @@ def enum_value(enum: str, member: str) -> int:
     return _enums()[enum][member]
 
 
-@functools.lru_cache(maxsize=None)
+@functools.cache
 def _typedefs() -> dict[str, str]:
     """Scalar typedefs such as ``typedef uint32_t XLA_FFI_Handler_Traits;``."""
     text = _declarations()
@@ -212,7 +212,7 @@ def _split_declarations(body: str) -> list[tuple[str, str]]:
     return fields
 
 
-@functools.lru_cache(maxsize=None)
+@functools.cache
 def layout() -> dict[str, StructLayout]:
     """Layouts of every struct the FFI header declares, for this platform's LP64 ABI.
 
@@ -231,7 +231,7 @@ def layout() -> dict[str, StructLayout]:
         raise RuntimeError("primforge's XLA FFI layout assumes a 64-bit (LP64) platform")
     text = _declarations()
     bodies: dict[str, str] = {}
-    for m in re.finditer(r"struct\s+(\w+)\s*\{(.*?)\}\s*(\w*)\s*;", text, flags=re.S):
+    for m in re.finditer(r"struct\s+(\w+)\s*\{(.*?)\}\s*(\w*)\s*;", text, flags=re.DOTALL):
         bodies[m.group(1)] = m.group(2)
         if m.group(3):
             bodies[m.group(3)] = m.group(2)
@@ -300,13 +300,13 @@ def offset(path: str) -> int:
             raise KeyError(f"{current} has no field {fname!r}")
         total += lay.offsets[fname]
         if i + 1 < len(fields):
-            body_types = dict((f, t) for t, f in _split_declarations(_struct_body(current)))
+            body_types = {f: t for t, f in _split_declarations(_struct_body(current))}
             current = body_types[fname]
     return total
 
 
 def _struct_body(name: str) -> str:
-    m = re.search(rf"struct\s+{name}\s*\{{(.*?)\}}", _declarations(), flags=re.S)
+    m = re.search(rf"struct\s+{name}\s*\{{(.*?)\}}", _declarations(), flags=re.DOTALL)
     if m is None:
         raise KeyError(name)
     return m.group(1)
@@ -345,7 +345,7 @@ _DTYPE_NAMES = {
 }
 
 
-@functools.lru_cache(maxsize=None)
+@functools.cache
 def data_type_codes() -> dict[str, int]:
     """NumPy dtype name -> ``XLA_FFI_DataType`` code, for the types both sides know.
 
@@ -416,7 +416,7 @@ _NUMBA_NAMES = (
 )
 
 
-@functools.lru_cache(maxsize=None)
+@functools.cache
 def _numba_helpers() -> dict[str, Any]:
     from llvmlite import ir
     from numba import njit, types

@@ -48,7 +48,15 @@ import numpy as np
 
 from primforge._compat import ffi as _ffi
 
-__all__ = ["NAME", "PLATFORMS", "EXTRA", "NumbaKernel", "is_available", "make_callable", "numba_kernel"]
+__all__ = [
+    "EXTRA",
+    "NAME",
+    "PLATFORMS",
+    "NumbaKernel",
+    "is_available",
+    "make_callable",
+    "numba_kernel",
+]
 
 NAME = "numba"
 PLATFORMS = ("cpu",)
@@ -91,7 +99,7 @@ _NATIVE = {
 _HALF_MODES = ("float32", "bits")
 
 
-@functools.lru_cache(maxsize=None)
+@functools.cache
 def is_available() -> bool:
     """Whether Numba can be imported here.
 
@@ -104,7 +112,7 @@ def is_available() -> bool:
     """
     try:
         import numba  # noqa: F401
-    except Exception:
+    except Exception:  # noqa: BLE001  (a broken install counts as missing; never raise)
         return False
     return True
 
@@ -177,8 +185,9 @@ class NumbaKernel:
         return res[0] if self.single else tuple(res)
 
     def _vmappable(self, ins: tuple, batch: tuple) -> Callable:
-        call = make_callable(self, ins=ins, outs=self.outs, platform="cpu", name=self.name,
-                             batch=batch)
+        call = make_callable(
+            self, ins=ins, outs=self.outs, platform="cpu", name=self.name, batch=batch
+        )
 
         @jax.custom_batching.custom_vmap
         def run(*xs):
@@ -234,8 +243,9 @@ def numba_kernel(
         >>> jax.jit(k)(jnp.array([1.0, 2.0]), jnp.array([3.0, 4.0]))
         (Array([4., 6.], dtype=float32), Array([3., 8.], dtype=float32))
     """
-    return NumbaKernel(fn, outs, input_output_aliases=input_output_aliases, name=name,
-                       half_as=half_as)
+    return NumbaKernel(
+        fn, outs, input_output_aliases=input_output_aliases, name=name, half_as=half_as
+    )
 
 
 # --------------------------------------------------------------------------------------
@@ -302,10 +312,8 @@ def make_callable(
 
     # Aliased inputs must have the outputs' physical shape: map them at every level.
     for i in aliases:
-        levels = tuple((size, m[:i] + (True,) + m[i + 1:]) for size, m in levels)
-    in_phys = tuple(
-        tuple(size for size, m in levels if m[i]) + s.shape for i, s in enumerate(ins)
-    )
+        levels = tuple((size, m[:i] + (True,) + m[i + 1 :]) for size, m in levels)
+    in_phys = tuple(tuple(size for size, m in levels if m[i]) + s.shape for i, s in enumerate(ins))
     out_phys = tuple(sizes + s.shape for s in outs)
     given_phys = tuple(
         tuple(size for size, m in _check_batch(batch, len(ins), name) if m[i]) + s.shape
@@ -317,8 +325,10 @@ def make_callable(
         _dtype_kind(s.dtype, half_as, f"{name}: outs[{i}]") for i, s in enumerate(outs)
     )
     # (ffi dtype name, kernel view dtype name, JAX dtype of the ffi buffer)
-    in_sig = tuple((k[0], k[1], len(s.shape), tuple(m[i] for _, m in levels))
-                   for i, (k, s) in enumerate(zip(in_kinds, ins)))
+    in_sig = tuple(
+        (k[0], k[1], len(s.shape), tuple(m[i] for _, m in levels))
+        for i, (k, s) in enumerate(zip(in_kinds, ins))
+    )
     out_sig = tuple((k[0], k[1], len(s.shape)) for k, s in zip(out_kinds, outs))
     target = _ensure_registered(kernel, name, in_sig, out_sig, len(levels))
 
@@ -349,9 +359,7 @@ def make_callable(
                 a = a.astype(in_kinds[i][0])
             xs.append(a)
         res = call(*xs)
-        return tuple(
-            r.astype(o.dtype) if r.dtype != o.dtype else r for r, o in zip(res, outs)
-        )
+        return tuple(r.astype(o.dtype) if r.dtype != o.dtype else r for r, o in zip(res, outs))
 
     return f
 
@@ -567,9 +575,7 @@ def _ensure_registered(kernel, name, in_sig, out_sig, n_levels) -> str:
             source = _handler_source(target, label, in_sig, out_sig, n_levels)
             module = _load_handler(target, source, kernel)
             jax.devices("cpu")  # XLA:CPU must be initialised before registering a target
-            _ffi.register_ffi_target(
-                target, _ffi.pycapsule(module.handler.address), platform="cpu"
-            )
+            _ffi.register_ffi_target(target, _ffi.pycapsule(module.handler.address), platform="cpu")
             _HANDLERS[target] = module
         _TARGETS[key] = target
         return target
@@ -593,7 +599,7 @@ def _uses_parallel(kernel, seen=None) -> bool:
 
 def _cell_full(cell) -> bool:
     try:
-        cell.cell_contents
+        _ = cell.cell_contents
     except ValueError:
         return False
     return True
@@ -605,7 +611,7 @@ def _try_enable_caching(kernel):
     if isinstance(getattr(kernel, "_cache", None), NullCache):
         try:
             kernel.enable_caching()
-        except Exception:  # defined where Numba cannot cache (a REPL, no source file)
+        except Exception:  # noqa: BLE001, S110  (a REPL, no source file: run uncached)
             pass
 
 
@@ -642,7 +648,7 @@ def _load_handler(target: str, source: str, kernel):
     return module
 
 
-@functools.lru_cache(maxsize=None)
+@functools.cache
 def _fallback_dir() -> str:
     return tempfile.mkdtemp(prefix="primforge-numba-")
 
@@ -653,102 +659,156 @@ def _tuple(items: Sequence[str]) -> str:
     return "(" + ", ".join(items) + ("," if len(items) == 1 else "") + ")"
 
 
-def _handler_source(target, label, in_sig, out_sig, n_levels) -> str:
-    from primforge.kernel.backends import _xla_ffi as x
+_PROLOGUE = """\
+# Generated by primforge for the XLA FFI target {target}. Do not edit.
+# XLA FFI API {major}.{minor}, ABI layout {digest}, numba {numba_version}, jax {jax_version}
+import numpy as np
+from numba import carray, cfunc, types
+from primforge.kernel.backends._xla_ffi import (
+    as_ptr, cstring, error_create, load_i32, load_i64, status_of, store_i32, store_i64)
 
+# `_kernel` is placed in this module's globals by primforge before it runs.
+
+
+@cfunc(types.int64(types.int64), cache=True)
+def handler(frame):
+    # XLA asks for the handler's API version and traits through a metadata extension.
+    ext = load_i64(frame, {cf_ext})
+    while ext != 0:
+        if load_i32(ext, {ext_type}) == {meta_type}:
+            md = load_i64(ext, {meta_ptr})
+            store_i64(md, {av_size_at}, {av_size})
+            store_i64(md, {av_ext_at}, 0)
+            store_i32(md, {av_major_at}, {major})
+            store_i32(md, {av_minor_at}, {minor})
+            store_i32(md, {traits_at}, 0)
+            return 0
+        ext = load_i64(ext, {ext_next})
+    api = load_i64(frame, {cf_api})
+    if load_i64(frame, {nargs_at}) != {n_in} or load_i64(frame, {nrets_at}) != {n_out}:
+        return error_create(api, {msg_count}, {e_invalid})
+    argv = load_i64(frame, {argv_at})
+    retv = load_i64(frame, {retv_at})
+"""
+
+_BUFFER = """\
+    b_{var} = load_i64({vec}, {slot})
+    if load_i32(b_{var}, {dtype_at}) != {code} or load_i64(b_{var}, {rank_at}) != {rank}:
+        return error_create(api, {msg}, {e_invalid})
+    p_{var} = load_i64(b_{var}, {data_at})
+    d_{var} = load_i64(b_{var}, {dims_at})
+    s_{var} = {shape}
+    n_{var} = {nbytes}
+"""
+
+_CALL = """\
+{ind}try:
+{ind}    st = status_of(_kernel({args}))
+{ind}except Exception:
+{ind}    return error_create(api, {msg_raised}, {e_internal})
+{ind}if st != 0:
+{ind}    return error_create(api, {msg_status}, {e_internal})
+    return 0
+"""
+
+
+def _handler_source(target, label, in_sig, out_sig, n_levels) -> str:
+    """Python source of the cfunc serving one kernel signature (offsets baked in)."""
     import numba
+
+    from primforge.kernel.backends import _xla_ffi as x
 
     off = x.offset
     major, minor = x.api_version()
     codes = x.data_type_codes()
-    meta_type = x.enum_value("XLA_FFI_Extension_Type", "XLA_FFI_Extension_Metadata")
     e_invalid = x.enum_value("XLA_FFI_Error_Code", "XLA_FFI_Error_Code_INVALID_ARGUMENT")
     e_internal = x.enum_value("XLA_FFI_Error_Code", "XLA_FFI_Error_Code_INTERNAL")
     av = "XLA_FFI_Metadata.api_version"
-    buf_dtype, buf_data = off("XLA_FFI_Buffer.dtype"), off("XLA_FFI_Buffer.data")
-    buf_rank, buf_dims = off("XLA_FFI_Buffer.rank"), off("XLA_FFI_Buffer.dims")
 
     def msg(text):
         return f"cstring({label + ': ' + text!r})"
 
-    lines = [
-        f"# Generated by primforge for the XLA FFI target {target}. Do not edit.",
-        f"# XLA FFI API {major}.{minor}, ABI layout {x.layout_digest()}, "
-        f"numba {numba.__version__}, jax {jax.__version__}",
-        "import numpy as np",
-        "from numba import carray, cfunc, types",
-        "from primforge.kernel.backends._xla_ffi import (",
-        "    as_ptr, cstring, error_create, load_i32, load_i64, status_of, store_i32, store_i64)",
-        "",
-        "# `_kernel` is placed in this module's globals by primforge before it runs.",
-        "",
-        "",
-        "@cfunc(types.int64(types.int64), cache=True)",
-        "def handler(frame):",
-        f"    ext = load_i64(frame, {off('XLA_FFI_CallFrame.extension_start')})",
-        "    while ext != 0:",
-        f"        if load_i32(ext, {off('XLA_FFI_Extension_Base.type')}) == {meta_type}:",
-        f"            md = load_i64(ext, {off('XLA_FFI_Metadata_Extension.metadata')})",
-        f"            store_i64(md, {off(av + '.struct_size')}, "
-        f"{x.layout()['XLA_FFI_Api_Version'].struct_size})",
-        f"            store_i64(md, {off(av + '.extension_start')}, 0)",
-        f"            store_i32(md, {off(av + '.major_version')}, {major})",
-        f"            store_i32(md, {off(av + '.minor_version')}, {minor})",
-        f"            store_i32(md, {off('XLA_FFI_Metadata.traits')}, 0)",
-        "            return 0",
-        f"        ext = load_i64(ext, {off('XLA_FFI_Extension_Base.next')})",
-        f"    api = load_i64(frame, {off('XLA_FFI_CallFrame.api')})",
-        f"    if load_i64(frame, {off('XLA_FFI_CallFrame.args.size')}) != {len(in_sig)} or "
-        f"load_i64(frame, {off('XLA_FFI_CallFrame.rets.size')}) != {len(out_sig)}:",
-        f"        return error_create(api, {msg('wrong number of buffers')}, {e_invalid})",
-        f"    argv = load_i64(frame, {off('XLA_FFI_CallFrame.args.args')})",
-        f"    retv = load_i64(frame, {off('XLA_FFI_CallFrame.rets.rets')})",
+    parts = [
+        _PROLOGUE.format(
+            target=target,
+            major=major,
+            minor=minor,
+            digest=x.layout_digest(),
+            numba_version=numba.__version__,
+            jax_version=jax.__version__,
+            cf_ext=off("XLA_FFI_CallFrame.extension_start"),
+            ext_type=off("XLA_FFI_Extension_Base.type"),
+            ext_next=off("XLA_FFI_Extension_Base.next"),
+            meta_type=x.enum_value("XLA_FFI_Extension_Type", "XLA_FFI_Extension_Metadata"),
+            meta_ptr=off("XLA_FFI_Metadata_Extension.metadata"),
+            av_size_at=off(av + ".struct_size"),
+            av_size=x.layout()["XLA_FFI_Api_Version"].struct_size,
+            av_ext_at=off(av + ".extension_start"),
+            av_major_at=off(av + ".major_version"),
+            av_minor_at=off(av + ".minor_version"),
+            traits_at=off("XLA_FFI_Metadata.traits"),
+            cf_api=off("XLA_FFI_CallFrame.api"),
+            nargs_at=off("XLA_FFI_CallFrame.args.size"),
+            nrets_at=off("XLA_FFI_CallFrame.rets.size"),
+            argv_at=off("XLA_FFI_CallFrame.args.args"),
+            retv_at=off("XLA_FFI_CallFrame.rets.rets"),
+            n_in=len(in_sig),
+            n_out=len(out_sig),
+            e_invalid=e_invalid,
+            msg_count=msg("XLA passed an unexpected number of buffers"),
+        )
     ]
-    bufs = []  # (var, ffi dtype, view dtype, core rank, mapped levels)
-    for i, (ffi_dt, view_dt, rank, mapped) in enumerate(in_sig):
-        bufs.append((f"a{i}", "argv", i, ffi_dt, view_dt, rank, mapped, f"input {i}"))
-    for j, (ffi_dt, view_dt, rank) in enumerate(out_sig):
-        mapped = (True,) * n_levels
-        bufs.append((f"r{j}", "retv", j, ffi_dt, view_dt, rank, mapped, f"output {j}"))
-    for var, vec, k, ffi_dt, view_dt, rank, mapped, what in bufs:
-        nb = sum(mapped)
-        itemsize = np.dtype(view_dt).itemsize
-        lines += [
-            f"    b_{var} = load_i64({vec}, {8 * k})",
-            f"    if load_i32(b_{var}, {buf_dtype}) != {codes[ffi_dt]} or "
-            f"load_i64(b_{var}, {buf_rank}) != {nb + rank}:",
-            f"        return error_create(api, {msg(what + ' has an unexpected dtype or rank')}, "
-            f"{e_invalid})",
-            f"    p_{var} = load_i64(b_{var}, {buf_data})",
-            f"    d_{var} = load_i64(b_{var}, {buf_dims})",
-            f"    s_{var} = {_tuple([f'load_i64(d_{var}, {8 * (nb + d)})' for d in range(rank)])}",
-            f"    n_{var} = {' * '.join([str(itemsize)] + [f's_{var}[{d}]' for d in range(rank)])}",
-        ]
+    # (variable, pointer vector, slot, ffi dtype, view dtype, core rank, mapped, description)
+    bufs = [
+        (f"a{i}", "argv", i, fd, vd, rank, mapped, f"input {i}")
+        for i, (fd, vd, rank, mapped) in enumerate(in_sig)
+    ]
+    bufs += [
+        (f"r{j}", "retv", j, fd, vd, rank, (True,) * n_levels, f"output {j}")
+        for j, (fd, vd, rank) in enumerate(out_sig)
+    ]
+    for var, vec, slot, ffi_dt, view_dt, rank, mapped, what in bufs:
+        lead = sum(mapped)  # batch dims in front of the core shape
+        dims = [f"load_i64(d_{var}, {8 * (lead + d)})" for d in range(rank)]
+        nbytes = [str(np.dtype(view_dt).itemsize)] + [f"s_{var}[{d}]" for d in range(rank)]
+        parts.append(
+            _BUFFER.format(
+                var=var,
+                vec=vec,
+                slot=8 * slot,
+                code=codes[ffi_dt],
+                rank=lead + rank,
+                dtype_at=off("XLA_FFI_Buffer.dtype"),
+                rank_at=off("XLA_FFI_Buffer.rank"),
+                data_at=off("XLA_FFI_Buffer.data"),
+                dims_at=off("XLA_FFI_Buffer.dims"),
+                msg=msg(f"{what} has an unexpected dtype or rank"),
+                e_invalid=e_invalid,
+                shape=_tuple(dims),
+                nbytes=" * ".join(nbytes),
+            )
+        )
+    lines = [f"    L{lvl} = load_i64(d_r0, {8 * lvl})" for lvl in range(n_levels)]
+    ind = "    "
     for lvl in range(n_levels):
-        lines.append(f"    L{lvl} = load_i64(d_r0, {8 * lvl})")
-    indent = "    "
-    for lvl in range(n_levels):
-        lines.append(f"{indent}for i{lvl} in range(L{lvl}):")
-        indent += "    "
-    call_args = []
-    for var, _vec, _k, _ffi_dt, view_dt, _rank, mapped, _what in bufs:
+        lines.append(f"{ind}for i{lvl} in range(L{lvl}):")
+        ind += "    "
+    for var, _vec, _slot, _ffi_dt, view_dt, _rank, mapped, _what in bufs:
+        # Row-major index of this batch element over the levels where the buffer is mapped.
         lin = None
         for lvl, m in enumerate(mapped):
             if m:
                 lin = f"i{lvl}" if lin is None else f"({lin}) * L{lvl} + i{lvl}"
         ptr = f"p_{var}" if lin is None else f"p_{var} + ({lin}) * n_{var}"
-        lines.append(f"{indent}v_{var} = carray(as_ptr({ptr}, np.{view_dt}), s_{var})")
-        call_args.append(f"v_{var}")
-    lines += [
-        f"{indent}try:",
-        f"{indent}    st = status_of(_kernel({', '.join(call_args)}))",
-        f"{indent}except Exception:",
-        f"{indent}    return error_create(api, {msg('the kernel raised an exception')}, "
-        f"{e_internal})",
-        f"{indent}if st != 0:",
-        f"{indent}    return error_create(api, {msg('the kernel returned a non-zero status')}, "
-        f"{e_internal})",
-        "    return 0",
-        "",
-    ]
-    return "\n".join(lines)
+        lines.append(f"{ind}v_{var} = carray(as_ptr({ptr}, np.{view_dt}), s_{var})")
+    parts.append("\n".join(lines) + "\n")
+    parts.append(
+        _CALL.format(
+            ind=ind,
+            args=", ".join(f"v_{b[0]}" for b in bufs),
+            e_internal=e_internal,
+            msg_raised=msg("the kernel raised an exception"),
+            msg_status=msg("the kernel returned a non-zero status"),
+        )
+    )
+    return "".join(parts)
