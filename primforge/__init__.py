@@ -1,7 +1,27 @@
-"""primforge: custom JAX operators made first-class."""
+"""primforge: custom JAX operators made first-class.
+
+One named primitive, kernels for every backend, every JAX transformation working on it.
+
+    Primitives       register_primitive, defjvp, ETPPrimitive, rule tables, jaxpr walker
+    Kernels          XLACustomKernel (+ KernelEntry), use_backend, numba_kernel
+    Benchmarking     BenchmarkConfig / BenchmarkRecord / BenchmarkResult, autotune
+    Registry         get_kernel, list_kernels, select_kernels
+    Sub-packages     primforge.utils (pytree/JAX utilities), primforge.ops (operators)
+"""
 
 __version__ = "0.1.0"
 
+# Primitive core: every rule derived from one implementation; rule slots for interpreters.
+from primforge.primitive import (
+    ETPPrimitive,
+    MissingRuleError,
+    defjvp,
+    per_input_jvp,
+    register_primitive,
+)
+from primforge.rules import RuleTable, iter_rule_eqns, rule_table
+
+# Kernels: one primitive, kernels per backend and platform.
 from primforge.kernel.kernel import (
     BackendUnavailableWarning,
     KernelEntry,
@@ -10,4 +30,25 @@ from primforge.kernel.kernel import (
 )
 from primforge.kernel.batching import general_batching_rule
 from primforge.kernel.selection import use_backend
-from primforge.registry import get_kernel, list_kernels
+from primforge.kernel.backends.numba import NumbaKernel, numba_kernel
+
+# Benchmarking, registry, autotune.
+from primforge.bench import (
+    BenchmarkConfig,
+    BenchmarkDataFnNotProvidedError,
+    BenchmarkMismatchWarning,
+    BenchmarkRecord,
+    BenchmarkResult,
+)
+from primforge.registry import get_kernel, list_kernels, select_kernels
+from primforge import autotune, utils
+
+__all__ = [
+    "ETPPrimitive", "MissingRuleError", "defjvp", "per_input_jvp", "register_primitive",
+    "RuleTable", "iter_rule_eqns", "rule_table",
+    "XLACustomKernel", "KernelEntry", "KernelError", "BackendUnavailableWarning",
+    "general_batching_rule", "use_backend", "numba_kernel", "NumbaKernel",
+    "BenchmarkConfig", "BenchmarkRecord", "BenchmarkResult", "BenchmarkMismatchWarning",
+    "BenchmarkDataFnNotProvidedError",
+    "get_kernel", "list_kernels", "select_kernels", "autotune", "utils",
+]

@@ -272,6 +272,9 @@ class XLACustomKernel:
             self._defaults[platform] = backend
             _selection.defaults_changed()
         self._build_cache.clear()
+        from primforge import registry
+
+        registry.notify_backend_defined(self, platform, backend)  # applies autotuned choices
 
     def def_numba_kernel(self, kg: Callable[..., Any], asdefault: bool = False) -> None:
         """Register a Numba kernel generator for the CPU (``def_kernel('numba', 'cpu', kg)``).
@@ -944,6 +947,46 @@ class XLACustomKernel:
                 f"kernel.def_call(fn)"
             )
         return self._call_fn(*args, **kwargs)
+
+    def benchmark(
+        self,
+        *,
+        platform: str,
+        n_warmup: int = 5,
+        n_runs: int = 20,
+        n_batch_per_run: int = 1,
+        compare_results: bool = True,
+        rtol: float = 1e-3,
+        atol: float = 1e-3,
+        verbose: bool = False,
+        catch_errors: bool = True,
+        backends: Sequence[str] | None = None,
+        **kwargs,
+    ):
+        """Time every backend on every benchmark config (see :func:`primforge.bench.benchmark_kernel`).
+
+        Needs :meth:`def_call` and :meth:`def_benchmark_data`. Returns a ``BenchmarkResult``
+        with one record per (config, backend); each backend's output is compared with the
+        reference backend (``reference=``, default 'jax' where registered).
+
+        Example:
+            >>> import jax, jax.numpy as jnp, primforge
+            >>> k = primforge.XLACustomKernel('doc_benchmark_method')
+            >>> k.def_kernel('jax', 'cpu', lambda **kw: lambda x: x * 2)
+            >>> k.def_kernel('twice', 'cpu', lambda **kw: lambda x: x + x)
+            >>> _ = k.def_call(lambda x, backend=None: k(x, outs=jax.ShapeDtypeStruct(x.shape, x.dtype), backend=backend))
+            >>> _ = k.def_benchmark_data(lambda *, platform: [primforge.BenchmarkConfig(args=(jnp.ones(8),))])
+            >>> result = k.benchmark(platform='cpu', n_warmup=1, n_runs=2)
+            >>> sorted(r.backend for r in result.records)
+            ['jax', 'twice']
+        """
+        from primforge.bench import benchmark_kernel
+
+        return benchmark_kernel(
+            self, platform=platform, n_warmup=n_warmup, n_runs=n_runs,
+            n_batch_per_run=n_batch_per_run, compare_results=compare_results, rtol=rtol,
+            atol=atol, verbose=verbose, catch_errors=catch_errors, backends=backends, **kwargs,
+        )
 
     def def_benchmark_data(self, fn: Callable[..., Any]) -> Callable[..., Any]:
         """Register ``fn(*, platform) -> list[BenchmarkConfig]`` for :meth:`benchmark`.
