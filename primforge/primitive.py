@@ -47,6 +47,7 @@ from primforge._compat import (
 from primforge.rules import RuleTable, as_primitive, rule_table
 
 __all__ = [
+    "ETP_RULE_TABLES",
     "ETPPrimitive",
     "FrozenDict",
     "HashableCallable",
@@ -63,7 +64,6 @@ __all__ = [
     "per_input_jvp",
     "register_primitive",
     "static_param",
-    "ETP_RULE_TABLES",
 ]
 
 
@@ -149,7 +149,7 @@ class HashableCallable:
         10
     """
 
-    __slots__ = ("fn", "_key", "_hash", "__weakref__")
+    __slots__ = ("__weakref__", "_hash", "_key", "fn")
 
     def __init__(self, fn: types.FunctionType, _seen: frozenset[int] = frozenset()):
         if isinstance(fn, HashableCallable):
@@ -318,38 +318,51 @@ _RULE_HELP = {
         "abstract evaluation rule",
         "to trace it (jax.jit, jax.make_jaxpr, jax.eval_shape, grad and vmap of it)",
         "{p}.def_abstract_eval(abstract_eval)",
-        "abstract_eval(*avals, **params) -> aval, e.g. "
-        "avals[0].update(shape=..., dtype=...)",
+        ("abstract_eval(*avals, **params) -> aval, e.g. avals[0].update(shape=..., dtype=...)"),
     ),
     "lowering": (
         "lowering rule for platform {platform}",
         "to compile it under jax.jit",
-        "{p}.def_lowering(rule, platform=None)  "
-        "[same as jax.interpreters.mlir.register_lowering({p}, rule)]",
-        "rule(ctx, *mlir_values, **params) -> list of mlir values; "
-        "mlir.lower_fun(jax_traceable_fn, multiple_results=...) builds one",
+        (
+            "{p}.def_lowering(rule, platform=None)  "
+            "[same as jax.interpreters.mlir.register_lowering({p}, rule)]"
+        ),
+        (
+            "rule(ctx, *mlir_values, **params) -> list of mlir values; "
+            "mlir.lower_fun(jax_traceable_fn, multiple_results=...) builds one"
+        ),
     ),
     "jvp": (
         "JVP rule",
         "for forward-mode and reverse-mode differentiation (jax.jvp, jax.grad, jax.vjp)",
         "{p}.def_jvp(jvp)  [same as jax.interpreters.ad.primitive_jvps[{p}] = jvp]",
-        "jvp(primals, tangents, **params) -> (primal_out, tangent_out); "
-        "primforge.defjvp({p}, *per_input_rules) builds one",
+        (
+            "jvp(primals, tangents, **params) -> (primal_out, tangent_out); "
+            "primforge.defjvp({p}, *per_input_rules) builds one"
+        ),
     ),
     "transpose": (
         "transpose rule",
-        "for reverse-mode differentiation through it when it is used linearly "
-        "(jax.grad of a JVP that calls it, jax.linear_transpose)",
-        "{p}.def_transpose(transpose)  "
-        "[same as jax.interpreters.ad.primitive_transposes[{p}] = transpose]",
-        "transpose(cotangent, *args, **params) -> one cotangent or None per arg, where the "
-        "linear args are jax.interpreters.ad.UndefinedPrimal",
+        (
+            "for reverse-mode differentiation through it when it is used linearly "
+            "(jax.grad of a JVP that calls it, jax.linear_transpose)"
+        ),
+        (
+            "{p}.def_transpose(transpose)  "
+            "[same as jax.interpreters.ad.primitive_transposes[{p}] = transpose]"
+        ),
+        (
+            "transpose(cotangent, *args, **params) -> one cotangent or None per arg, where the "
+            "linear args are jax.interpreters.ad.UndefinedPrimal"
+        ),
     ),
     "batching": (
         "batching rule",
         "for jax.vmap",
-        "{p}.def_batching(batcher)  "
-        "[same as jax.interpreters.batching.primitive_batchers[{p}] = batcher]",
+        (
+            "{p}.def_batching(batcher)  "
+            "[same as jax.interpreters.batching.primitive_batchers[{p}] = batcher]"
+        ),
         "batcher(args, batch_dims, **params) -> (out, out_batch_dim)",
     ),
 }
@@ -804,7 +817,9 @@ def get_etp_rule(primitive: Any, kind: str) -> Callable | None:
     """
     table = ETP_RULE_TABLES.get(kind)
     if table is None:
-        raise ValueError(f"get_etp_rule: kind must be one of {sorted(ETP_RULE_TABLES)}; got {kind!r}")
+        raise ValueError(
+            f"get_etp_rule: kind must be one of {sorted(ETP_RULE_TABLES)}; got {kind!r}"
+        )
     return table.get(primitive)
 
 
@@ -1091,9 +1106,7 @@ def _as_tangent(t: Any, primal_out: Any) -> Any:
     return jax.numpy.asarray(t, dtype=dtype)
 
 
-def per_input_jvp(
-    primitive: Any, rules: Sequence[Callable[..., Any] | None]
-) -> Callable[..., Any]:
+def per_input_jvp(primitive: Any, rules: Sequence[Callable[..., Any] | None]) -> Callable[..., Any]:
     """Build a JVP rule ``jvp(primals, tangents, **params)`` from one rule per input.
 
     ``rules[i](tangent_i, *primals, **params)`` gives input ``i``'s contribution to the
@@ -1146,8 +1159,11 @@ def per_input_jvp(
                         f"JVP rule {i} of multiple-results primitive {prim.name!r} must return "
                         f"a sequence of {len(outs)} tangents (one per output, None for zero); "
                         f"got {type(contrib).__name__}"
-                        + (f" of length {len(contrib)}" if isinstance(contrib, (tuple, list))
-                           else "")
+                        + (
+                            f" of length {len(contrib)}"
+                            if isinstance(contrib, (tuple, list))
+                            else ""
+                        )
                     )
                 contribs = list(contrib)
             else:

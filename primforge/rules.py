@@ -95,7 +95,7 @@ class RuleTable:
         ['demo_rule_table']
     """
 
-    __slots__ = ("name", "_rules")
+    __slots__ = ("_rules", "name")
 
     def __init__(self, name: str):
         if not isinstance(name, str) or not name:

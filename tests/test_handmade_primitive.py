@@ -54,8 +54,9 @@ def build(steps: int) -> ETPPrimitive:
         @p.def_transpose
         def transpose(ct, x, y, z):
             if type(ct) is ad.Zero:
-                return [None if not ad.is_undefined_primal(a) else ad.Zero(a.aval)
-                        for a in (x, y, z)]
+                return [
+                    None if not ad.is_undefined_primal(a) else ad.Zero(a.aval) for a in (x, y, z)
+                ]
             ct_z = ct if ad.is_undefined_primal(z) else None
             if ad.is_undefined_primal(x) and not ad.is_undefined_primal(y):
                 return [multiply_add(ct, y, jnp.zeros_like(ct)), None, ct_z]
@@ -142,9 +143,7 @@ def test_step6_transpose():
     want = jax.grad(loss(square_add_ref), argnums=(0, 1))(X, Y)
     for g, w in zip(got, want):
         np.testing.assert_allclose(g, w, rtol=1e-6)
-    np.testing.assert_allclose(
-        jax.jit(jax.grad(lambda a: jnp.sum(p.user_fn(a, a, Y))))(X), 2 * X
-    )
+    np.testing.assert_allclose(jax.jit(jax.grad(lambda a: jnp.sum(p.user_fn(a, a, Y))))(X), 2 * X)
     with pytest.raises(MissingRuleError, match=r"(?s)no batching rule.*def_batching"):
         jax.vmap(p.user_fn)(jnp.ones((2, 3)), jnp.ones((2, 3)), jnp.ones((2, 3)))
 

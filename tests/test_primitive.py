@@ -203,8 +203,9 @@ def test_abstract_eval_shapes_and_dtypes():
     p = register_primitive(
         "test_abstract", lambda x, i: (x.sum(0), i.astype(jnp.bool_)), multiple_results=True
     )
-    out = jax.eval_shape(p.bind, jax.ShapeDtypeStruct((4, 3), jnp.float32),
-                         jax.ShapeDtypeStruct((2,), jnp.int32))
+    out = jax.eval_shape(
+        p.bind, jax.ShapeDtypeStruct((4, 3), jnp.float32), jax.ShapeDtypeStruct((2,), jnp.int32)
+    )
     assert [(o.shape, o.dtype) for o in out] == [((3,), jnp.float32), ((2,), jnp.bool_)]
 
 
@@ -218,8 +219,12 @@ def test_inside_shard_map_forward_and_grad():
     def local_loss(x, w):
         return jax.lax.psum(jnp.sum(p.bind(x, w) ** 2), "i")
 
-    f = jax.shard_map(jax.grad(local_loss, argnums=(0, 1)), mesh=mesh,
-                      in_specs=(P("i"), P("i")), out_specs=(P("i"), P("i")))
+    f = jax.shard_map(
+        jax.grad(local_loss, argnums=(0, 1)),
+        mesh=mesh,
+        in_specs=(P("i"), P("i")),
+        out_specs=(P("i"), P("i")),
+    )
     x = jax.device_put(jnp.arange(4.0), NamedSharding(mesh, P("i")))
     w = jax.device_put(jnp.full(4, 2.0), NamedSharding(mesh, P("i")))
     gx, gw = jax.jit(f)(x, w)
@@ -275,7 +280,7 @@ def test_defjvp_multiple_results():
     defjvp(p, lambda t, x, y: (t * y, t, None), lambda t, x, y: [t * x, t, None])
     x, y = jnp.array([1.0, 4.0]), jnp.array([3.0, 2.0])
     tx, ty = jnp.array([1.0, 2.0]), jnp.array([0.5, 1.0])
-    outs, tans = jax.jvp(p.bind, (x, y), (tx, ty))
+    _outs, tans = jax.jvp(p.bind, (x, y), (tx, ty))
     np.testing.assert_allclose(tans[0], tx * y + x * ty)
     np.testing.assert_allclose(tans[1], tx + ty)
     assert tans[2].dtype == jax.dtypes.float0
@@ -346,12 +351,13 @@ def test_defjvp_unwraps_kernel_and_uses_install_hook():
 def test_per_input_jvp_builder_directly():
     p = register_primitive("test_per_input_builder", lambda x, y: x * y)
     jvp = per_input_jvp(p, [lambda t, x, y: t * y, lambda t, x, y: t * x])
-    out, t = jvp((jnp.float32(2.0), jnp.float32(3.0)), (jnp.float32(1.0), ad.Zero(
-        jax.typeof(jnp.float32(0.0)))))
+    out, t = jvp(
+        (jnp.float32(2.0), jnp.float32(3.0)),
+        (jnp.float32(1.0), ad.Zero(jax.typeof(jnp.float32(0.0)))),
+    )
     np.testing.assert_allclose(out, 6.0)
     np.testing.assert_allclose(t, 3.0)
-    _, t0 = jvp((jnp.float32(2.0), jnp.float32(3.0)),
-                (ad.Zero(jax.typeof(jnp.float32(0.0))),) * 2)
+    _, t0 = jvp((jnp.float32(2.0), jnp.float32(3.0)), (ad.Zero(jax.typeof(jnp.float32(0.0))),) * 2)
     assert type(t0) is ad.Zero
 
 
@@ -397,7 +403,9 @@ def test_rule_slots_and_metadata():
 
 def test_queries_on_other_primitives():
     assert not is_etp_primitive(jax.lax.sin_p) and not is_batched(jax.lax.sin_p)
-    assert get_x_invar_index(jax.lax.sin_p) is None and get_etp_rule(jax.lax.sin_p, "yw_to_w") is None
+    assert (
+        get_x_invar_index(jax.lax.sin_p) is None and get_etp_rule(jax.lax.sin_p, "yw_to_w") is None
+    )
     q = ETPPrimitive("test_no_x", x_invar_index=None, y_outvar_index=1)
     assert get_x_invar_index(q) is None and get_y_outvar_index(q) == 1
     assert not q.batched and not q.gradient_enabled and q.trainable_invars_fn is None

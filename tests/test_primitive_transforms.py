@@ -191,7 +191,8 @@ def test_grad(case):
 def test_jvp(case):
     tangents = tuple(jnp.ones_like(a) * 0.5 for a in _diff_args(case))
     got = jax.jit(lambda p, t: jax.jvp(_float_fn(case, case.prim_fn), p, t))(
-        _diff_args(case), tangents)
+        _diff_args(case), tangents
+    )
     want = jax.jvp(_float_fn(case, case.ref_fn), _diff_args(case), tangents)
     assert_tree_close(got, want)
 
@@ -205,8 +206,9 @@ def test_vjp(case):
         return jax.jit(run)
 
     cts = tuple(jnp.cos(o) for o in _tup(case.ref_fn(*case.args)))
-    assert_tree_close(vjp_of(case.prim_fn)(_diff_args(case), cts),
-                      vjp_of(case.ref_fn)(_diff_args(case), cts))
+    assert_tree_close(
+        vjp_of(case.prim_fn)(_diff_args(case), cts), vjp_of(case.ref_fn)(_diff_args(case), cts)
+    )
 
 
 def _batched_args(case, axes, size=3):
@@ -268,8 +270,7 @@ def test_nested_vmap(case):
 def test_vmap_of_grad(case):
     axes = (0,) * len(case.args)
     bargs = _batched_args(case, axes)
-    got = jax.jit(jax.vmap(jax.grad(_loss(case.prim_fn), argnums=case.diff), in_axes=axes))(
-        *bargs)
+    got = jax.jit(jax.vmap(jax.grad(_loss(case.prim_fn), argnums=case.diff), in_axes=axes))(*bargs)
     ref_grad = jax.jit(jax.grad(_loss(case.ref_fn), argnums=case.diff))
     want = _loop_reference(ref_grad, bargs, axes)
     assert_tree_close(_tup(got), want)
@@ -294,16 +295,12 @@ def test_jacobians(case, jac):
 
 
 def test_check_grads(case):
-    # jit keeps the many evaluations check_grads makes cheap.
-    check_grads(
-        jax.jit(_float_fn(case, case.prim_fn)),
-        _diff_args(case),
-        order=2,
-        modes=("fwd", "rev"),
-        eps=1e-2,
-        atol=5e-2,
-        rtol=5e-2,
-    )
+    # jit keeps the many evaluations check_grads makes cheap. Reverse mode to second order
+    # (grad of grad), forward mode to first order.
+    f = jax.jit(_float_fn(case, case.prim_fn))
+    tol = {"eps": 1e-2, "atol": 5e-2, "rtol": 5e-2}
+    check_grads(f, _diff_args(case), order=2, modes=("rev",), **tol)
+    check_grads(f, _diff_args(case), order=1, modes=("fwd",), **tol)
 
 
 @pytest.mark.parametrize("case", [c for c in CASES if c.linear], ids=lambda c: c.name)
@@ -342,7 +339,9 @@ max_argmax_p = register_primitive("test_max_argmax", _max_argmax_impl, multiple_
 
 def test_integer_output_gets_zero_tangent():
     x = jnp.array([[1.0, 3.0, 2.0], [0.5, -1.0, 4.0]])
-    (m, i), (tm, ti) = jax.jvp(max_argmax_p.bind, (x,), (jnp.ones_like(x) * 2.0,))
+    (m, i), (tm, ti) = jax.jit(lambda x, t: jax.jvp(max_argmax_p.bind, (x,), (t,)))(
+        x, jnp.ones_like(x) * 2.0
+    )
     np.testing.assert_allclose(m, [3.0, 4.0])
     np.testing.assert_array_equal(i, [1, 2])
     np.testing.assert_allclose(tm, [2.0, 2.0])
@@ -352,13 +351,16 @@ def test_integer_output_gets_zero_tangent():
         m, i = max_argmax_p.bind(x)
         return jnp.sum(m * i.astype(jnp.float32))
 
-    got = jax.grad(loss)(x)
+    got = jax.jit(jax.grad(loss))(x)
     want = jax.grad(lambda x: jnp.sum(jnp.max(x, -1) * jnp.argmax(x, -1).astype(jnp.float32)))(x)
     assert_tree_close(got, want)
-    assert_tree_close(jax.jacrev(lambda x: max_argmax_p.bind(x)[0])(x),
-                      jax.jacrev(lambda x: jnp.max(x, -1))(x))
-    assert_tree_close(tuple(jax.vmap(max_argmax_p.bind, in_axes=1)(x)),
-                      (jnp.max(x, 0), jnp.argmax(x, 0).astype(jnp.int32)))
+    assert_tree_close(
+        jax.jacrev(lambda x: max_argmax_p.bind(x)[0])(x), jax.jacrev(lambda x: jnp.max(x, -1))(x)
+    )
+    assert_tree_close(
+        tuple(jax.vmap(max_argmax_p.bind, in_axes=1)(x)),
+        (jnp.max(x, 0), jnp.argmax(x, 0).astype(jnp.int32)),
+    )
 
 
 def test_integer_input_jvp_with_float0_tangent():
@@ -372,3 +374,22 @@ def test_integer_input_jvp_with_float0_tangent():
     g = jax.grad(lambda x, i: jnp.sum(gather_p.bind(x, i)), argnums=(0, 1), allow_int=True)(x, idx)
     assert g[1].dtype == jax.dtypes.float0
     np.testing.assert_allclose(g[0], np.array([[0, 0], [6, 6], [0, 0], [3, 3]], np.float32))
+
+
+# -- linear transpose of a multiple-results primitive ------------------------------------
+
+split_scale_p = register_primitive(
+    "test_split_scale", lambda x, s: (x[:2] * s, x[2:] * s), multiple_results=True
+)
+
+
+def test_linear_transpose_multiple_results():
+    x, s = _f32(5), jnp.float32(3.0)
+    cts = (jnp.array([1.0, -2.0]), jnp.array([0.5, 4.0, 1.0]))
+    spec = jax.ShapeDtypeStruct(x.shape, x.dtype)
+    (got,) = jax.linear_transpose(lambda v: tuple(split_scale_p.bind(v, s)), spec)(cts)
+    _, pullback = jax.vjp(lambda v: (v[:2] * s, v[2:] * s), x)
+    assert_tree_close(got, pullback(cts)[0])
+    # a symbolic-zero cotangent for one output
+    (got0,) = jax.linear_transpose(lambda v: split_scale_p.bind(v, s)[1], spec)(cts[1])
+    assert_tree_close(got0, jnp.concatenate([jnp.zeros(2), cts[1] * s]))

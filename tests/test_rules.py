@@ -136,6 +136,7 @@ def test_accepts_jaxpr_and_callable_tables():
 
 def test_custom_interpreter_example_runs():
     result = runpy.run_path(str(EXAMPLE), run_name="example")["main"]()
+
     # Reference by hand: layers of widths 4->8 then twice 8->8, batch 2; a dense layer
     # costs 2*b*k*n multiply-adds plus b*n bias adds, the activation 2 per output.
     def layer(k, n, b=2):
