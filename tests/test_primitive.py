@@ -409,3 +409,15 @@ def test_queries_on_other_primitives():
     q = ETPPrimitive("test_no_x", x_invar_index=None, y_outvar_index=1)
     assert get_x_invar_index(q) is None and get_y_outvar_index(q) == 1
     assert not q.batched and not q.gradient_enabled and q.trainable_invars_fn is None
+
+
+def test_lowers_for_every_platform():
+    # The derived lowering is platform independent: it lowers for CUDA and TPU on a CPU
+    # machine too (nothing runs there).
+    p = register_primitive(
+        "test_lower_all", lambda x, y: (jnp.sin(x) @ y, x.sum()), multiple_results=True
+    )
+    traced = jax.jit(lambda x, y: p.bind(x, y)).trace(jnp.ones((2, 3)), jnp.ones((3, 2)))
+    for platforms in [("cuda",), ("tpu",), ("cpu", "cuda")]:
+        text = traced.lower(lowering_platforms=platforms).as_text()
+        assert "sine" in text and "dot_general" in text
