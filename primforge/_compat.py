@@ -26,9 +26,37 @@ JAX_VERSION: tuple[int, ...] = tuple(int(p) for p in jax.__version__.split(".")[
 # Abstract array type that abstract-eval rules return. Still public in jax.core.
 from jax.core import ShapedArray  # noqa: E402,F401
 
-# A user context that is part of jax.jit's cache key: changing its value re-traces and
-# re-lowers jitted functions (used for backend selection).
-make_user_context = jax.make_user_context
+
+
+class _UserContext:
+    """A value that is part of ``jax.jit``'s cache key (used for backend selection).
+
+    Wraps ``jax.make_user_context``: ``value`` (effective now), ``ctx(v)`` (a context
+    manager), ``get_global``/``set_global``. JAX < 0.9 lacks the last two on the public
+    object; they live on its config object there.
+    """
+
+    def __init__(self, default_value):
+        self._ctx = jax.make_user_context(default_value=default_value)
+        self._cfg = self._ctx if hasattr(self._ctx, "set_global") else self._ctx._obj
+
+    @property
+    def value(self):
+        return self._ctx.value
+
+    def __call__(self, new_value):
+        return self._ctx(new_value)
+
+    def get_global(self):
+        return self._cfg.get_global()
+
+    def set_global(self, new_value) -> None:
+        self._cfg.set_global(new_value)
+
+
+def make_user_context(default_value=None) -> _UserContext:
+    """A jit-cache-sensitive context value (see ``jax.make_user_context``)."""
+    return _UserContext(default_value)
 
 # SPMD entry point; `jax.experimental.shard_map` warns on recent JAX.
 shard_map = jax.shard_map
