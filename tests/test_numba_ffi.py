@@ -340,6 +340,7 @@ def test_registration_does_not_grow_in_a_loop():
     before = len(nb.registered_targets())
     for _ in range(20):
         jax.block_until_ready(k(x))
+        jax.block_until_ready(nb.numba_kernel(affine, outs=spec, name="loop")(x))
         f = nb.make_callable(affine, ins=(spec,), outs=(spec,), platform="cpu", name="loop")
         jax.block_until_ready(jax.jit(f)(x))
     assert len(nb.registered_targets()) == before
@@ -416,3 +417,34 @@ def test_export_is_deterministic_across_processes(tmp_path):
         assert out.returncode == 0, out.stderr.decode()
         blobs.append(out.stdout)
     assert blobs[0] == blobs[1] and len(blobs[0]) > 100
+
+
+def test_vmap_of_aliased_kernel_with_unmapped_accumulator():
+    spec = S((3,), jnp.float32)
+    k = nb.numba_kernel(add_into, outs=spec, input_output_aliases={0: 0})
+    acc = jnp.array([1.0, 2.0, 3.0])
+    xs = _data((4, 3), jnp.float32)
+    y = jax.jit(jax.vmap(k, in_axes=(None, 0)))(acc, xs)
+    np.testing.assert_allclose(y, acc[None] + xs, rtol=1e-6)
+    np.testing.assert_allclose(acc, [1.0, 2.0, 3.0])
+
+
+def test_half_precision_aliasing_is_converted_both_ways():
+    spec = S((4,), jnp.bfloat16)
+    k = nb.numba_kernel(add_into, outs=spec, input_output_aliases={0: 0})
+    acc = jnp.arange(4).astype(jnp.bfloat16)
+    x = jnp.full(4, 0.5, jnp.bfloat16)
+    y = jax.jit(k, donate_argnums=0)(acc, x)
+    assert y.dtype == jnp.bfloat16
+    np.testing.assert_array_equal(np.asarray(y, np.float32), [0.5, 1.5, 2.5, 3.5])
+
+
+def test_kernel_returning_a_float_is_a_clear_error():
+    @numba.njit
+    def returns_float(x, out):
+        out[0] = x[0]
+        return 1.5
+
+    spec = S((1,), jnp.float32)
+    with pytest.raises(Exception, match="integer status"):
+        _call(returns_float, (spec,), (spec,), jnp.ones(1, jnp.float32))

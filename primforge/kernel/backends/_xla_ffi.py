@@ -421,6 +421,7 @@ def _numba_helpers() -> dict[str, Any]:
     from llvmlite import ir
     from numba import njit, types
     from numba.core import cgutils
+    from numba.core.errors import TypingError
     from numba.extending import intrinsic, overload
 
     i8p = ir.IntType(8).as_pointer()
@@ -544,7 +545,9 @@ def _numba_helpers() -> dict[str, Any]:
             return lambda value: 0
         if isinstance(value, (types.Integer, types.Boolean)):
             return lambda value: int(value)
-        return None
+        raise TypingError(
+            f"a primforge numba kernel must return nothing or an integer status, not {value}"
+        )
 
     create_size = layout()["XLA_FFI_Error_Create_Args"]
     c_struct_size = create_size.struct_size

@@ -573,7 +573,7 @@ def _ensure_registered(kernel, name, in_sig, out_sig, n_levels) -> str:
                 parallel._launch_threads()
             label = f"primforge numba kernel {name!r} ({ident.split('@')[0]})"
             source = _handler_source(target, label, in_sig, out_sig, n_levels)
-            module = _load_handler(target, source, kernel)
+            module = _load_handler(target, source, kernel, label)
             jax.devices("cpu")  # XLA:CPU must be initialised before registering a target
             _ffi.register_ffi_target(target, _ffi.pycapsule(module.handler.address), platform="cpu")
             _HANDLERS[target] = module
@@ -615,7 +615,7 @@ def _try_enable_caching(kernel):
             pass
 
 
-def _load_handler(target: str, source: str, kernel):
+def _load_handler(target: str, source: str, kernel, label: str):
     directory = cache_dir()
     try:
         os.makedirs(directory, exist_ok=True)
@@ -642,8 +642,9 @@ def _load_handler(target: str, source: str, kernel):
     sys.modules[modname] = module  # Numba's cache looks the module up by name
     try:
         spec.loader.exec_module(module)
-    except BaseException:
+    except BaseException as e:
         sys.modules.pop(modname, None)
+        e.add_note(f"primforge: while compiling the XLA FFI handler {path} for {label}")
         raise
     return module
 
