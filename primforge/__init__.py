@@ -31,6 +31,7 @@ from primforge.kernel.kernel import (
 from primforge.kernel.batching import general_batching_rule
 from primforge.kernel.selection import use_backend
 from primforge.kernel.backends.numba import NumbaKernel, numba_kernel
+from primforge.kernel.sharding import ShardingRule, def_sharding_rule
 
 # Benchmarking, registry, autotune.
 from primforge.bench import (
@@ -48,6 +49,7 @@ __all__ = [
     "RuleTable", "iter_rule_eqns", "rule_table",
     "XLACustomKernel", "KernelEntry", "KernelError", "BackendUnavailableWarning",
     "general_batching_rule", "use_backend", "numba_kernel", "NumbaKernel",
+    "ShardingRule", "def_sharding_rule",
     "BenchmarkConfig", "BenchmarkRecord", "BenchmarkResult", "BenchmarkMismatchWarning",
     "BenchmarkDataFnNotProvidedError",
     "get_kernel", "list_kernels", "select_kernels", "autotune", "utils",

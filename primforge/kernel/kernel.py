@@ -33,6 +33,7 @@ import numpy as np
 from primforge import _compat
 from primforge.kernel import batching as _batching
 from primforge.kernel import selection as _selection
+from primforge.kernel import sharding as _sharding
 from primforge.kernel.backends import KNOWN_BACKENDS, get_backend
 
 __all__ = [
@@ -669,15 +670,10 @@ class XLACustomKernel:
                     f"kernel {self.name!r}: input {i} of shape {aval.shape} does not carry the "
                     f"batch dimensions {expected} its batch levels require"
                 )
-        vma = frozenset().union(*(getattr(a, "vma", frozenset()) for a in avals))
-        result = []
-        for o in outs:
-            shape = sizes + tuple(o.shape)
-            try:
-                result.append(_compat.ShapedArray(shape, o.dtype, vma=vma))
-            except TypeError:  # older JAX without varying-manual-axes types
-                result.append(_compat.ShapedArray(shape, o.dtype))
-        return result
+        result = [_compat.ShapedArray(sizes + tuple(o.shape), o.dtype) for o in outs]
+        # Rebuilt from an input aval so shard_map's varying-axes types and explicit-mesh
+        # shardings carry over to the results.
+        return _sharding.result_avals(self, avals, result, outs=outs, batch=batch, params=params)
 
     def _select(self, platform: str, backend: str | None, context) -> KernelEntry:
         entries = self._entries.get(platform)
@@ -783,6 +779,10 @@ class XLACustomKernel:
         )
         fn = self.build(
             platform, ins=ins, outs=outs, batch=batch, backend=backend, context=context, **params
+        )
+        fn = _sharding.partition_lowering(
+            self, fn, platform=platform, ins=ins, outs=outs, batch=batch, backend=backend,
+            context=context, params=params,
         )
 
         def checked(*arrays):
@@ -895,6 +895,33 @@ class XLACustomKernel:
             else:
                 result.append(r if m else jnp.sum(r, axis=0))
         return result
+
+    # ------------------------------------------------------------------ sharding
+    def def_sharding_rule(
+        self,
+        rule,
+        *,
+        reduction_factors: Sequence[str] = (),
+        need_replication_factors: Sequence[str] = (),
+    ):
+        """Partition calls on sharded inputs by ``rule`` instead of gathering them.
+
+        ``rule`` is ``'elementwise'``, an einsum-like string in Shardy's notation (one
+        factor per dimension, e.g. ``'i j, j -> i'``), or a callable of the call's params
+        returning one. See :func:`primforge.kernel.sharding.def_sharding_rule`.
+
+        Example:
+            >>> import primforge
+            >>> k = primforge.XLACustomKernel('doc_sharding_rule_method')
+            >>> k.def_kernel('jax', 'cpu', lambda **kw: lambda a, x: a @ x)
+            >>> rule = k.def_sharding_rule('i j, j -> i')
+            >>> type(rule).__name__
+            'ShardingRule'
+        """
+        return _sharding.def_sharding_rule(
+            self, rule, reduction_factors=reduction_factors,
+            need_replication_factors=need_replication_factors,
+        )
 
     # ------------------------------------------------------------------ call / benchmark hooks
     def def_tags(self, *tags: str) -> None:
