@@ -14,12 +14,23 @@ __version__ = "0.1.0"
 # Primitive core: every rule derived from one implementation; rule slots for interpreters.
 from primforge.primitive import (
     ETPPrimitive,
+    FrozenDict,
+    HashableCallable,
     MissingRuleError,
     defjvp,
+    etp_primitives,
+    get_etp_rule,
+    get_trainable_invars_fn,
+    get_x_invar_index,
+    get_y_outvar_index,
+    is_batched,
+    is_etp_primitive,
+    is_gradient_enabled,
     per_input_jvp,
     register_primitive,
+    static_param,
 )
-from primforge.rules import RuleTable, iter_rule_eqns, rule_table
+from primforge.rules import RuleTable, iter_rule_eqns, rule_table, rule_tables
 
 # Kernels: one primitive, kernels per backend and platform.
 from primforge.kernel.kernel import (
@@ -46,7 +57,10 @@ from primforge import autotune, utils
 
 __all__ = [
     "ETPPrimitive", "MissingRuleError", "defjvp", "per_input_jvp", "register_primitive",
-    "RuleTable", "iter_rule_eqns", "rule_table",
+    "FrozenDict", "HashableCallable", "static_param", "etp_primitives", "get_etp_rule",
+    "get_trainable_invars_fn", "get_x_invar_index", "get_y_outvar_index", "is_batched",
+    "is_etp_primitive", "is_gradient_enabled",
+    "RuleTable", "iter_rule_eqns", "rule_table", "rule_tables",
     "XLACustomKernel", "KernelEntry", "KernelError", "BackendUnavailableWarning",
     "general_batching_rule", "use_backend", "numba_kernel", "NumbaKernel",
     "ShardingRule", "def_sharding_rule",

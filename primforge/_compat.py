@@ -24,8 +24,7 @@ from jax.interpreters import ad, batching, mlir  # noqa: F401  (re-exported)
 JAX_VERSION: tuple[int, ...] = tuple(int(p) for p in jax.__version__.split(".")[:3] if p.isdigit())
 
 # Abstract array type that abstract-eval rules return. Still public in jax.core.
-from jax.core import ShapedArray  # noqa: E402,F401
-
+from jax.core import ShapedArray  # noqa: F401
 
 
 class _UserContext:
@@ -90,10 +89,10 @@ def tangent_dtype(dtype):
 
 
 # Custom SPMD partitioning of an opaque call (used by primforge.kernel.sharding).
-from jax.experimental.custom_partitioning import custom_partitioning  # noqa: E402,F401
+from jax.experimental.custom_partitioning import custom_partitioning  # noqa: F401
 
 try:  # primitives whose lowering needs the concrete device assignment
-    from jax._src.dispatch import prim_requires_devices_during_lowering  # noqa: E402
+    from jax._src.dispatch import prim_requires_devices_during_lowering
 except ImportError:  # pragma: no cover - moved in a future JAX
     prim_requires_devices_during_lowering: set = set()
 

@@ -127,7 +127,7 @@ def test_static_params_reach_the_generator_and_unhashable_ones_are_frozen_or_rej
     y = k(x, outs=f32(2), scale=3.0, offsets=[1.0, 2.0])  # list frozen to a tuple
     np.testing.assert_allclose(y, np.arange(2.0) * 3 + np.array([1.0, 2.0]))
     assert seen[-1] == (3.0, (1.0, 2.0))
-    with pytest.raises(TypeError, match="'offsets' is an array"):
+    with pytest.raises(TypeError, match="param 'offsets' is an array"):
         k(x, outs=f32(2), scale=3.0, offsets=np.ones(2))
     with pytest.raises(TypeError, match="reserved param"):
         k(x, outs=f32(2), batch=3)

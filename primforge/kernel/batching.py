@@ -21,7 +21,7 @@ from typing import Any
 import jax
 import jax.numpy as jnp
 
-__all__ = ["general_batching_rule", "native_batching_rule", "vmap_levels", "broadcast_levels"]
+__all__ = ["broadcast_levels", "general_batching_rule", "native_batching_rule", "vmap_levels"]
 
 BatchLevels = tuple[tuple[int, tuple[bool, ...]], ...]
 

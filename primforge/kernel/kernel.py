@@ -34,13 +34,14 @@ from primforge import _compat
 from primforge.kernel import batching as _batching
 from primforge.kernel import selection as _selection
 from primforge.kernel import sharding as _sharding
-from primforge.kernel.backends import KNOWN_BACKENDS, get_backend
+from primforge.kernel.backends import get_backend
+from primforge.primitive import static_param
 
 __all__ = [
-    "XLACustomKernel",
+    "BackendUnavailableWarning",
     "KernelEntry",
     "KernelError",
-    "BackendUnavailableWarning",
+    "XLACustomKernel",
 ]
 
 _INTERNAL_PARAMS = ("outs", "backend", "context", "batch")
@@ -128,31 +129,6 @@ def _normalize_outs(outs) -> tuple[tuple[jax.ShapeDtypeStruct, ...], type | None
             raise ValueError("outs must describe at least one output, got an empty sequence")
         return tuple(_as_struct(o, f"outs[{i}]") for i, o in enumerate(outs)), type(outs)
     return (_as_struct(outs, "outs"),), None
-
-
-def _freeze(value, path: str):
-    """Make a static param hashable, or raise a TypeError that says how to pass it."""
-    if isinstance(value, (np.ndarray, jax.Array)) or hasattr(value, "__jax_array__"):
-        raise TypeError(
-            f"kernel param {path!r} is an array. Static params must be hashable: pass arrays "
-            f"as positional inputs (operands) of the kernel, or convert small constants to a "
-            f"tuple, e.g. tuple(x.tolist())."
-        )
-    if isinstance(value, list | tuple):
-        return tuple(_freeze(v, f"{path}[{i}]") for i, v in enumerate(value))
-    if isinstance(value, dict):
-        return tuple(sorted((k, _freeze(v, f"{path}[{k!r}]")) for k, v in value.items()))
-    if isinstance(value, set):
-        return frozenset(_freeze(v, path) for v in value)
-    try:
-        hash(value)
-    except TypeError:
-        raise TypeError(
-            f"kernel param {path!r} of type {type(value).__name__} is not hashable. Static "
-            f"params are part of the compilation cache key: pass a hashable value (tuple, "
-            f"frozenset, number, string) or pass the data as an input array."
-        ) from None
-    return value
 
 
 def _core_struct(aval, n_lead: int) -> jax.ShapeDtypeStruct:
@@ -305,7 +281,7 @@ class XLACustomKernel:
             ['pallas']
         """
         if _selection.canonical_platform(platform) not in ("gpu", "tpu", "cpu"):
-            raise ValueError(f"def_pallas_kernel: platform must be 'gpu', 'tpu' or 'cpu'")
+            raise ValueError("def_pallas_kernel: platform must be 'gpu', 'tpu' or 'cpu'")
         self.def_kernel("pallas", platform, kg, asdefault)
 
     def def_warp_kernel(self, kg: Callable[..., Any], asdefault: bool = False,
@@ -610,7 +586,7 @@ class XLACustomKernel:
                     f"kernel {self.name!r} has no backend {backend!r}; registered: "
                     f"{self._backend_table()}"
                 )
-        params = {k: _freeze(v, k) for k, v in params.items()}
+        params = {k: static_param(v, name=k, where=f"kernel {self.name!r}") for k, v in params.items()}
         clash = set(params) & set(_INTERNAL_PARAMS)
         if clash:
             raise TypeError(f"kernel {self.name!r}: reserved param name(s) {sorted(clash)}")

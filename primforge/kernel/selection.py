@@ -20,7 +20,7 @@ from collections.abc import Iterator
 
 from primforge import _compat
 
-__all__ = ["use_backend", "current_overrides"]
+__all__ = ["current_overrides", "use_backend"]
 
 # Value: (generation, overrides); overrides is a tuple of (kernel_name | None, platform,
 # backend), innermost last. The generation changes whenever a default changes.
