@@ -144,6 +144,7 @@ def _weight_cotangent(binary, matrix, ct, data, indices, indptr, x, *, shape, tr
     """d<ct, W x>/d data, for the shared-weight and per-synapse layouts."""
     n = shape[1]
     nnz = indices.shape[0]
+    ct, x = jnp.asarray(ct), jnp.asarray(x)
     if _is_homo(data.aval, indices):
         # <ct, (w P) x> = w <ct, P x>: one more event-driven kernel call with unit weight.
         ones = jnp.ones((1,), data.aval.dtype)
