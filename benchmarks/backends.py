@@ -212,7 +212,7 @@ def warp_gen(op):
 _WARP_CACHE = {}
 
 
-def _WARP_KERNELS(wp):  # noqa: N802 - defined lazily so warp is imported only when used
+def _WARP_KERNELS(wp):
     if _WARP_CACHE:
         return _WARP_CACHE
 
@@ -224,7 +224,7 @@ def _WARP_KERNELS(wp):  # noqa: N802 - defined lazily so warp is imported only w
     @wp.kernel
     def rowsum(x: wp.array2d(dtype=wp.float32), y: wp.array(dtype=wp.float32)):
         i = wp.tid()
-        s = float(0.0)
+        s = wp.float32(0.0)
         for j in range(x.shape[1]):
             s += x[i, j]
         y[i] = s
@@ -235,7 +235,7 @@ def _WARP_KERNELS(wp):  # noqa: N802 - defined lazily so warp is imported only w
         i = wp.tid()
         y[i] = x[idx[i]]
 
-    first = lambda ins, outs: outs[0].shape  # noqa: E731
+    first = lambda ins, outs: outs[0].shape
     _WARP_CACHE.update({"affine": (affine, first), "rowsum": (rowsum, first),
                         "gather": (gather, first)})
     return _WARP_CACHE
@@ -372,9 +372,9 @@ def backend_generators(platform):
     gens["pallas"] = lambda op: pallas_gen(op, platform)
     if importlib.util.find_spec("warp") is not None:
         gens["warp"] = warp_gen
-    if get_backend("cuda_raw").is_available():
-        if platform == "cpu" or get_backend("cuda_raw").find_nvcc():
-            gens["cuda_raw"] = lambda op: cuda_raw_gen(op, platform)
+    if get_backend("cuda_raw").is_available() and (
+            platform == "cpu" or get_backend("cuda_raw").find_nvcc()):
+        gens["cuda_raw"] = lambda op: cuda_raw_gen(op, platform)
     if platform == "gpu":
         if get_backend("triton").is_available():
             gens["triton"] = lambda op: _triton_or_none(op)

@@ -8,7 +8,7 @@ import jax
 import pytest
 
 
-@functools.lru_cache(maxsize=None)
+@functools.cache
 def has_gpu() -> bool:
     """Whether JAX sees an NVIDIA GPU."""
     try:

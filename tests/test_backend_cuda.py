@@ -7,9 +7,9 @@ import jax
 import jax.numpy as jnp
 import numpy as np
 import pytest
+from gpu_utils import lower_for_cuda, requires_gpu
 
 import primforge
-from gpu_utils import lower_for_cuda, requires_gpu
 from primforge.kernel.backends import cuda as pcuda
 
 CPP_SOURCE = r"""
@@ -85,7 +85,7 @@ def test_through_xla_custom_kernel_with_vmap():
                                          b=np.float32(0.5)),
         platform="cpu")
     x = np.random.default_rng(0).normal(size=(3, 7)).astype(np.float32)
-    f = lambda x: k(x, outs=jax.ShapeDtypeStruct(x.shape, x.dtype), a=2.0)  # noqa: E731
+    f = lambda x: k(x, outs=jax.ShapeDtypeStruct(x.shape, x.dtype), a=2.0)
     np.testing.assert_allclose(np.asarray(jax.vmap(f)(x)), 2 * x + 0.5, rtol=1e-6)
 
 

@@ -4,12 +4,12 @@ import jax
 import jax.numpy as jnp
 import numpy as np
 import pytest
+from gpu_utils import lower_for_cuda, requires_gpu
 from jax.experimental import pallas as pl
 from jax.experimental.pallas import triton as plgpu
 
 import primforge
 from primforge.kernel.kernel import KernelError
-from gpu_utils import lower_for_cuda, requires_gpu
 
 
 def _affine_gen(platform, outs, **kw):
@@ -22,7 +22,6 @@ def _affine_gen(platform, outs, **kw):
 
 
 def _rowsum_gen(platform, ins, outs, **kw):
-    n, m = ins[0].shape
 
     def body(x_ref, o_ref):
         o_ref[...] = jnp.sum(x_ref[...], axis=1)
@@ -49,7 +48,7 @@ def test_elementwise_cpu_interpret_matches_numpy():
 def test_row_reduction_cpu_and_vmap():
     k = _make("t_pallas_rowsum", _rowsum_gen)
     x = np.random.default_rng(1).normal(size=(3, 8, 16)).astype(np.float32)
-    f = lambda x: k(x, outs=jax.ShapeDtypeStruct(x.shape[:1], x.dtype))  # noqa: E731
+    f = lambda x: k(x, outs=jax.ShapeDtypeStruct(x.shape[:1], x.dtype))
     np.testing.assert_allclose(np.asarray(f(x[0])), x[0].sum(1), rtol=1e-5)
     np.testing.assert_allclose(np.asarray(jax.vmap(f)(x)), x.sum(2), rtol=1e-5)
 

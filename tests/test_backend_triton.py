@@ -6,11 +6,11 @@ import numpy as np
 import pytest
 
 triton = pytest.importorskip("triton", reason="optional backend: pip install 'primforge[triton]'")
-import triton.language as tl  # noqa: E402
+import triton.language as tl
+from gpu_utils import lower_for_cuda, requires_gpu
 
-import primforge  # noqa: E402
-from gpu_utils import lower_for_cuda, requires_gpu  # noqa: E402
-from primforge.kernel.backends import triton as ptriton  # noqa: E402
+import primforge
+from primforge.kernel.backends import triton as ptriton
 
 
 @triton.jit
@@ -39,7 +39,7 @@ def test_ttir_is_generated_for_the_call_dtypes():
 
 def test_gpu_lowering_carries_grid_warps_and_stages():
     k = _kernel("t_triton_lower")
-    f = lambda x, y: k(x, y, outs=jax.ShapeDtypeStruct(x.shape, x.dtype))  # noqa: E731
+    f = lambda x, y: k(x, y, outs=jax.ShapeDtypeStruct(x.shape, x.dtype))
     text = lower_for_cuda(f, jnp.ones(1000, jnp.float32), jnp.ones(1000, jnp.float32))
     assert "__gpu$xla.gpu.triton" in text
     for field in ("grid_x = 4 : i32", "grid_y = 1 : i32", "num_warps = 2 : i32",

@@ -7,10 +7,11 @@ import pytest
 
 wp = pytest.importorskip("warp", reason="optional backend: pip install 'primforge[warp]'")
 
-import primforge  # noqa: E402
-from gpu_utils import lower_for_cuda, requires_gpu  # noqa: E402
-from primforge.kernel.backends.warp import warp_kernel  # noqa: E402
-from primforge.kernel.kernel import KernelError  # noqa: E402
+from gpu_utils import lower_for_cuda, requires_gpu
+
+import primforge
+from primforge.kernel.backends.warp import warp_kernel
+from primforge.kernel.kernel import KernelError
 
 
 @wp.kernel
@@ -23,7 +24,7 @@ def _axpb(x: wp.array(dtype=wp.float32), a: float, y: wp.array(dtype=wp.float32)
 @wp.kernel
 def _rowsum(x: wp.array2d(dtype=wp.float32), out: wp.array(dtype=wp.float32)):
     i = wp.tid()
-    s = float(0.0)
+    s = wp.float32(0.0)
     for j in range(x.shape[1]):
         s += x[i, j]
     out[i] = s
@@ -47,7 +48,7 @@ def test_row_reduction_with_explicit_dim_and_vmap():
     k = primforge.XLACustomKernel("t_warp_rowsum", replace=True)
     k.def_warp_kernel(lambda ins, **kw: warp_kernel(_rowsum, dim=ins[0].shape[0]), platform="cpu")
     x = np.random.default_rng(1).normal(size=(4, 6, 9)).astype(np.float32)
-    f = lambda x: k(x, outs=jax.ShapeDtypeStruct((x.shape[0],), jnp.float32))  # noqa: E731
+    f = lambda x: k(x, outs=jax.ShapeDtypeStruct((x.shape[0],), jnp.float32))
     np.testing.assert_allclose(np.asarray(jax.jit(jax.vmap(f))(x)), x.sum(2), rtol=1e-5)
 
 

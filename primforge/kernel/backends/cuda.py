@@ -35,7 +35,6 @@ from collections.abc import Callable, Sequence
 from typing import Any
 
 import jax
-import numpy as np
 
 NAME = "cuda_raw"
 PLATFORMS = ("cpu", "gpu")
@@ -123,10 +122,11 @@ def cache_dir() -> str:
     return os.path.join(root, "cuda")
 
 
-@functools.lru_cache(maxsize=None)
+@functools.cache
 def _compiler_version(compiler: str) -> str:
     try:
-        out = subprocess.run([compiler, "--version"], capture_output=True, text=True, timeout=60)
+        out = subprocess.run([compiler, "--version"], capture_output=True, text=True, timeout=60,
+                             check=False)
     except (OSError, subprocess.SubprocessError):
         return "unknown"
     return out.stdout.strip()
@@ -220,7 +220,7 @@ def _build(source: str, *, kind: str, name: str, flags: Sequence[str], arch: str
                "-o", out_tmp]
         if verbose:
             print(" ".join(cmd))
-        proc = subprocess.run(cmd, capture_output=True, text=True)
+        proc = subprocess.run(cmd, capture_output=True, text=True, check=False)
         if proc.returncode != 0:
             raise CompileError(
                 f"{os.path.basename(compiler)} failed to compile {name!r} "

@@ -38,8 +38,14 @@ NAME = "numba_cuda"
 PLATFORMS = ("gpu", "cpu")
 EXTRA = "numba-cuda"
 
-__all__ = ["NumbaCudaKernel", "numba_cuda_kernel", "is_available", "make_callable",
-           "simulator_enabled", "launcher"]
+__all__ = [
+    "NumbaCudaKernel",
+    "is_available",
+    "launcher",
+    "make_callable",
+    "numba_cuda_kernel",
+    "simulator_enabled",
+]
 
 
 def is_available() -> bool:
@@ -132,7 +138,7 @@ def numba_cuda_kernel(
         if not 1 <= len(dims) <= 3 or not all(isinstance(d, int) and d > 0 for d in dims):
             raise ValueError(f"numba_cuda_kernel: {what} must be 1 to 3 positive ints, got {v!r}")
     if not isinstance(shared_mem, int) or shared_mem < 0:
-        raise ValueError(f"numba_cuda_kernel: shared_mem must be a non-negative int")
+        raise ValueError("numba_cuda_kernel: shared_mem must be a non-negative int")
     return NumbaCudaKernel(kernel, grid, block, shared_mem, cc)
 
 
@@ -291,7 +297,7 @@ XLA_FFI_DEFINE_HANDLER_SYMBOL(
 """
 
 
-@functools.lru_cache(maxsize=None)
+@functools.cache
 def launcher():
     """The PTX launcher module (compiled once, cached on disk, registered for CUDA).
 
@@ -399,11 +405,11 @@ def make_callable(
     ptx, entry = compile_ptx(spec.kernel, ins, outs, spec.cc)
     grid, block = _launch_dims(spec, outs)
     target = launcher().target("PrimforgePtxLaunch")
-    attrs = dict(
-        ptx=ptx, kernel=entry, abi="numba",
-        grid=np.asarray(grid, np.int64), block=np.asarray(block, np.int64),
-        shared_mem=np.int64(spec.shared_mem),
-    )
+    attrs = {
+        "ptx": ptx, "kernel": entry, "abi": "numba",
+        "grid": np.asarray(grid, np.int64), "block": np.asarray(block, np.int64),
+        "shared_mem": np.int64(spec.shared_mem),
+    }
     ffi = jax.ffi.ffi_call(target, tuple(outs), vmap_method="sequential")
 
     def call(*arrays):

@@ -36,7 +36,7 @@ NAME = "triton"
 PLATFORMS = ("gpu",)
 EXTRA = "triton"
 
-__all__ = ["TritonKernel", "triton_kernel", "is_available", "make_callable", "to_ttir"]
+__all__ = ["TritonKernel", "is_available", "make_callable", "to_ttir", "triton_kernel"]
 
 _TRITON_DTYPES = {
     "float32": "fp32", "float16": "fp16", "bfloat16": "bf16", "float64": "fp64",
@@ -127,7 +127,7 @@ def to_ttir(fn, pointer_dtypes: Sequence[Any], constexprs: Mapping[str, Any], *,
     Uses the installed ``triton`` front end for a CUDA target of compute capability ``cc``.
     """
     import triton  # noqa: F401
-    import triton._C.libtriton as libtriton
+    from triton._C import libtriton
     from triton.backends.compiler import GPUTarget
     from triton.backends.nvidia.compiler import CUDABackend
     from triton.compiler import ASTSource
@@ -183,7 +183,7 @@ def _to_xla_bytecode(ttir: str) -> bytes:
 
 
 # -- the primitive that carries a compiled-to-TTIR kernel to XLA's Triton custom call -------
-@functools.lru_cache(maxsize=None)
+@functools.cache
 def _primitive():
     from jax.interpreters import mlir
 
@@ -195,17 +195,17 @@ def _primitive():
 
     def lowering(ctx, *args, ir_bytes, kernel_name, grid, num_warps, num_stages, outs):
         i32 = mlir.ir.IntegerType.get_signless(32)
-        config = dict(
-            name=mlir.ir.StringAttr.get(kernel_name),
-            ir=mlir.ir.StringAttr.get(ir_bytes),
-            num_stages=mlir.ir.IntegerAttr.get(i32, num_stages),
-            num_warps=mlir.ir.IntegerAttr.get(i32, num_warps),
-            grid_x=mlir.ir.IntegerAttr.get(i32, grid[0]),
-            grid_y=mlir.ir.IntegerAttr.get(i32, grid[1]),
-            grid_z=mlir.ir.IntegerAttr.get(i32, grid[2]),
-            debug=mlir.ir.BoolAttr.get(False),
-        )
-        layouts = lambda avals: [tuple(range(len(a.shape) - 1, -1, -1)) for a in avals]  # noqa: E731
+        config = {
+            "name": mlir.ir.StringAttr.get(kernel_name),
+            "ir": mlir.ir.StringAttr.get(ir_bytes),
+            "num_stages": mlir.ir.IntegerAttr.get(i32, num_stages),
+            "num_warps": mlir.ir.IntegerAttr.get(i32, num_warps),
+            "grid_x": mlir.ir.IntegerAttr.get(i32, grid[0]),
+            "grid_y": mlir.ir.IntegerAttr.get(i32, grid[1]),
+            "grid_z": mlir.ir.IntegerAttr.get(i32, grid[2]),
+            "debug": mlir.ir.BoolAttr.get(False),
+        }
+        layouts = lambda avals: [tuple(range(len(a.shape) - 1, -1, -1)) for a in avals]
         return _compat.mlir_custom_call(
             call_target_name="__gpu$xla.gpu.triton",
             result_types=[mlir.ir.RankedTensorType.get(a.shape, mlir.dtype_to_ir_type(a.dtype))
@@ -277,7 +277,7 @@ def make_callable(
                    num_stages=spec.num_stages, cc=_default_cc())
     try:
         ir_bytes = _to_xla_bytecode(ttir)
-    except Exception as e:  # noqa: BLE001 - MLIR parse errors come in several types
+    except Exception as e:
         import triton
 
         raise RuntimeError(
@@ -285,14 +285,14 @@ def make_callable(
             f"triton {triton.__version__} ({type(e).__name__}: {e}). Install a triton release "
             f"matching jaxlib {'.'.join(map(str, _compat.jaxlib_version()))}."
         ) from e
-    params = dict(
-        ir_bytes=ir_bytes,
-        kernel_name=spec.fn.__name__,
-        grid=_grid3(spec.grid, spec.constexprs),
-        num_warps=spec.num_warps,
-        num_stages=spec.num_stages,
-        outs=tuple(jax.ShapeDtypeStruct(tuple(o.shape), o.dtype) for o in outs),
-    )
+    params = {
+        "ir_bytes": ir_bytes,
+        "kernel_name": spec.fn.__name__,
+        "grid": _grid3(spec.grid, spec.constexprs),
+        "num_warps": spec.num_warps,
+        "num_stages": spec.num_stages,
+        "outs": tuple(jax.ShapeDtypeStruct(tuple(o.shape), o.dtype) for o in outs),
+    }
     prim = _primitive()
 
     def call(*arrays):

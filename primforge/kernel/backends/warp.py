@@ -26,10 +26,10 @@ NAME = "warp"
 PLATFORMS = ("cpu", "gpu")
 EXTRA = "warp"
 
-__all__ = ["WarpKernel", "warp_kernel", "is_available", "make_callable"]
+__all__ = ["WarpKernel", "is_available", "make_callable", "warp_kernel"]
 
 
-@functools.lru_cache(maxsize=None)
+@functools.cache
 def is_available() -> bool:
     """Whether ``warp`` (warp-lang) imports and offers ``wp.jax_kernel``.
 
