@@ -448,3 +448,23 @@ def test_kernel_returning_a_float_is_a_clear_error():
     spec = S((1,), jnp.float32)
     with pytest.raises(Exception, match="integer status"):
         _call(returns_float, (spec,), (spec,), jnp.ones(1, jnp.float32))
+
+
+def _make_scaler(c):
+    @numba.njit
+    def scale(x, out):
+        for i in range(x.size):
+            out[i] = x[i] * c
+
+    return scale
+
+
+def test_closures_with_different_constants_get_their_own_handler():
+    spec = S((3,), jnp.float32)
+    x = jnp.array([1.0, 2.0, 3.0])
+    y2 = nb.numba_kernel(_make_scaler(2.0), outs=spec)(x)
+    y3 = nb.numba_kernel(_make_scaler(3.0), outs=spec)(x)
+    again = nb.numba_kernel(_make_scaler(2.0), outs=spec)(x)  # same identity: handler reused
+    np.testing.assert_allclose(y2, 2 * x)
+    np.testing.assert_allclose(y3, 3 * x)
+    np.testing.assert_allclose(again, 2 * x)

@@ -34,6 +34,7 @@ import functools
 import hashlib
 import importlib.util
 import os
+import pickle
 import re
 import sys
 import tempfile
@@ -464,8 +465,15 @@ def _feed(h, value, seen):
             _feed(h, v, seen)
     elif value is None or isinstance(value, (bool, int, float, complex, str, bytes, np.generic)):
         h.update(b"V" + repr(value).encode())
-    else:  # anything else: its type only (its repr may hold an address)
+    else:
+        # Anything else (an enum, a jitclass instance, ...): its pickle when it has one, which
+        # is stable across processes; else its identity, which keeps two different objects
+        # from sharing a handler at the price of a process-specific target name.
         h.update(b"O" + type(value).__module__.encode() + type(value).__qualname__.encode())
+        try:
+            h.update(pickle.dumps(value, protocol=4))
+        except Exception:  # noqa: BLE001  (unpicklable: fall back to identity)
+            h.update(f"id{id(value)}".encode())
 
 
 def _feed_code(h, code, seen):
