@@ -42,6 +42,16 @@ from primforge.kernel.kernel import (
 from primforge.kernel.batching import general_batching_rule
 from primforge.kernel.selection import use_backend
 from primforge.kernel.backends.numba import NumbaKernel, numba_kernel
+from primforge.kernel.backends.cuda import (
+    CompileError,
+    FFIModule,
+    load_cpp_inline,
+    load_cuda_file,
+    load_cuda_inline,
+)
+from primforge.kernel.backends.numba_cuda import NumbaCudaKernel, numba_cuda_kernel
+from primforge.kernel.backends.triton import TritonKernel, triton_kernel
+from primforge.kernel.backends.warp import WarpKernel, warp_kernel
 from primforge.kernel.sharding import ShardingRule, def_sharding_rule
 
 # Benchmarking, registry, autotune.
@@ -64,6 +74,9 @@ __all__ = [
     "XLACustomKernel", "KernelEntry", "KernelError", "BackendUnavailableWarning",
     "general_batching_rule", "use_backend", "numba_kernel", "NumbaKernel",
     "ShardingRule", "def_sharding_rule",
+    "CompileError", "FFIModule", "load_cpp_inline", "load_cuda_file", "load_cuda_inline",
+    "NumbaCudaKernel", "numba_cuda_kernel", "TritonKernel", "triton_kernel", "WarpKernel",
+    "warp_kernel",
     "BenchmarkConfig", "BenchmarkRecord", "BenchmarkResult", "BenchmarkMismatchWarning",
     "BenchmarkDataFnNotProvidedError",
     "get_kernel", "list_kernels", "select_kernels", "autotune", "utils",
