@@ -38,10 +38,10 @@ RESULTS = os.path.join(os.path.dirname(os.path.abspath(__file__)), "results")
 METHODS = ["numba", "numba_hetero", "jax_ref", "dense", "bcoo"]
 
 GRIDS = {
-    "quick": dict(n=[2_000, 5_000], p=[0.02, 0.05], rate=[0.01, 0.1]),
-    "default": dict(n=[10_000, 20_000], p=[0.01, 0.05], rate=[0.001, 0.01, 0.1]),
-    "full": dict(n=[10_000, 20_000, 50_000, 100_000], p=[0.01, 0.02, 0.05, 0.1],
-                 rate=[0.001, 0.01, 0.1]),
+    "quick": {"n": [2_000, 5_000], "p": [0.02, 0.05], "rate": [0.01, 0.1]},
+    "default": {"n": [10_000, 20_000], "p": [0.01, 0.05], "rate": [0.001, 0.01, 0.1]},
+    "full": {"n": [10_000, 20_000, 50_000, 100_000], "p": [0.01, 0.02, 0.05, 0.1],
+                 "rate": [0.001, 0.01, 0.1]},
 }
 
 
@@ -60,7 +60,7 @@ def run_config(n, p, rate, *, dense_limit_gb, nnz_limit_xla, seed=0):
     nnz = W.nnz
     rng = np.random.default_rng(seed + 1)
     spikes = jnp.asarray(rng.random(n) < rate)
-    row = dict(n=n, p=p, rate=rate, nnz=nnz, n_events=int(spikes.sum()), times={}, skipped={})
+    row = {"n": n, "p": p, "rate": rate, "nnz": nnz, "n_events": int(spikes.sum()), "times": {}, "skipped": {}}
     hetero = W.with_data(jnp.full((nnz,), 0.1, jnp.float32))
 
     fns = {
@@ -173,10 +173,10 @@ def main(argv=None):
             print(f"  N={n} p={p} rate={rate}: {time.perf_counter() - t0:.1f}s", file=sys.stderr)
     text = table(rows)
     print(text)
-    meta = dict(jax=jax.__version__, platform=platform.platform(), cpu_count=os.cpu_count(),
-                device=str(jax.devices()[0]), grid=grid)
+    meta = {"jax": jax.__version__, "platform": platform.platform(), "cpu_count": os.cpu_count(),
+                "device": str(jax.devices()[0]), "grid": grid}
     with open(os.path.join(args.out, "event_csr.json"), "w") as f:
-        json.dump(dict(meta=meta, rows=rows), f, indent=1)
+        json.dump({"meta": meta, "rows": rows}, f, indent=1)
     with open(os.path.join(args.out, "event_csr.md"), "w") as f:
         f.write(text + "\n")
     try:

@@ -152,7 +152,7 @@ def test_homogeneous_from_dense_and_with_data():
 def test_csr_is_a_pytree_under_jit():
     *_, dense = random_csr(np.random.default_rng(7))
     W = CSR.from_dense(dense)
-    leaves, treedef = jax.tree_util.tree_flatten(W)
+    leaves, _treedef = jax.tree_util.tree_flatten(W)
     assert len(leaves) == 3
     v = np.ones(N, np.float32)
     np.testing.assert_allclose(jax.jit(lambda W, v: W @ v)(W, v), dense @ v, rtol=1e-5, atol=1e-5)

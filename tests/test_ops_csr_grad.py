@@ -9,11 +9,10 @@ import jax.numpy as jnp
 import numpy as np
 import pytest
 from jax.test_util import check_grads
+from test_ops_csr import BACKENDS, FUNCS, K, M, N, make_input, random_csr
 
 from primforge import ops
 from primforge.ops import CSR
-
-from test_ops_csr import BACKENDS, FUNCS, K, M, N, make_input, random_csr
 
 
 def _names(jaxpr):

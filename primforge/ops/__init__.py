@@ -8,8 +8,6 @@
 """
 
 from primforge.ops._common import CSRStructureError
-from primforge.ops.connectivity import fixed_prob
-from primforge.ops.csr import CSC, CSR
 from primforge.ops._kernels import (
     binary_csrmm,
     binary_csrmm_p,
@@ -20,11 +18,12 @@ from primforge.ops._kernels import (
     csrmv,
     csrmv_p,
 )
+from primforge.ops.connectivity import fixed_prob
+from primforge.ops.csr import CSC, CSR
 
 __all__ = [
     "CSC",
     "CSR",
-    "fixed_prob",
     "CSRStructureError",
     "binary_csrmm",
     "binary_csrmm_p",
@@ -34,4 +33,5 @@ __all__ = [
     "csrmm_p",
     "csrmv",
     "csrmv_p",
+    "fixed_prob",
 ]

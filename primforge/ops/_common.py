@@ -22,8 +22,8 @@ import numpy as np
 
 __all__ = [
     "CSRStructureError",
-    "check_shape_param",
     "check_csr_args",
+    "check_shape_param",
     "row_ids",
     "structure_ok",
     "validate_concrete",
@@ -111,7 +111,7 @@ def structure_ok(indices: jax.Array, indptr: jax.Array, n_cols: int) -> jax.Arra
 
 
 def _problems(indices: np.ndarray, indptr: np.ndarray, shape: tuple[int, int]) -> list[str]:
-    m, n = shape
+    _m, n = shape
     nnz = indices.shape[0]
     found = []
     if indptr[0] != 0:

@@ -31,14 +31,14 @@ from primforge.kernel.kernel import XLACustomKernel
 from primforge.ops import _common
 
 __all__ = [
-    "csrmv_p",
-    "binary_csrmv_p",
-    "csrmm_p",
-    "binary_csrmm_p",
-    "csrmv",
-    "binary_csrmv",
-    "csrmm",
     "binary_csrmm",
+    "binary_csrmm_p",
+    "binary_csrmv",
+    "binary_csrmv_p",
+    "csrmm",
+    "csrmm_p",
+    "csrmv",
+    "csrmv_p",
 ]
 
 KERNELS: dict[tuple[bool, bool], XLACustomKernel] = {}  # (binary, matrix) -> kernel
@@ -127,7 +127,7 @@ def _jvp_rule(binary: bool, matrix: bool):
     def jvp(primals, tangents, *, outs, backend=None, shape, transpose, **_):
         data, indices, indptr, x = primals
         d_data, _, _, d_x = tangents
-        kw = dict(shape=shape, transpose=transpose, backend=backend)
+        kw = {"shape": shape, "transpose": transpose, "backend": backend}
         y = _call(binary, matrix, data, indices, indptr, x, **kw)
         t = None
         if type(d_data) is not _compat.Zero:

@@ -25,7 +25,7 @@ import functools
 import numpy as np
 
 
-@functools.lru_cache(maxsize=None)
+@functools.cache
 def mv_kernel(binary: bool, transpose: bool, homo: bool):
     """The njit matrix-vector kernel for one variant (compiled lazily per dtype)."""
     import numba
@@ -102,7 +102,7 @@ def mv_kernel(binary: bool, transpose: bool, homo: bool):
     return csr_mv
 
 
-@functools.lru_cache(maxsize=None)
+@functools.cache
 def mm_kernel(binary: bool, transpose: bool, homo: bool):
     """The njit matrix-matrix kernel for one variant (compiled lazily per dtype)."""
     import numba

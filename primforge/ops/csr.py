@@ -25,7 +25,7 @@ import numpy as np
 from primforge.ops import _common, _kernels
 from primforge.utils import dataclass, field
 
-__all__ = ["CSR", "CSC"]
+__all__ = ["CSC", "CSR"]
 
 
 def _is_event(x: jax.Array) -> bool:
