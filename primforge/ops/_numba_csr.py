@@ -26,11 +26,29 @@ import numpy as np
 
 
 @functools.cache
+def _indptr_checker():
+    """An njit check that ``indptr`` starts at 0, ends at ``nnz`` and never decreases."""
+    import numba
+
+    @numba.njit(nogil=True)
+    def indptr_ok(indptr, m, nnz):
+        if indptr[0] != 0 or indptr[m] != nnz:
+            return False
+        for i in range(m):
+            if indptr[i + 1] < indptr[i]:
+                return False
+        return True
+
+    return indptr_ok
+
+
+@functools.cache
 def mv_kernel(binary: bool, transpose: bool, homo: bool):
     """The njit matrix-vector kernel for one variant (compiled lazily per dtype)."""
     import numba
 
     BINARY, HOMO = binary, homo
+    indptr_ok = _indptr_checker()
 
     if transpose:
 
@@ -40,12 +58,7 @@ def mv_kernel(binary: bool, transpose: bool, homo: bool):
             n = out.shape[0]
             nnz = indices.shape[0]
             out[:] = 0
-            ok = indptr[0] == 0 and indptr[m] == nnz
-            if ok:
-                for i in range(m):
-                    if indptr[i + 1] < indptr[i]:
-                        ok = False
-                        break
+            ok = indptr_ok(indptr, m, nnz)
             if ok:
                 w0 = data[0]
                 for i in range(m):
@@ -73,12 +86,7 @@ def mv_kernel(binary: bool, transpose: bool, homo: bool):
         m = out.shape[0]
         n = x.shape[0]
         nnz = indices.shape[0]
-        ok = indptr[0] == 0 and indptr[m] == nnz
-        if ok:
-            for i in range(m):
-                if indptr[i + 1] < indptr[i]:
-                    ok = False
-                    break
+        ok = indptr_ok(indptr, m, nnz)
         if ok:
             w0 = data[0]
             for i in range(m):
@@ -108,6 +116,7 @@ def mm_kernel(binary: bool, transpose: bool, homo: bool):
     import numba
 
     BINARY, HOMO = binary, homo
+    indptr_ok = _indptr_checker()
 
     if transpose:
 
@@ -117,12 +126,7 @@ def mm_kernel(binary: bool, transpose: bool, homo: bool):
             n = out.shape[0]
             nnz = indices.shape[0]
             out[:] = 0
-            ok = indptr[0] == 0 and indptr[m] == nnz
-            if ok:
-                for i in range(m):
-                    if indptr[i + 1] < indptr[i]:
-                        ok = False
-                        break
+            ok = indptr_ok(indptr, m, nnz)
             active = np.empty(kcols, np.int64)
             if ok:
                 w0 = data[0]
@@ -160,12 +164,7 @@ def mm_kernel(binary: bool, transpose: bool, homo: bool):
         n, kcols = x.shape
         nnz = indices.shape[0]
         out[:] = 0
-        ok = indptr[0] == 0 and indptr[m] == nnz
-        if ok:
-            for i in range(m):
-                if indptr[i + 1] < indptr[i]:
-                    ok = False
-                    break
+        ok = indptr_ok(indptr, m, nnz)
         if ok:
             w0 = data[0]
             for i in range(m):
