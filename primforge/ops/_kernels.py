@@ -17,6 +17,10 @@ Design:
     * Batching: ``vmap`` over ``x`` alone turns a matvec into one matmat call (the batch
       becomes the columns) and a matmat into a wider matmat; any other batching (e.g. of
       the weights) maps the kernel over the batch with ``lax.map``.
+    * Benchmarking: each kernel's call function is its public product (``csrmv`` ...), and
+      its benchmark data is four small deterministic cases (``n`` = 200 and 1000, ``p`` =
+      0.05, 5% active inputs, both directions, one shared weight), so ``primforge bench`` /
+      ``check`` / ``autotune`` can compare the numba backend with the jax reference quickly.
 """
 
 from __future__ import annotations
@@ -25,6 +29,7 @@ from typing import Any
 
 import jax
 import jax.numpy as jnp
+import numpy as np
 
 from primforge import _compat
 from primforge.kernel.kernel import XLACustomKernel
@@ -377,3 +382,71 @@ def binary_csrmm(data: Any, indices: Any, indptr: Any, events: Any, *, shape: tu
     """
     return _public(True, True)(data, indices, indptr, events, shape=shape,
                                transpose=transpose, backend=backend)
+
+
+# ----------------------------------------------------------------------------- benchmark hooks
+# Each kernel gets a call function (the public one above, used by ``kernel.call`` and
+# ``kernel.benchmark``) and a few small deterministic configs, so that ``primforge bench``
+# and ``primforge check`` can time every backend and compare it with the 'jax' reference.
+_BENCH_PROB = 0.05  # connection probability
+_BENCH_RATE = 0.05  # fraction of active (non-zero) entries in the input
+_BENCH_COLS = 8  # columns of the input for the matmat kernels
+
+
+def _bench_csr(rs, n: int, prob: float):
+    """A random ``n x n`` CSR structure (sorted columns) with per-synapse float32 weights."""
+    mask = rs.random_sample((n, n)) < prob
+    rows, cols = np.nonzero(mask)
+    indptr = np.zeros(n + 1, dtype=np.int32)
+    np.cumsum(np.bincount(rows, minlength=n), out=indptr[1:])
+    data = rs.standard_normal(cols.size).astype(np.float32)
+    return data, cols.astype(np.int32), indptr
+
+
+def _bench_input(rs, shape, rate: float, binary: bool):
+    active = rs.random_sample(shape) < rate
+    if binary:
+        return active
+    return np.where(active, rs.standard_normal(shape), 0.0).astype(np.float32)
+
+
+# (n, transpose, shared weight): both sizes and directions, and one shared-weight case.
+_BENCH_CASES = ((200, False, False), (200, True, True), (1000, False, False), (1000, True, False))
+
+
+def _benchmark_data(binary: bool, matrix: bool):
+    def configs(*, platform: str) -> list:
+        del platform  # the same small cases everywhere
+        from primforge.bench import BenchmarkConfig
+
+        out = []
+        for i, (n, transpose, shared) in enumerate(_BENCH_CASES):
+            rs = np.random.RandomState(1234 + i)
+            data, indices, indptr = _bench_csr(rs, n, _BENCH_PROB)
+            if shared:
+                data = np.array([0.5], np.float32)
+            xshape = (n, _BENCH_COLS) if matrix else (n,)
+            x = _bench_input(rs, xshape, _BENCH_RATE, binary)
+            params = {"n": n, "p": _BENCH_PROB, "rate": _BENCH_RATE, "transpose": transpose,
+                      "weight": "shared" if shared else "per-synapse"}
+            if matrix:
+                params["k"] = _BENCH_COLS
+            out.append(BenchmarkConfig(
+                args=(data, indices, indptr, x),
+                kwargs={"shape": (n, n), "transpose": transpose},
+                params=params,
+            ))
+        return out
+
+    return configs
+
+
+for (_binary, _matrix), _public_fn in {
+    (False, False): csrmv,
+    (True, False): binary_csrmv,
+    (False, True): csrmm,
+    (True, True): binary_csrmm,
+}.items():
+    KERNELS[(_binary, _matrix)].def_call(_public_fn)
+    KERNELS[(_binary, _matrix)].def_benchmark_data(_benchmark_data(_binary, _matrix))
+del _binary, _matrix, _public_fn
