@@ -13,7 +13,8 @@ import scipy.sparse as sp
 from primforge import ops
 from primforge.ops import CSC, CSR, CSRStructureError, fixed_prob
 
-BACKENDS = ["jax", "numba"]
+# "pallas" runs the GPU kernels interpreted on the CPU: the same kernel bodies as on a GPU.
+BACKENDS = ["jax", "numba", "pallas"]
 M, N, K = 13, 9, 3
 
 
@@ -215,8 +216,9 @@ def test_vmap_over_events_is_one_matmat_call(backend, binary, transpose, homo):
     assert names.count(mm) == 1, names
     assert not any(n in ("scan", "while") for n in names), names
     assert not any(n.endswith("csrmv") for n in names), names
-    hlo = jax.jit(jax.vmap(f)).lower(xs).as_text()
-    assert "while" not in hlo and "stablehlo.while" not in hlo
+    if backend != "pallas":  # interpreted Pallas lowers its grid to a loop by design
+        hlo = jax.jit(jax.vmap(f)).lower(xs).as_text()
+        assert "while" not in hlo and "stablehlo.while" not in hlo
 
 
 @pytest.mark.parametrize("backend", BACKENDS)

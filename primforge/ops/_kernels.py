@@ -53,6 +53,15 @@ def _is_homo(data_struct, indices_struct) -> bool:
     return tuple(data_struct.shape) == (1,) and indices_struct.shape[0] != 1
 
 
+def _pallas_generator(binary: bool, matrix: bool):
+    def generate(**kw):
+        from primforge.ops import _pallas_csr
+
+        return _pallas_csr.generator(binary, matrix, _jax_generator(binary, matrix))(**kw)
+
+    return generate
+
+
 # ----------------------------------------------------------------------------- jax reference
 def _jax_generator(binary: bool, matrix: bool):
     def generate(*, ins, outs, shape, transpose, **_):
@@ -232,6 +241,9 @@ def _make_kernel(binary: bool, matrix: bool) -> XLACustomKernel:
     kernel.def_transpose_rule(_transpose_rule(binary, matrix))
     kernel.def_batching_rule(_batching_rule(binary, matrix))
     kernel.def_tags("csr", "sparse", "event" if binary else "float", "matmat" if matrix else "matvec")
+    # Pallas (Triton) on the GPU, and the same kernels interpreted on the CPU; opt-in on both.
+    kernel.def_pallas_kernel("gpu", _pallas_generator(binary, matrix))
+    kernel.def_pallas_kernel("cpu", _pallas_generator(binary, matrix))
     KERNELS[(binary, matrix)] = kernel
     return kernel
 

@@ -1,0 +1,308 @@
+"""Pallas (Triton) kernels for the CSR products, on the GPU and, interpreted, on the CPU.
+
+Design:
+    * One ``pl.pallas_call`` per variant; every array is passed whole (no BlockSpecs) and the
+      kernel does its own masked loads, so a row of any length is walked in chunks of
+      ``BLOCK_NNZ`` stored entries inside a ``fori_loop`` whose trip count comes from
+      ``indptr``. Matrices are flattened to 1-D so a gather or scatter over ``(entry,
+      column)`` pairs is a single array of offsets.
+    * ``W @ x`` (gather): one program per row (times one per block of ``BLOCK_COLS``
+      columns for a matmat). It accumulates in registers and writes its own output
+      elements: no atomics, deterministic.
+    * ``W.T @ x`` (scatter, event-driven): one program per row of ``W`` (a source); a row
+      whose input is zero runs its loop zero times, so the work is proportional to the active
+      rows. Contributions are added with ``atomic_add`` into an output that starts as an
+      aliased zero buffer (interpreted on the CPU: an exact scatter-add, see
+      :func:`_scatter_add`). Float sums in this direction are therefore order-dependent
+      (like every atomics-based GPU scatter).
+    * Validation without out-of-bounds access: each program clamps its row range to
+      ``[0, nnz]``, masks every load, and counts column indices outside ``[0, cols)`` in a
+      per-program flag output; the wrapper turns a bad count, or an ``indptr`` that does not
+      run non-decreasingly from 0 to nnz, into an all-NaN result (as the other backends do).
+    * Events: bool inputs are widened to int8 before the call (Triton has no 1-bit memory
+      type); any other dtype is read as is and compared with zero. Weights must be float32
+      or float64 (Triton's atomic add); degenerate sizes (no rows, columns, entries or input
+      columns) are delegated to the pure-JAX kernel.
+    * Platforms: 'gpu' (Triton compiler params) and 'cpu' (interpret mode: the same kernel
+      body, checked against NumPy on any machine).
+"""
+
+from __future__ import annotations
+
+import jax
+import jax.numpy as jnp
+import numpy as np
+
+__all__ = ["BLOCK_COLS", "BLOCK_NNZ", "NUM_WARPS", "generator"]
+
+BLOCK_NNZ = 128  # stored entries per chunk for the matvec kernels
+BLOCK_NNZ_MM = 32  # stored entries per chunk for the matmat kernels
+BLOCK_COLS = 32  # most input columns per program for the matmat kernels
+NUM_WARPS = 4
+
+_FLOATS = (np.dtype(np.float32), np.dtype(np.float64))
+
+
+def _compiler_params(platform: str):
+    if platform == "cpu":
+        return None
+    from jax.experimental.pallas import triton as plgpu
+
+    return plgpu.CompilerParams(num_warps=NUM_WARPS, num_stages=1)
+
+
+def _row_range(p_ref, i, nnz):
+    """Row ``i``'s stored-entry range, clamped to ``[0, nnz]`` and never decreasing."""
+    start = jnp.clip(p_ref[i], 0, nnz)
+    end = jnp.clip(p_ref[i + 1], start, nnz)
+    return start, end
+
+
+def _chunks(start, end, block):
+    return (end - start + block - 1) // block
+
+
+def _entry_chunk(i_ref, d_ref, start, end, c, *, block, n, homo, w0):
+    """Columns, in-range mask, weights and bad-index count of one chunk of a row."""
+    from jax.experimental.pallas import triton as plgpu
+
+    offs = start + c * block + jnp.arange(block, dtype=start.dtype)
+    live = offs < end
+    cols = plgpu.load(i_ref.at[offs], mask=live, other=0)
+    inside = (cols >= 0) & (cols < n)
+    ok = live & inside
+    if homo:
+        w = jnp.full((block,), w0)
+    else:
+        w = plgpu.load(d_ref.at[offs], mask=live, other=0)
+    bad = jnp.sum((live & ~inside).astype(jnp.int32), dtype=jnp.int32)
+    return jnp.where(ok, cols, 0), ok, w, bad
+
+
+def _scatter_add(y_ref, offs, vals, mask, platform):
+    """``y[offs] += vals`` where ``mask``: atomics on the GPU, an exact sum when interpreted.
+
+    Pallas' interpreter has no masked atomics and keeps only one of several updates to the
+    same offset, so on 'cpu' (programs run one after another) the whole buffer is updated
+    with a scatter-add instead. The GPU path is what ``atomic_add`` means on hardware.
+    """
+    if platform == "cpu":
+        y_ref[...] = y_ref[...].at[offs].add(jnp.where(mask, vals, 0))
+        return
+    from jax.experimental.pallas import triton as plgpu
+
+    plgpu.atomic_add(y_ref, offs, vals, mask=mask)
+
+
+def _matvec(binary, transpose, homo, *, m, n, nnz, dtype, platform):
+    from jax.experimental import pallas as pl
+    from jax.experimental.pallas import triton as plgpu
+
+    block = BLOCK_NNZ
+
+    def value(v):
+        return (v != 0).astype(dtype) if binary else v.astype(dtype)
+
+    if not transpose:
+
+        def gather(d_ref, i_ref, p_ref, x_ref, y_ref, bad_ref):
+            i = pl.program_id(0)
+            start, end = _row_range(p_ref, i, nnz)
+            w0 = d_ref[0] if homo else None
+
+            def step(c, carry):
+                acc, bad = carry
+                cols, ok, w, b = _entry_chunk(i_ref, d_ref, start, end, c, block=block, n=n,
+                                              homo=homo, w0=w0)
+                xv = value(plgpu.load(x_ref.at[cols], mask=ok, other=0))
+                return acc + jnp.where(ok, w * xv, 0), bad + b
+
+            init = (jnp.zeros((block,), dtype), jnp.int32(0))
+            acc, bad = jax.lax.fori_loop(0, _chunks(start, end, block), step, init)
+            y_ref[i] = jnp.sum(acc)
+            bad_ref[i] = bad
+
+        def call(data, indices, indptr, x):
+            outs = (jax.ShapeDtypeStruct((m,), dtype), jax.ShapeDtypeStruct((m,), jnp.int32))
+            return pl.pallas_call(gather, out_shape=outs, grid=(m,),
+                                  interpret=platform == "cpu",
+                                  compiler_params=_compiler_params(platform),
+                                  name="pf_csr_gather_mv")(data, indices, indptr, x)
+
+        return call
+
+    def scatter(d_ref, i_ref, p_ref, x_ref, _zeros_ref, y_ref, bad_ref):
+        i = pl.program_id(0)
+        start, end = _row_range(p_ref, i, nnz)
+        xi = x_ref[i]
+        xv = value(xi)
+        w0 = d_ref[0] if homo else None
+        trips = jnp.where(xi != 0, _chunks(start, end, block), 0)  # inactive rows: no work
+
+        def step(c, bad):
+            cols, ok, w, b = _entry_chunk(i_ref, d_ref, start, end, c, block=block, n=n,
+                                          homo=homo, w0=w0)
+            _scatter_add(y_ref, cols, w * xv, ok, platform)
+            return bad + b
+
+        bad_ref[i] = jax.lax.fori_loop(0, trips, step, jnp.int32(0))
+
+    def call(data, indices, indptr, x):
+        outs = (jax.ShapeDtypeStruct((n,), dtype), jax.ShapeDtypeStruct((m,), jnp.int32))
+        zeros = jnp.zeros((n,), dtype)
+        return pl.pallas_call(scatter, out_shape=outs, grid=(m,), input_output_aliases={4: 0},
+                              interpret=platform == "cpu",
+                              compiler_params=_compiler_params(platform),
+                              name="pf_csr_scatter_mv")(data, indices, indptr, x, zeros)
+
+    return call
+
+
+def _matmat(binary, transpose, homo, *, m, n, nnz, k, dtype, platform, wide):
+    from jax.experimental import pallas as pl
+    from jax.experimental.pallas import triton as plgpu
+
+    block = BLOCK_NNZ_MM
+    bcols = min(BLOCK_COLS, pl.next_power_of_2(k))
+    col_blocks = -(-k // bcols)
+    rows_out = n if transpose else m
+
+    def value(v):
+        return (v != 0).astype(dtype) if binary else v.astype(dtype)
+
+    def col_vector():
+        cvec = pl.program_id(1) * bcols + jnp.arange(bcols, dtype=jnp.int32)
+        return cvec, cvec < k
+
+    def flat(rows, cvec):
+        """Offsets of ``(rows, cvec)`` pairs in a row-major ``(*, k)`` array, flattened."""
+        if wide:
+            rows, cvec = rows.astype(jnp.int64), cvec.astype(jnp.int64)
+        return rows * k + cvec
+
+    if not transpose:
+
+        def gather(d_ref, i_ref, p_ref, x_ref, y_ref, bad_ref):
+            i = pl.program_id(0)
+            start, end = _row_range(p_ref, i, nnz)
+            cvec, cmask = col_vector()
+            w0 = d_ref[0] if homo else None
+
+            def step(c, carry):
+                acc, bad = carry
+                cols, ok, w, b = _entry_chunk(i_ref, d_ref, start, end, c, block=block, n=n,
+                                              homo=homo, w0=w0)
+                both = ok[:, None] & cmask[None, :]
+                offs = jnp.where(both, flat(cols[:, None], cvec[None, :]), 0)
+                xv = value(plgpu.load(x_ref.at[offs], mask=both, other=0))
+                acc = acc + jnp.sum(jnp.where(both, w[:, None] * xv, 0), axis=0)
+                return acc, bad + b
+
+            init = (jnp.zeros((bcols,), dtype), jnp.int32(0))
+            acc, bad = jax.lax.fori_loop(0, _chunks(start, end, block), step, init)
+            # Rows of the output are padded to whole column blocks, so this store needs no mask.
+            y_ref[i, pl.ds(pl.program_id(1) * bcols, bcols)] = acc
+            bad_ref[i, pl.program_id(1)] = bad
+
+        def call(data, indices, indptr, x):
+            outs = (jax.ShapeDtypeStruct((m, col_blocks * bcols), dtype),
+                    jax.ShapeDtypeStruct((m, col_blocks), jnp.int32))
+            y, bad = pl.pallas_call(gather, out_shape=outs, grid=(m, col_blocks),
+                                    interpret=platform == "cpu",
+                                    compiler_params=_compiler_params(platform),
+                                    name="pf_csr_gather_mm")(data, indices, indptr, x.reshape(-1))
+            return y[:, :k], bad
+
+        return call
+
+    def scatter(d_ref, i_ref, p_ref, x_ref, _zeros_ref, y_ref, bad_ref):
+        i = pl.program_id(0)
+        start, end = _row_range(p_ref, i, nnz)
+        cvec, cmask = col_vector()
+        xi = plgpu.load(x_ref.at[jnp.where(cmask, flat(i, cvec), 0)], mask=cmask, other=0)
+        act = cmask & (xi != 0)
+        xv = value(xi)
+        w0 = d_ref[0] if homo else None
+        busy = jnp.sum(act.astype(jnp.int32), dtype=jnp.int32) > 0
+        trips = jnp.where(busy, _chunks(start, end, block), 0)  # no active column: no work
+
+        def step(c, bad):
+            cols, ok, w, b = _entry_chunk(i_ref, d_ref, start, end, c, block=block, n=n,
+                                          homo=homo, w0=w0)
+            both = ok[:, None] & act[None, :]
+            offs = jnp.where(both, flat(cols[:, None], cvec[None, :]), 0)
+            _scatter_add(y_ref, offs, w[:, None] * xv[None, :], both, platform)
+            return bad + b
+
+        bad_ref[i, pl.program_id(1)] = jax.lax.fori_loop(0, trips, step, jnp.int32(0))
+
+    def call(data, indices, indptr, x):
+        outs = (jax.ShapeDtypeStruct((rows_out * k,), dtype),
+                jax.ShapeDtypeStruct((m, col_blocks), jnp.int32))
+        zeros = jnp.zeros((rows_out * k,), dtype)
+        return pl.pallas_call(scatter, out_shape=outs, grid=(m, col_blocks),
+                              input_output_aliases={4: 0}, interpret=platform == "cpu",
+                              compiler_params=_compiler_params(platform),
+                              name="pf_csr_scatter_mm")(data, indices, indptr, x.reshape(-1),
+                                                        zeros)
+
+    return call
+
+
+def generator(binary: bool, matrix: bool, fallback):
+    """The 'pallas' kernel generator for one CSR kernel.
+
+    Args:
+        binary: the input holds events (non-zero = active) rather than float values.
+        matrix: the input is a ``(rows, k)`` matrix rather than a vector.
+        fallback: the pure-JAX generator, used for degenerate sizes.
+
+    Returns:
+        A generator ``generate(*, ins, outs, shape, transpose, platform)`` whose product is a
+        function ``(data, indices, indptr, x) -> y``.
+
+    Example:
+        >>> import jax.numpy as jnp, primforge
+        >>> from primforge.ops import csrmv
+        >>> # W = [[1, 0, 2], [0, 3, 0]]; the Pallas kernel, interpreted on the CPU
+        >>> csrmv(jnp.array([1., 2., 3.]), jnp.array([0, 2, 1]), jnp.array([0, 2, 3]),
+        ...       jnp.array([1., 1., 1.]), shape=(2, 3), backend='pallas')
+        Array([3., 3.], dtype=float32)
+    """
+
+    def generate(*, ins, outs, shape, transpose, platform, **params):
+        from primforge.ops._kernels import _is_homo
+
+        m, n = (int(s) for s in shape)
+        data, indices, _indptr, x = ins
+        dtype = np.dtype(outs[0].dtype)
+        nnz = int(indices.shape[0])
+        k = int(x.shape[1]) if matrix else 1
+        if dtype not in _FLOATS:
+            raise TypeError(
+                f"the 'pallas' CSR kernels take float32 or float64 weights, got {dtype}; use "
+                f"backend='jax' for other dtypes"
+            )
+        if min(m, n, nnz, k) == 0:
+            return fallback(ins=ins, outs=outs, shape=shape, transpose=transpose, **params)
+        homo = _is_homo(data, indices)
+        if matrix:
+            wide = max(m, n) * k >= 2**31 - 1
+            run = _matmat(binary, bool(transpose), homo, m=m, n=n, nnz=nnz, k=k, dtype=dtype,
+                          platform=platform, wide=wide)
+        else:
+            run = _matvec(binary, bool(transpose), homo, m=m, n=n, nnz=nnz, dtype=dtype,
+                          platform=platform)
+        out_shape = tuple(outs[0].shape)
+
+        def kernel(data, indices, indptr, x):
+            if x.dtype == jnp.bool_:
+                x = x.astype(jnp.int8)
+            y, bad = run(data, indices, indptr, x)
+            ok = ((indptr[0] == 0) & (indptr[-1] == nnz) & jnp.all(indptr[1:] >= indptr[:-1])
+                  & (jnp.sum(bad) == 0))
+            return jnp.where(ok, y.reshape(out_shape), jnp.nan).astype(dtype)
+
+        return kernel
+
+    return generate
