@@ -71,6 +71,18 @@ def test_gpu_lowering_on_any_machine():
     assert "num_warps = 4" in text and "num_stages = 2" in text
 
 
+def test_tpu_lowering_on_any_machine():
+    """The same generator registered for 'tpu' lowers to a Mosaic call without a TPU."""
+    k = primforge.XLACustomKernel("t_pallas_tpu", replace=True)
+    k.def_pallas_kernel("tpu", _affine_gen)
+    k.def_pallas_kernel("cpu", _affine_gen)
+    x = jnp.ones((8, 128), jnp.float32)
+    f = lambda x: k(x, outs=jax.ShapeDtypeStruct(x.shape, x.dtype))
+    text = jax.jit(f).trace(x).lower(lowering_platforms=("tpu",)).as_text()
+    assert "tpu_custom_call" in text and "xla.gpu.triton" not in text
+    np.testing.assert_allclose(np.asarray(f(x)), 3 * np.ones((8, 128)))  # the CPU twin
+
+
 @requires_gpu
 def test_gpu_run_matches_numpy():
     k = _make("t_pallas_gpu", _affine_gen)
