@@ -104,6 +104,15 @@ def _numba_generator(binary: bool, matrix: bool):
     return generate
 
 
+def _cuda_generator(binary: bool, matrix: bool):
+    def generate(*, platform, **kw):
+        from primforge.ops import _cuda_csr
+
+        return _cuda_csr.generator(binary, matrix, platform)(**kw)
+
+    return generate
+
+
 # ----------------------------------------------------------------------------- shape rule
 def _shape_rule(binary: bool, matrix: bool):
     kind = ("binary_" if binary else "") + ("csrmm" if matrix else "csrmv")
@@ -236,6 +245,8 @@ def _make_kernel(binary: bool, matrix: bool) -> XLACustomKernel:
     for platform in ("cpu", "gpu", "tpu"):
         kernel.def_kernel("jax", platform, gen)
     kernel.def_numba_kernel(_numba_generator(binary, matrix), asdefault=True)
+    kernel.def_cuda_raw_kernel(_cuda_generator(binary, matrix), platform="gpu")
+    kernel.def_cuda_raw_kernel(_cuda_generator(binary, matrix), platform="cpu")
     kernel.def_abstract_eval(_shape_rule(binary, matrix))
     kernel.def_jvp_rule(_jvp_rule(binary, matrix))
     kernel.def_transpose_rule(_transpose_rule(binary, matrix))
