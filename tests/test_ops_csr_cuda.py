@@ -363,7 +363,10 @@ def test_gpu_matches_jax_backend(kind, transpose, homo, dtype, index_dtype):
         for k in KS if matrix else (None,):
             x = events(rng, (rows_in, k) if matrix else (rows_in,), binary, dtype)
             _gpu_compare(kind, transpose, data, indices, indptr, x, (M, N), tolerance(dtype))
+        if (dtype == np.float64) != (index_dtype == np.int64):
+            return  # the large cases below only for f32/i32 and f64/i64, to save GPU time
         # a larger random matrix with a very long row, and more rows than one grid covers
+        # (65535 blocks x 8 warps), so the grid-stride loop wraps
         for m, n, density in [(3000, 2000, 0.01), (600_000, 64, 0.03)]:
             mask_rows = rng.binomial(n, density, size=m)
             mask_rows[1] = n  # a full row
