@@ -6,8 +6,12 @@ Design:
       non-zero, its value is ignored). Each takes ``(data, indices, indptr, x)`` and the
       static params ``shape`` (of ``W``) and ``transpose`` (compute ``W.T @ x``). One shared
       weight (``data.shape == (1,)``) or one weight per synapse is read from ``data``'s shape.
-    * Backends: ``jax`` (reference, every platform) and ``numba`` (CPU default,
-      event-driven, see :mod:`primforge.ops._numba_csr`).
+    * Backends: ``jax`` (reference, every platform; the GPU/TPU default), ``numba`` (CPU
+      default, event-driven, see :mod:`primforge.ops._numba_csr`), and two opt-in GPU
+      backends, each with a CPU twin that runs the same kernel bodies here: ``pallas``
+      (Triton; interpreted on CPU, :mod:`primforge.ops._pallas_csr`) and ``cuda_raw`` (CUDA
+      C++; the C++ twin on CPU, :mod:`primforge.ops._cuda_csr`). The GPU kernels have not
+      run on a GPU yet, hence not defaults.
     * Autodiff: the product is bilinear in ``data`` and ``x``. The JVP is two kernel calls;
       the transpose w.r.t. ``x`` is the float kernel with ``transpose`` flipped; w.r.t. a
       shared weight it is one more kernel call with unit weight (event-driven again), and
@@ -304,7 +308,8 @@ def csrmv(data: Any, indices: Any, indptr: Any, vector: Any, *, shape: tuple[int
         vector: float vector of length ``cols`` (``rows`` when ``transpose``).
         shape: ``(rows, cols)`` of ``W``.
         transpose: compute ``W.T @ vector`` (the same as ``vector @ W``).
-        backend: force a backend ('numba', 'jax'); default: numba on CPU.
+        backend: force a backend ('numba', 'jax', 'pallas', 'cuda_raw'); default: numba on CPU,
+            jax on GPU and TPU.
 
     Returns:
         The product, dtype of ``data``. NaN everywhere if the structure is malformed.
@@ -335,7 +340,8 @@ def binary_csrmv(data: Any, indices: Any, indptr: Any, events: Any, *, shape: tu
             (``rows`` when ``transpose``).
         shape: ``(rows, cols)`` of ``W``.
         transpose: compute ``W.T @ events`` (the same as ``events @ W``).
-        backend: force a backend ('numba', 'jax'); default: numba on CPU.
+        backend: force a backend ('numba', 'jax', 'pallas', 'cuda_raw'); default: numba on CPU,
+            jax on GPU and TPU.
 
     Returns:
         The summed weights of active events, dtype of ``data``.
@@ -362,7 +368,8 @@ def csrmm(data: Any, indices: Any, indptr: Any, matrix: Any, *, shape: tuple[int
         matrix: float matrix of shape ``(cols, k)`` (``(rows, k)`` when ``transpose``).
         shape: ``(rows, cols)`` of ``W``.
         transpose: compute ``W.T @ matrix``.
-        backend: force a backend ('numba', 'jax'); default: numba on CPU.
+        backend: force a backend ('numba', 'jax', 'pallas', 'cuda_raw'); default: numba on CPU,
+            jax on GPU and TPU.
 
     Returns:
         The ``(rows, k)`` (or ``(cols, k)``) product, dtype of ``data``.
@@ -390,7 +397,8 @@ def binary_csrmm(data: Any, indices: Any, indptr: Any, events: Any, *, shape: tu
             when ``transpose``).
         shape: ``(rows, cols)`` of ``W``.
         transpose: compute ``W.T @ events``.
-        backend: force a backend ('numba', 'jax'); default: numba on CPU.
+        backend: force a backend ('numba', 'jax', 'pallas', 'cuda_raw'); default: numba on CPU,
+            jax on GPU and TPU.
 
     Returns:
         The ``(rows, k)`` (or ``(cols, k)``) product, dtype of ``data``.
