@@ -77,6 +77,25 @@ def test_library_is_cached_on_disk_by_source_and_flags():
     assert m3.path != m1.path and not m3.cached
 
 
+def test_editing_an_included_header_rebuilds_the_library(tmp_path):
+    """The cache key covers local headers (followed recursively), not just the source."""
+    (tmp_path / "inner.h").write_text("static const float kScale = 2.0f;\n")
+    (tmp_path / "outer.h").write_text('#include "inner.h"\n')
+    src = CPP_SOURCE.replace('#include "xla/ffi/api/ffi.h"',
+                             '#include "xla/ffi/api/ffi.h"\n#include "outer.h"').replace(
+        "out[i] = a * in[i] + b", "out[i] = kScale * (a * in[i] + b)")
+    outs = jax.ShapeDtypeStruct((3,), jnp.float32)
+    x = np.arange(3, dtype=np.float32)
+    m1 = pcuda.load_cpp_inline(src, name="t_hdr", include_dirs=[str(tmp_path)])
+    y1 = m1.call("AxpbCpu", x, outs=outs, a=np.float32(1), b=np.float32(0))
+    np.testing.assert_allclose(np.asarray(y1), 2 * x)
+    (tmp_path / "inner.h").write_text("static const float kScale = 5.0f;\n")
+    m2 = pcuda.load_cpp_inline(src, name="t_hdr", include_dirs=[str(tmp_path)])
+    assert m2.path != m1.path and not m2.cached
+    y2 = m2.call("AxpbCpu", x, outs=outs, a=np.float32(1), b=np.float32(0))
+    np.testing.assert_allclose(np.asarray(y2), 5 * x)
+
+
 def test_through_xla_custom_kernel_with_vmap():
     m = pcuda.load_cpp_inline(CPP_SOURCE, name="t_axpb_kernel")
     k = primforge.XLACustomKernel("t_cuda_raw_cpu", replace=True)

@@ -31,8 +31,8 @@ Design:
       dtype only when it differs; matching int32/int64 ``indices``/``indptr`` pass through
       untouched (other or mixed integer dtypes are cast to a common int32/int64).
     * Each platform's library is compiled once per process (nvcc for 'gpu', the host C++
-      compiler for 'cpu') and cached on disk by the backend; a hash of ``csr_body.h`` is a
-      compile flag, so editing the header also invalidates the cached library. On a
+      compiler for 'cpu') and cached on disk by the backend, whose key covers the local
+      headers the source includes, so editing ``csr_body.h`` rebuilds the library. On a
       machine without a GPU the CUDA library still compiles and its targets register, so
       the GPU lowering can be inspected (``lowering_platforms=('cuda',)``); should
       registration fail there, the module is used unregistered, which lowering does not need.
@@ -41,7 +41,6 @@ Design:
 from __future__ import annotations
 
 import functools
-import hashlib
 import os
 from collections.abc import Callable
 from typing import Any
@@ -56,13 +55,6 @@ CSRC_DIR = os.path.join(os.path.dirname(os.path.abspath(__file__)), "csrc")
 SUPPORTED_DTYPES = ("float32", "float64")
 _HANDLERS = {"gpu": "PfCsrGpu", "cpu": "PfCsrCpu"}
 _NAMES = {"gpu": "pf_csr_cuda", "cpu": "pf_csr_cpu"}
-
-
-def _source_flags() -> list[str]:
-    """A define carrying the header's hash: the on-disk cache keys on flags, not on includes."""
-    with open(os.path.join(CSRC_DIR, "csr_body.h"), "rb") as f:
-        digest = hashlib.sha256(f.read()).hexdigest()[:16]
-    return [f"-DPF_CSR_BODY_HASH={digest}"]
 
 
 def _visible_gpu() -> bool:
@@ -95,11 +87,10 @@ def load_module(platform: str, *, register: bool = True, arch: str | None = None
         with open(os.path.join(CSRC_DIR, "csr_cpu.cc"), encoding="utf-8") as f:
             source = f.read()
         return pcuda.load_cpp_inline(source, name=_NAMES["cpu"], handlers=[_HANDLERS["cpu"]],
-                                     flags=_source_flags(), include_dirs=[CSRC_DIR])
+                                     include_dirs=[CSRC_DIR])
     if platform != "gpu":
         raise ValueError(f"load_module: platform must be 'gpu' or 'cpu', got {platform!r}")
-    kwargs = {"name": _NAMES["gpu"], "handlers": [_HANDLERS["gpu"]], "flags": _source_flags(),
-              "arch": arch}
+    kwargs = {"name": _NAMES["gpu"], "handlers": [_HANDLERS["gpu"]], "arch": arch}
     path = os.path.join(CSRC_DIR, "csr_cuda.cu")
     if not register:
         return pcuda.load_cuda_file(path, register=False, **kwargs)

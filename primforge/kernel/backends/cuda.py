@@ -171,6 +171,43 @@ def _quote_errors(log: str, source: str, src_path: str) -> str:
     return text
 
 
+_QUOTED_INCLUDE_RE = re.compile(r'^\s*#\s*include\s*"([^"]+)"', re.MULTILINE)
+
+
+def _local_headers_digest(source: str, include_dirs: Sequence[str]) -> str:
+    """Hash of every ``#include "..."`` header found in ``include_dirs``, followed recursively.
+
+    The cache key must change when such a header changes, or an edited header would keep
+    serving the library built from its old text. Headers not found there (XLA's, the CUDA
+    toolkit's) are covered by the jaxlib and compiler versions in the key instead.
+
+    Example:
+        >>> _local_headers_digest('int x;', []) == _local_headers_digest('int y;', [])
+        True
+    """
+    h = hashlib.sha256()
+    seen: set[str] = set()
+    pending = [(source, None)]
+    while pending:
+        text, here = pending.pop()
+        for name in _QUOTED_INCLUDE_RE.findall(text):
+            folders = ([here] if here else []) + [os.fspath(d) for d in include_dirs]
+            for folder in folders:
+                path = os.path.realpath(os.path.join(folder, name))
+                if os.path.isfile(path):
+                    break
+            else:
+                continue
+            if path in seen:
+                continue
+            seen.add(path)
+            with open(path, encoding="utf-8", errors="replace") as f:
+                body = f.read()
+            h.update(name.encode() + b"\0" + body.encode() + b"\0")
+            pending.append((body, os.path.dirname(path)))
+    return h.hexdigest()
+
+
 def _build(source: str, *, kind: str, name: str, flags: Sequence[str], arch: str | None,
            include_dirs: Sequence[str], verbose: bool) -> tuple[str, bool]:
     """Compile ``source`` into a cached shared library; return (path, was_cached)."""
@@ -202,6 +239,7 @@ def _build(source: str, *, kind: str, name: str, flags: Sequence[str], arch: str
     key_text = "\0".join([
         kind, source, " ".join(flags), sm, " ".join(includes), _compiler_version(compiler),
         jax.__version__, _jaxlib_version(), sys.platform,
+        _local_headers_digest(source, include_dirs),
     ])
     digest = hashlib.sha256(key_text.encode()).hexdigest()[:20]
     folder = cache_dir()
