@@ -9,6 +9,7 @@ breaks ``import primforge``.
 from __future__ import annotations
 
 import importlib
+from collections.abc import Callable
 from types import ModuleType
 
 #: Backend name -> module path. Unknown names are still allowed for user-registered
@@ -33,3 +34,21 @@ def get_backend(name: str) -> ModuleType:
         'jax'
     """
     return importlib.import_module(KNOWN_BACKENDS.get(name, KNOWN_BACKENDS["jax"]))
+
+
+def tuple_results(product: Callable) -> Callable:
+    """``product`` as a call that always returns a tuple (one array becomes a 1-tuple).
+
+    Backends whose product is already a traceable JAX function (jax, pallas, cuda_raw) use
+    it as their ``make_callable`` result, which must return a tuple of outputs.
+
+    Example:
+        >>> tuple_results(lambda x: x + 1)(1), tuple_results(lambda x: [x, x])(2)
+        ((2,), (2, 2))
+    """
+
+    def call(*arrays):
+        result = product(*arrays)
+        return tuple(result) if isinstance(result, (tuple, list)) else (result,)
+
+    return call

@@ -36,6 +36,8 @@ from typing import Any
 
 import jax
 
+from primforge.kernel.backends import tuple_results
+
 NAME = "cuda_raw"
 PLATFORMS = ("cpu", "gpu")
 EXTRA = "cuda"
@@ -496,9 +498,5 @@ def make_callable(
             f"module.function(handler, outs=...)), got {type(product).__name__}"
         )
 
-    def call(*arrays):
-        result = product(*arrays)
-        return tuple(result) if isinstance(result, (tuple, list)) else (result,)
-
-    return call
+    return tuple_results(product)
 

@@ -12,6 +12,8 @@ from typing import Any
 
 import jax
 
+from primforge.kernel.backends import tuple_results
+
 NAME = "jax"
 PLATFORMS = ("cpu", "gpu", "tpu")
 EXTRA = None
@@ -51,8 +53,4 @@ def make_callable(
             f"jax.numpy, got {type(product).__name__}."
         )
 
-    def call(*arrays):
-        result = product(*arrays)
-        return tuple(result) if isinstance(result, (tuple, list)) else (result,)
-
-    return call
+    return tuple_results(product)

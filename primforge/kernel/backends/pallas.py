@@ -21,6 +21,8 @@ from typing import Any
 
 import jax
 
+from primforge.kernel.backends import tuple_results
+
 NAME = "pallas"
 PLATFORMS = ("cpu", "gpu", "tpu")
 EXTRA = "pallas"
@@ -109,8 +111,4 @@ def make_callable(
     if platform == "cpu":
         _check_interpreted(product, ins, name)
 
-    def call(*arrays):
-        result = product(*arrays)
-        return tuple(result) if isinstance(result, (tuple, list)) else (result,)
-
-    return call
+    return tuple_results(product)
