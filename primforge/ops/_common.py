@@ -23,7 +23,10 @@ import numpy as np
 __all__ = [
     "CSRStructureError",
     "check_csr_args",
+    "check_float_weights",
     "check_shape_param",
+    "indptr_ok",
+    "is_homogeneous",
     "row_ids",
     "structure_ok",
     "validate_concrete",
@@ -69,13 +72,44 @@ def check_csr_args(who: str, data, indices, indptr, shape: Sequence[int]) -> boo
         raise TypeError(f"{who}: 'data' (the weights) must be floating point, got {jnp.result_type(data)}")
     dshape = tuple(jnp.shape(data))
     if dshape == (1,):
-        return nnz != 1  # with one synapse both readings agree; call it heterogeneous
+        return is_homogeneous(data, indices)
     if dshape != (nnz,):
         raise ValueError(
             f"{who}: 'data' must have shape (nnz,) = ({nnz},) (one weight per synapse) or (1,) "
             f"(one shared weight), got {dshape}"
         )
     return False
+
+
+def is_homogeneous(data, indices) -> bool:
+    """Whether ``data`` is one weight shared by every stored entry (from shapes alone).
+
+    ``data`` of shape ``(1,)`` is shared unless there is exactly one stored entry, where
+    both readings agree and it is called heterogeneous.
+
+    Example:
+        >>> import numpy as np
+        >>> is_homogeneous(np.ones(1), np.zeros(5)), is_homogeneous(np.ones(5), np.zeros(5))
+        (True, False)
+    """
+    return tuple(jnp.shape(data)) == (1,) and jnp.shape(indices)[0] != 1
+
+
+def check_float_weights(kind: str, backend: str, dtype) -> None:
+    """Raise a clear error unless ``dtype`` is float32 or float64 (the GPU kernels' types).
+
+    Example:
+        >>> check_float_weights('csrmv', 'pallas', np.float16)
+        Traceback (most recent call last):
+        ...
+        TypeError: csrmv: backend 'pallas' supports float32 or float64 weights ('data'), got float16; cast the weights or use backend='jax'
+    """
+    dtype = np.dtype(dtype)
+    if dtype not in (np.dtype(np.float32), np.dtype(np.float64)):
+        raise TypeError(
+            f"{kind}: backend {backend!r} supports float32 or float64 weights ('data'), got "
+            f"{dtype.name}; cast the weights or use backend='jax'"
+        )
 
 
 def row_ids(indptr: jax.Array, nnz: int) -> jax.Array:
@@ -93,6 +127,17 @@ def row_ids(indptr: jax.Array, nnz: int) -> jax.Array:
     return jnp.cumsum(marks, dtype=jnp.int32)
 
 
+def indptr_ok(indptr: jax.Array, nnz: int) -> jax.Array:
+    """Traceable boolean scalar: does ``indptr`` run non-decreasingly from 0 to ``nnz``?
+
+    Example:
+        >>> import jax.numpy as jnp
+        >>> bool(indptr_ok(jnp.array([0, 2, 2, 3]), 3)), bool(indptr_ok(jnp.array([0, 2, 1]), 1))
+        (True, False)
+    """
+    return (indptr[0] == 0) & (indptr[-1] == nnz) & jnp.all(indptr[1:] >= indptr[:-1])
+
+
 def structure_ok(indices: jax.Array, indptr: jax.Array, n_cols: int) -> jax.Array:
     """Traceable boolean scalar: is the (indices, indptr) pair a valid CSR structure?
 
@@ -104,7 +149,7 @@ def structure_ok(indices: jax.Array, indptr: jax.Array, n_cols: int) -> jax.Arra
         False
     """
     nnz = indices.shape[0]
-    ok = (indptr[0] == 0) & (indptr[-1] == nnz) & jnp.all(indptr[1:] >= indptr[:-1])
+    ok = indptr_ok(indptr, nnz)
     if nnz:
         ok = ok & jnp.all(indices >= 0) & jnp.all(indices < n_cols)
     return ok

@@ -49,10 +49,11 @@ import jax
 import jax.numpy as jnp
 import numpy as np
 
-__all__ = ["CSRC_DIR", "SUPPORTED_DTYPES", "generator", "load_module"]
+from primforge.ops import _common
+
+__all__ = ["CSRC_DIR", "generator", "load_module"]
 
 CSRC_DIR = os.path.join(os.path.dirname(os.path.abspath(__file__)), "csrc")
-SUPPORTED_DTYPES = ("float32", "float64")
 _HANDLERS = {"gpu": "PfCsrGpu", "cpu": "PfCsrCpu"}
 _NAMES = {"gpu": "pf_csr_cuda", "cpu": "pf_csr_cpu"}
 
@@ -110,10 +111,6 @@ def _module(platform: str):
     return load_module(platform)
 
 
-def _is_homo(data, indices) -> bool:
-    return tuple(data.shape) == (1,) and indices.shape[0] != 1
-
-
 def _index_dtype(a, b) -> np.dtype:
     """int64 when either array needs it (int64, uint32, uint64), else int32."""
     wide = {np.dtype(np.int64), np.dtype(np.uint64), np.dtype(np.uint32)}
@@ -146,16 +143,10 @@ def generator(binary: bool, matrix: bool, platform: str) -> Callable[..., Any]:
     def generate(*, ins, outs, transpose, **_):
         data_s, indices_s, indptr_s, _ = ins
         vdtype = np.dtype(data_s.dtype)
-        if vdtype.name not in SUPPORTED_DTYPES:
-            raise TypeError(
-                f"{kind}: backend 'cuda_raw' supports float32 or float64 weights ('data'), got "
-                f"{vdtype.name}; cast the weights or use backend='jax'"
-            )
-        for what, s in (("indices", indices_s), ("indptr", indptr_s)):
-            if not jnp.issubdtype(s.dtype, jnp.integer):
-                raise TypeError(f"{kind}: '{what}' must be an integer array, got {s.dtype}")
+        _common.check_float_weights(kind, "cuda_raw", vdtype)
+        # (integer indices are guaranteed by the kernels' shape rule, run before lowering)
         idtype = _index_dtype(indices_s.dtype, indptr_s.dtype)
-        homo = _is_homo(data_s, indices_s)
+        homo = _common.is_homogeneous(data_s, indices_s)
         module = _module(platform)
         handler = _HANDLERS[platform]
         flag = jax.ShapeDtypeStruct((1,), jnp.int32)

@@ -53,10 +53,6 @@ __all__ = [
 KERNELS: dict[tuple[bool, bool], XLACustomKernel] = {}  # (binary, matrix) -> kernel
 
 
-def _is_homo(data_struct, indices_struct) -> bool:
-    return tuple(data_struct.shape) == (1,) and indices_struct.shape[0] != 1
-
-
 def _pallas_generator(binary: bool, matrix: bool):
     def generate(**kw):
         from primforge.ops import _pallas_csr
@@ -71,7 +67,7 @@ def _jax_generator(binary: bool, matrix: bool):
     def generate(*, ins, outs, shape, transpose, **_):
         m, n = shape
         dtype = outs[0].dtype
-        homo = _is_homo(ins[0], ins[1])
+        homo = _common.is_homogeneous(ins[0], ins[1])
 
         def kernel(data, indices, indptr, x):
             nnz = indices.shape[0]
@@ -101,7 +97,7 @@ def _numba_generator(binary: bool, matrix: bool):
     def generate(*, ins, transpose, **_):
         from primforge.ops import _numba_csr
 
-        homo = _is_homo(ins[0], ins[1])
+        homo = _common.is_homogeneous(ins[0], ins[1])
         make = _numba_csr.mm_kernel if matrix else _numba_csr.mv_kernel
         return make(binary, bool(transpose), homo)
 
@@ -172,7 +168,7 @@ def _weight_cotangent(binary, matrix, ct, data, indices, indptr, x, *, shape, tr
     n = shape[1]
     nnz = indices.shape[0]
     ct, x = jnp.asarray(ct), jnp.asarray(x)
-    if _is_homo(data.aval, indices):
+    if _common.is_homogeneous(data.aval, indices):
         # <ct, (w P) x> = w <ct, P x>: one more event-driven kernel call with unit weight.
         ones = jnp.ones((1,), data.aval.dtype)
         px = _call(binary, matrix, ones, indices, indptr, x, shape=shape, transpose=transpose,

@@ -29,9 +29,13 @@ Design:
 
 from __future__ import annotations
 
+import functools
+
 import jax
 import jax.numpy as jnp
 import numpy as np
+
+from primforge.ops import _common
 
 __all__ = ["BLOCK_COLS", "BLOCK_NNZ", "NUM_WARPS", "generator"]
 
@@ -39,9 +43,6 @@ BLOCK_NNZ = 128  # stored entries per chunk for the matvec kernels
 BLOCK_NNZ_MM = 32  # stored entries per chunk for the matmat kernels
 BLOCK_COLS = 32  # most input columns per program for the matmat kernels
 NUM_WARPS = 4
-
-_FLOATS = (np.dtype(np.float32), np.dtype(np.float64))
-
 
 def _compiler_params(platform: str):
     if platform == "cpu":
@@ -79,6 +80,11 @@ def _entry_chunk(i_ref, d_ref, start, end, c, *, block, n, homo, w0):
     return jnp.where(ok, cols, 0), ok, w, bad
 
 
+def _values(v, *, binary, dtype):
+    """Input entries as summands: 1/0 for binary events, else the value in ``dtype``."""
+    return (v != 0).astype(dtype) if binary else v.astype(dtype)
+
+
 def _scatter_add(y_ref, offs, vals, mask, platform):
     """``y[offs] += vals`` where ``mask``: atomics on the GPU, an exact sum when interpreted.
 
@@ -99,9 +105,7 @@ def _matvec(binary, transpose, homo, *, m, n, nnz, dtype, platform):
     from jax.experimental.pallas import triton as plgpu
 
     block = BLOCK_NNZ
-
-    def value(v):
-        return (v != 0).astype(dtype) if binary else v.astype(dtype)
+    value = functools.partial(_values, binary=binary, dtype=dtype)
 
     if not transpose:
 
@@ -166,9 +170,7 @@ def _matmat(binary, transpose, homo, *, m, n, nnz, k, dtype, platform, wide):
     bcols = min(BLOCK_COLS, pl.next_power_of_2(k))
     col_blocks = -(-k // bcols)
     rows_out = n if transpose else m
-
-    def value(v):
-        return (v != 0).astype(dtype) if binary else v.astype(dtype)
+    value = functools.partial(_values, binary=binary, dtype=dtype)
 
     def col_vector():
         cvec = pl.program_id(1) * bcols + jnp.arange(bcols, dtype=jnp.int32)
@@ -271,21 +273,16 @@ def generator(binary: bool, matrix: bool, fallback):
     """
 
     def generate(*, ins, outs, shape, transpose, platform, **params):
-        from primforge.ops._kernels import _is_homo
-
         m, n = (int(s) for s in shape)
         data, indices, _indptr, x = ins
         dtype = np.dtype(outs[0].dtype)
         nnz = int(indices.shape[0])
         k = int(x.shape[1]) if matrix else 1
-        if dtype not in _FLOATS:
-            raise TypeError(
-                f"the 'pallas' CSR kernels take float32 or float64 weights, got {dtype}; use "
-                f"backend='jax' for other dtypes"
-            )
+        kind = ("binary_" if binary else "") + ("csrmm" if matrix else "csrmv")
+        _common.check_float_weights(kind, "pallas", dtype)
         if min(m, n, nnz, k) == 0:
             return fallback(ins=ins, outs=outs, shape=shape, transpose=transpose, **params)
-        homo = _is_homo(data, indices)
+        homo = _common.is_homogeneous(data, indices)
         if matrix:
             wide = max(m, n) * k >= 2**31 - 1
             run = _matmat(binary, bool(transpose), homo, m=m, n=n, nnz=nnz, k=k, dtype=dtype,
@@ -299,8 +296,7 @@ def generator(binary: bool, matrix: bool, fallback):
             if x.dtype == jnp.bool_:
                 x = x.astype(jnp.int8)
             y, bad = run(data, indices, indptr, x)
-            ok = ((indptr[0] == 0) & (indptr[-1] == nnz) & jnp.all(indptr[1:] >= indptr[:-1])
-                  & (jnp.sum(bad) == 0))
+            ok = _common.indptr_ok(indptr, nnz) & (jnp.sum(bad) == 0)
             return jnp.where(ok, y.reshape(out_shape), jnp.nan).astype(dtype)
 
         return kernel
