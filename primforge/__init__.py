@@ -63,7 +63,8 @@ from primforge.bench import (
     BenchmarkResult,
 )
 from primforge.registry import get_kernel, list_kernels, select_kernels
-from primforge import autotune, utils
+from primforge import autotune, debug, utils
+from primforge.debug import debug_mode
 
 __all__ = [
     "ETPPrimitive", "MissingRuleError", "defjvp", "per_input_jvp", "register_primitive",
@@ -79,5 +80,5 @@ __all__ = [
     "warp_kernel",
     "BenchmarkConfig", "BenchmarkRecord", "BenchmarkResult", "BenchmarkMismatchWarning",
     "BenchmarkDataFnNotProvidedError",
-    "get_kernel", "list_kernels", "select_kernels", "autotune", "utils",
+    "get_kernel", "list_kernels", "select_kernels", "autotune", "utils", "debug", "debug_mode",
 ]
