@@ -509,7 +509,13 @@ def _compile(source: str, wrapper: str, recipe: _Recipe, *, name: str, out: str,
            "-o", out]
     if verbose:
         print(" ".join(cmd))
-    proc = subprocess.run(cmd, capture_output=True, text=True, check=False, cwd=folder)
+    # The compiler runs tools of its own (as, ld, the host compiler under nvcc) found on
+    # PATH: only absolute entries, so nothing is picked up from a current directory.
+    path_env = os.pathsep.join(p for p in os.environ.get("PATH", "").split(os.pathsep)
+                               if p and os.path.isabs(p))
+    env = dict(os.environ, PATH=path_env)
+    proc = subprocess.run(cmd, capture_output=True, text=True, check=False, cwd=folder,
+                          env=env)
     if proc.returncode != 0:
         raise CompileError(
             f"{os.path.basename(recipe.compiler)} failed to compile {name!r} "
