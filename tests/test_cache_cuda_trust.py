@@ -511,3 +511,19 @@ def test_autotune_symlinked_file_is_not_read(tmp_path):
     _cache._WARNED.clear()
     with pytest.warns(_cache.CacheWarning, match="symbolic link"):
         assert autotune.choices(path) == {}
+
+
+def test_csr_products_on_gpu_fall_back_when_nvcc_is_missing(monkeypatch):
+    """The shipped CSR kernels: asking for cuda_raw on a GPU without nvcc falls back."""
+    from primforge.ops import _kernels
+
+    monkeypatch.setattr(pcuda, "find_nvcc", lambda: None)
+    monkeypatch.setattr(pcuda, "find_cxx", lambda: "/usr/bin/g++", raising=False)
+    monkeypatch.setattr(pcuda, "_find_cxx", lambda: "/usr/bin/g++", raising=False)
+    for kernel in _kernels.KERNELS.values():
+        with warnings.catch_warnings(record=True):
+            warnings.simplefilter("always")
+            on_gpu = kernel._select("gpu", None, (("gpu", "cuda_raw"),))
+            on_cpu = kernel._select("cpu", None, (("cpu", "cuda_raw"),))
+        assert on_gpu.backend != "cuda_raw", kernel.name
+        assert on_cpu.backend == "cuda_raw", kernel.name

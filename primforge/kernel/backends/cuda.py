@@ -753,9 +753,18 @@ def load_cuda_inline(
 
     Returns:
         An :class:`FFIModule`; call a handler with ``module.call(handler, *args, outs=...)``.
+        An error the handler returns raises ``jax.errors.JaxRuntimeError`` naming the
+        module and the handler.
 
     Raises:
         CompileError: nvcc failed; the message quotes nvcc and the offending lines.
+
+    Caching: the library is kept in the disk cache (see :func:`cache_dir`) under a key of
+    everything that decides its machine code, and checked against its recorded digest
+    before it is loaded. A loaded library stays loaded for the life of the process (XLA
+    may call its handlers at any time, so it can't be unloaded safely); loading the same
+    build again returns the same module without compiling or loading anything, so memory
+    grows only with the number of distinct builds.
 
     Example:
         >>> load_cuda_inline('__global__ void k() {}')
@@ -797,6 +806,9 @@ def load_cpp_inline(
     verbose: bool = False,
 ) -> FFIModule:
     """The CPU twin of :func:`load_cuda_inline`: compile C++ with the host compiler.
+
+    Arguments, caching, error naming and lifetime are those of :func:`load_cuda_inline`
+    (no ``arch``; the compiler is :func:`find_cxx`).
 
     Example:
         >>> import jax, jax.numpy as jnp
