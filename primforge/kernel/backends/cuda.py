@@ -505,8 +505,11 @@ def _compile(source: str, wrapper: str, recipe: _Recipe, *, name: str, out: str,
             f.write(text)
     # XLA's headers go in as system headers so their warnings do not bury the user's errors.
     inc = ["-isystem", recipe.includes[0], *[f"-I{d}" for d in recipe.includes[1:]]]
-    cmd = [recipe.compiler, *recipe.base_flags, *inc, *recipe.flags, src_path, wrap_path,
-           "-o", out]
+    # Relative names (run in the build folder): the output does not depend on where the
+    # folder is, so concurrent builders of one key write the same bytes.
+    cmd = [recipe.compiler, *recipe.base_flags, *inc, *recipe.flags,
+           os.path.basename(src_path), os.path.basename(wrap_path),
+           "-o", os.path.basename(out)]
     if verbose:
         print(" ".join(cmd))
     # The compiler runs tools of its own (as, ld, the host compiler under nvcc) found on
