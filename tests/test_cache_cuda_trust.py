@@ -527,3 +527,27 @@ def test_csr_products_on_gpu_fall_back_when_nvcc_is_missing(monkeypatch):
             on_cpu = kernel._select("cpu", None, (("cpu", "cuda_raw"),))
         assert on_gpu.backend != "cuda_raw", kernel.name
         assert on_cpu.backend == "cuda_raw", kernel.name
+
+
+# ------------------------------------------------------------------ the store's helpers used here
+def test_checked_folder_refuses_what_directory_refuses(tmp_path):
+    good = tmp_path / "good"
+    assert _cache.checked_folder(str(good)) == str(good)
+    assert stat.S_IMODE(os.lstat(good).st_mode) == 0o700
+    bad = tmp_path / "bad"
+    bad.mkdir()
+    os.chmod(bad, 0o775)
+    _cache._WARNED.clear()
+    with pytest.warns(_cache.CacheWarning, match="writable by other users"):
+        assert _cache.checked_folder(str(bad)) is None
+    link = tmp_path / "link"
+    os.symlink(good, link)
+    with pytest.warns(_cache.CacheWarning, match="symbolic link"):
+        assert _cache.checked_folder(str(link)) is None
+
+
+def test_plain_entry_is_atomic_private_and_has_no_digest(tmp_path):
+    folder = _cache.checked_folder(str(tmp_path / "f"))
+    assert _cache.write_bytes(folder, "settings.json", b"{}", digest=False)
+    assert sorted(os.listdir(folder)) == ["settings.json"]
+    assert stat.S_IMODE(os.lstat(os.path.join(folder, "settings.json")).st_mode) == 0o600
