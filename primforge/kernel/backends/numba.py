@@ -53,10 +53,18 @@ __all__ = [
     "EXTRA",
     "NAME",
     "PLATFORMS",
+    "ENV_MAX_KERNELS",
     "NumbaKernel",
+    "clear",
+    "disabled_checks",
+    "exportable_targets",
+    "held_kernels",
     "is_available",
     "make_callable",
+    "max_kernels",
     "numba_kernel",
+    "prepare",
+    "registered_targets",
 ]
 
 NAME = "numba"
@@ -750,7 +758,8 @@ def _kernel_to_compile(kernel, debug: bool):
         return kernel
     import numba
 
-    opts = {k: v for k, v in kernel.targetoptions.items() if k not in ("boundscheck", "cache")}
+    drop = ("boundscheck", "cache", "nopython")  # njit sets nopython itself (and warns)
+    opts = {k: v for k, v in kernel.targetoptions.items() if k not in drop}
     return numba.njit(boundscheck=True, **opts)(kernel.py_func)
 
 
@@ -859,3 +868,88 @@ def _report(token: int, kind: int, info: int, buf: int, size: int) -> None:
         text = f"{label} failed ({type(e).__name__} while describing the failure)"
     data = text.encode("utf-8", "replace")[: size - 1] + b"\0"
     ctypes.memmove(buf, data, len(data))
+
+
+# --------------------------------------------------------------------------------------
+# Export: which targets to allow, and registering them in a fresh process
+# --------------------------------------------------------------------------------------
+
+_TARGET_WORD = re.compile(r"primforge_numba_\w+")
+
+
+def prepare(fn: Callable, *args: Any) -> tuple[str, ...]:
+    """Trace and lower ``fn`` for ``args`` so that every Numba kernel it calls is compiled
+    and its FFI target registered here; return the names of those targets.
+
+    Use it before ``jax.export.export`` (to list the targets to allow, see
+    :func:`disabled_checks`) and in a fresh process before calling a deserialized
+    artifact: lowering the same function with the same kernels registers the same target
+    names (they depend only on the kernels' code, constants and signatures), so the
+    artifact finds its handlers. Nothing runs.
+
+    Args:
+        fn: a function of arrays (it may call :class:`NumbaKernel` objects and
+            ``XLACustomKernel`` kernels with a Numba backend).
+        *args: arrays or ``jax.ShapeDtypeStruct`` in the place of ``fn``'s arguments.
+
+    Returns:
+        The sorted names of the numba FFI targets in ``fn``'s lowering.
+
+    Example:
+        >>> import jax, jax.numpy as jnp, numba
+        >>> @numba.njit
+        ... def twice(x, out):
+        ...     for i in range(x.size):
+        ...         out[i] = 2 * x[i]
+        >>> spec = jax.ShapeDtypeStruct((3,), jnp.float32)
+        >>> k = numba_kernel(twice, spec)
+        >>> (target,) = prepare(k, spec)
+        >>> target.startswith("primforge_numba_twice")
+        True
+    """
+    # A fresh wrapper each time: JAX must not reuse a trace made in another debug mode.
+    text = jax.jit(lambda *a: fn(*a)).lower(*args).as_text()
+    with _LOCK:
+        known = set(_BY_NAME)
+    return tuple(sorted({w for w in _TARGET_WORD.findall(text) if w in known}))
+
+
+def exportable_targets() -> tuple[str, ...]:
+    """Names of every numba FFI target registered in this process, sorted.
+
+    Example:
+        >>> isinstance(exportable_targets(), tuple)
+        True
+    """
+    with _LOCK:
+        return tuple(sorted(_BY_NAME))
+
+
+def disabled_checks(targets: Sequence[str] | None = None) -> list[Any]:
+    """The ``jax.export`` safety-check exemptions for numba targets.
+
+    ``jax.export`` refuses custom calls it does not know to be stable; a primforge numba
+    target is stable in the sense it asks for as long as the importing process registers
+    it (see :func:`prepare`). Pass the result as ``disabled_checks=``.
+
+    Args:
+        targets: target names (default: :func:`exportable_targets`).
+
+    Example:
+        >>> import jax, jax.numpy as jnp, numba
+        >>> from jax import export
+        >>> @numba.njit
+        ... def inc(x, out):
+        ...     for i in range(x.size):
+        ...         out[i] = x[i] + 1
+        >>> spec = jax.ShapeDtypeStruct((2,), jnp.float32)
+        >>> f = numba_kernel(inc, spec)
+        >>> checks = disabled_checks(prepare(f, spec))
+        >>> exp = export.export(jax.jit(f), disabled_checks=checks)(spec)
+        >>> exp.call(jnp.zeros(2, jnp.float32))
+        Array([1., 1.], dtype=float32)
+    """
+    from jax import export
+
+    names = exportable_targets() if targets is None else tuple(targets)
+    return [export.DisabledSafetyCheck.custom_call(t) for t in names]
