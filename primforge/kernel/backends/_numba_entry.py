@@ -1,148 +1,156 @@
-"""The per-kernel entry: a small Numba ``cfunc`` that wraps raw buffers and calls the kernel.
+"""The per-kernel entry: wraps raw buffers in Numba arrays and calls the compiled kernel.
 
-Design: the entry is compiled by Numba in every process that uses the kernel, from the
-kernel's live dispatcher, and is never written to disk; whatever the kernel calls, reads
-or closes over is what Numba sees now. Its C signature is
+Design: the kernel is compiled by its own dispatcher in every process that uses it, exactly
+as a call from Python would compile it, and nothing of it is written to disk: whatever the
+kernel calls, reads or closes over is what Numba sees now. The entry is a few LLVM
+instructions emitted with Numba's target context, with C signature
 ``int64 entry(int64* data, int64* dims, int64* info)``: ``data[k]`` is buffer ``k``'s data
-pointer, ``dims[k]`` points at its core dimensions. It builds one ``numba.carray`` per
-buffer (before the call: a ``parallel=True`` kernel must get typed arrays, not raw
-pointers) and calls the kernel through :func:`call_kernel`, which uses Numba's CPU calling
-convention without propagating errors, so that the entry itself never raises:
+pointer, ``dims[k]`` points at its core dimensions. It builds the array structure
+``numba.carray`` would build for each buffer (a ``parallel=True`` kernel must get typed
+arrays, not raw pointers) and calls the kernel's native function at its address with
+Numba's CPU calling convention, without propagating errors, so it never raises:
 
 * ``0``: the kernel returned nothing or status 0;
 * ``1`` (``info``: the status): the kernel returned a non-zero integer;
 * ``2`` (``info``: Numba's exception record, or 0): the kernel raised.
 
 :func:`describe_failure` turns the last two into text, from Python, on the error path
-only.
+only. Compiling the entry takes milliseconds: the kernel is not compiled twice.
 """
 
 from __future__ import annotations
 
 import ctypes
-import functools
 from collections.abc import Sequence
 from typing import Any
 
 from primforge.kernel.backends._ffi_handler import KIND_DROPPED, KIND_EXCEPTION, KIND_STATUS
 
-__all__ = ["compile_entry", "describe_failure", "entry_source"]
+__all__ = ["Entry", "compile_entry", "describe_failure"]
 
 
-@functools.cache
-def _intrinsics() -> dict[str, Any]:
+class Entry:
+    """A compiled entry: its address, and what keeps its code and the kernel's alive."""
+
+    def __init__(self, address, library, cres):
+        self.address = address
+        self.library = library
+        self.cres = cres
+
+
+def _resolve(kernel, argtys):
+    """Compile ``kernel`` for ``argtys`` (Numba's own dispatch rules) -> its compile result."""
     from numba import types
-    from numba.core import cgutils
     from numba.core.errors import TypingError
-    from numba.extending import intrinsic
+    from numba.core.registry import cpu_target
 
-    @intrinsic
-    def call_kernel(typingctx, fn, args):
-        """``(kind, info)`` of calling dispatcher ``fn`` with the tuple ``args``."""
-        if not isinstance(fn, types.Dispatcher) or not isinstance(args, types.BaseTuple):
-            return None
-        argtys = tuple(args.types)
-        sig = typingctx.resolve_function_type(fn, argtys, {})
-        if sig is None:
-            raise TypingError(f"the kernel cannot be called with arguments {argtys}")
-        rt = sig.return_type
-        if not (rt is types.none or isinstance(rt, (types.NoneType, types.Integer, types.Boolean))):
-            raise TypingError(
-                f"a primforge numba kernel must return nothing or an integer status, not {rt}"
-            )
-
-        def codegen(context, builder, signature, llargs):
-            dispatcher = fn.dispatcher
-            cres = dispatcher.overloads[tuple(sig.args)]
-            context.add_linking_libs([cres.library])
-            callee = context.declare_function(builder.module, cres.fndesc)
-            values = cgutils.unpack_tuple(builder, llargs[1], len(argtys))
-            values = [
-                context.cast(builder, v, have, want)
-                for v, have, want in zip(values, argtys, cres.signature.args)
-            ]
-            restype = cres.signature.return_type
-            status, res = context.call_conv.call_function(
-                builder, callee, restype, cres.signature.args, values
-            )
-            i64 = context.get_value_type(types.int64)
-            kind = cgutils.alloca_once_value(builder, i64(0))
-            info = cgutils.alloca_once_value(builder, i64(0))
-            with builder.if_else(status.is_error, likely=False) as (failed, fine):
-                with failed:
-                    builder.store(i64(KIND_EXCEPTION), kind)
-                    with builder.if_then(status.is_user_exc):
-                        builder.store(builder.ptrtoint(status.excinfoptr, i64), info)
-                with fine:
-                    if isinstance(restype, (types.Integer, types.Boolean)):
-                        value = context.cast(builder, res, restype, types.int64)
-                        builder.store(value, info)
-                        nonzero = builder.icmp_signed("!=", value, i64(0))
-                        builder.store(builder.select(nonzero, i64(KIND_STATUS), i64(0)), kind)
-            tup = context.make_tuple(
-                builder,
-                signature.return_type,
-                [builder.load(kind), builder.load(info)],
-            )
-            return tup
-
-        return types.UniTuple(types.int64, 2)(fn, args), codegen
-
-    return {"call_kernel": call_kernel}
+    tyctx = cpu_target.typing_context
+    tyctx.refresh()
+    fnty = tyctx.resolve_value_type(kernel)
+    sig = fnty.get_call_type(tyctx, argtys, {})
+    if sig is None:
+        raise TypingError(f"the kernel cannot be called with arguments {argtys}")
+    rt = sig.return_type
+    if not isinstance(rt, (types.NoneType, types.Integer, types.Boolean)):
+        raise TypingError(
+            f"a primforge numba kernel must return nothing or an integer status, not {rt}"
+        )
+    return kernel.overloads[tuple(sig.args)]
 
 
-def entry_source(views: Sequence[tuple[str, int]]) -> str:
-    """Python source of the entry for buffers seen as ``(numpy dtype name, core rank)``.
+def compile_entry(kernel: Any, views: Sequence[tuple[str, int]], label: str) -> Entry:
+    """Compile ``kernel`` (a dispatcher) for C-contiguous arrays of the given
+    ``(dtype name, rank)`` views, and the entry calling it.
 
-    Example:
-        >>> print(entry_source([("float32", 1)]).splitlines()[2])
-            v0 = carray(as_ptr(load_i64(data, 0), np.float32), (load_i64(d0, 0),))
-    """
-    lines = ["def entry(data, dims, info):"]
-    names = []
-    for k, (dtype, rank) in enumerate(views):
-        lines.append(f"    d{k} = load_i64(dims, {8 * k})")
-        shape = [f"load_i64(d{k}, {8 * d})" for d in range(rank)]
-        tup = "(" + ", ".join(shape) + ("," if len(shape) == 1 else "") + ")"
-        lines.append(f"    v{k} = carray(as_ptr(load_i64(data, {8 * k}), np.{dtype}), {tup})")
-        names.append(f"v{k}")
-    args = "(" + ", ".join(names) + ("," if len(names) == 1 else "") + ")"
-    lines.append(f"    kind, value = call_kernel(kernel, {args})")
-    lines.append("    store_i64(info, 0, value)")
-    lines.append("    return kind")
-    return "\n".join(lines) + "\n"
-
-
-def compile_entry(kernel: Any, views: Sequence[tuple[str, int]], label: str) -> Any:
-    """Compile the entry calling ``kernel`` (a dispatcher) for the given buffer views.
+    The kernel is compiled by its own dispatcher, exactly as a call from Python would; the
+    entry is a few LLVM instructions emitted with Numba's target context (the same array
+    structures ``numba.carray`` builds, then Numba's CPU calling convention) that call the
+    kernel's native function at its address, so nothing of the kernel is compiled twice.
 
     Returns:
-        The Numba ``CFunc``; its ``.address`` is the entry's.
+        An :class:`Entry`; ``.address`` is ``int64 entry(int64* data, int64* dims, int64* info)``.
     """
     import numpy as np
-    from numba import carray, cfunc, types
+    from llvmlite import ir
+    from numba import types
+    from numba.core import callconv, cgutils
+    from numba.core.compiler_lock import global_compiler_lock
+    from numba.core.registry import cpu_target
+    from numba.np.numpy_support import from_dtype
 
-    from primforge.kernel.backends import _xla_ffi as x
-
-    namespace = {
-        "np": np,
-        "carray": carray,
-        "load_i64": x.load_i64,
-        "store_i64": x.store_i64,
-        "as_ptr": x.as_ptr,
-        "call_kernel": _intrinsics()["call_kernel"],
-        "kernel": kernel,
-    }
-    source = entry_source(views)
-    code = compile(source, f"<primforge numba entry for {label}>", "exec")
-    exec(code, namespace)  # noqa: S102  (our own generated source, no user text in it)
+    argtys = tuple(types.Array(from_dtype(np.dtype(d)), rank, "C") for d, rank in views)
     try:
-        return cfunc(types.int64(types.int64, types.int64, types.int64), nopython=True)(
-            namespace["entry"]
-        )
+        cres = _resolve(kernel, argtys)
     except BaseException as e:
         e.add_note(f"primforge: while compiling the numba kernel for {label}")
         raise
+    context = cpu_target.target_context
+    with global_compiler_lock:
+        kernel_addr = cres.library.get_pointer_to_function(cres.fndesc.llvm_func_name)
+        if not kernel_addr:
+            raise RuntimeError(f"{label}: Numba did not expose the kernel's native function")
+        symbol = "primforge_entry"
+        library = context.codegen().create_library(f"primforge_entry_{label}")
+        module = library.create_ir_module(symbol)
+        i64 = ir.IntType(64)
+        fn = ir.Function(module, ir.FunctionType(i64, [i64, i64, i64]), name=symbol)
+        b = ir.IRBuilder(fn.append_basic_block())
+        data, dims, info = fn.args
+
+        def load(addr, off):
+            return b.load(b.inttoptr(b.add(addr, i64(off)), i64.as_pointer()))
+
+        values = []
+        for k, aryty in enumerate(argtys):
+            core = load(dims, 8 * k)
+            shape = [load(core, 8 * d) for d in range(aryty.ndim)]
+            itemsize = i64(context.get_abi_sizeof(context.get_data_type(aryty.dtype)))
+            strides, step = [], itemsize
+            for extent in reversed(shape):
+                strides.append(step)
+                step = b.mul(step, extent)
+            strides.reverse()
+            ptr = b.inttoptr(load(data, 8 * k), context.get_data_type(aryty.dtype).as_pointer())
+            ary = context.make_array(aryty)(context, b)
+            context.populate_array(
+                ary, data=ptr, shape=shape, strides=strides, itemsize=itemsize, meminfo=None
+            )
+            values.append(ary._getvalue())
+        sig = cres.signature
+        values = [
+            context.cast(b, v, have, want) for v, have, want in zip(values, argtys, sig.args)
+        ]
+        conv = context.call_conv
+        fnty = conv.get_function_type(sig.return_type, sig.args)
+        callee = b.inttoptr(i64(kernel_addr), fnty.as_pointer())
+        retty = fnty.args[0].pointee
+        retval = cgutils.alloca_once(b, retty)
+        b.store(cgutils.get_null_value(retty), retval)
+        excinfo = cgutils.alloca_once(b, callconv.excinfo_ptr_t)
+        b.store(cgutils.get_null_value(callconv.excinfo_ptr_t), excinfo)
+        args = list(conv._get_arg_packer(sig.args).as_arguments(b, values))
+        code = b.call(callee, [retval, excinfo, *args])
+        status = conv._get_return_status(b, code, b.load(excinfo))
+        failed, fine = fn.append_basic_block("failed"), fn.append_basic_block("fine")
+        b.cbranch(status.is_error, failed, fine)
+        b.position_at_end(failed)
+        exc = b.select(status.is_user_exc, b.ptrtoint(b.load(excinfo), i64), i64(0))
+        b.store(exc, b.inttoptr(info, i64.as_pointer()))
+        b.ret(i64(KIND_EXCEPTION))
+        b.position_at_end(fine)
+        restype = sig.return_type
+        if isinstance(restype, (types.Integer, types.Boolean)):
+            value = context.get_returned_value(b, restype, b.load(retval))
+            value = context.cast(b, value, restype, types.int64)
+            b.store(value, b.inttoptr(info, i64.as_pointer()))
+            nonzero = b.icmp_signed("!=", value, i64(0))
+            b.ret(b.select(nonzero, i64(KIND_STATUS), i64(0)))
+        else:
+            b.ret(i64(0))
+        library.add_ir_module(module)
+        library.finalize()
+        address = library.get_pointer_to_function(symbol)
+    return Entry(address, library, cres)
 
 
 # --------------------------------------------------------------------------------------
