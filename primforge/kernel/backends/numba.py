@@ -2,30 +2,59 @@
 
 A kernel is a Numba ``@njit`` function with the convention ``kernel(*inputs, *outputs)``:
 it fills its output arrays in place and returns nothing or an integer status (non-zero is
-an error). For each kernel and signature (dtypes, ranks, batch levels) this module writes
-a small Python source file into a cache directory that defines a Numba ``@cfunc`` with
-``cache=True``; that function *is* the XLA FFI handler. It reads the ``XLA_FFI_CallFrame``
-through offsets taken from jaxlib's C header (see :mod:`._xla_ffi`), answers XLA's
-metadata query, wraps every buffer in a typed array (``numba.carray``) whose data pointer
-and dimensions it reads at run time, calls the kernel, and reports failures through the
-API table's ``XLA_FFI_Error_Create``. XLA calls it directly: no Python, no GIL.
+an error). For each kernel and signature (dtypes, ranks, batch levels) two pieces of
+machine code serve it, both built in the process that calls it:
 
-The handler is registered once per process under a target name derived from the
-primitive name, the kernel's qualified name and a hash of its bytecode, constants and
-closure (never ``id()``), and the signature, so ``jax.export`` output is the same in every
-process. A second process loads the compiled handler from Numba's on-disk cache.
+* the kernel itself, compiled by its own dispatcher (as a call from Python would), and a
+  few-instruction *entry* that wraps each buffer in a typed array and calls it
+  (:mod:`._numba_entry`);
+* the XLA FFI *handler*, LLVM IR generated from jaxlib's C header (:mod:`._ffi_handler`,
+  :mod:`._xla_ffi`): it answers XLA's metadata query, checks dtypes and ranks, loops over
+  native batch levels and calls the entry. XLA calls it directly: no Python, no GIL.
 
-What a kernel sees:
+What is cached: nothing on disk. primforge never switches on Numba's disk cache for a
+kernel; a kernel the user marked ``@njit(cache=True)`` uses Numba's own cache, under
+Numba's rules. So every process runs the code it imported (edited helpers, module
+constants, closures, ``NUMBA_BOUNDSCHECK`` all take effect), and the handler costs a few
+milliseconds. (``PRIMFORGE_CACHE``/``PRIMFORGE_CACHE_DIR`` govern the other backends'
+disk caches; this one reads neither.) Within one process Numba freezes the globals a
+kernel reads when it compiles it: edit a module constant, then build a new kernel.
+
+In memory, at most ``PRIMFORGE_NUMBA_MAX_KERNELS`` (default 256) compiled entries are held,
+least recently used dropped first; :func:`clear` drops them on request. A registered FFI
+target can't be removed from XLA, so its (small) handler stays and reads the entry from a
+slot: a dropped entry is rebuilt on the next call, or, if the kernel object is gone, the
+call fails with an error naming the kernel; never a jump into freed code.
+
+Target names depend only on the primitive name, the kernel's code, constants, closure,
+the globals it reads, its options and the signature (never ``id()`` or hash order), so
+they are the same in every process; two different live kernels never share one.
+Exporting: ``prepare(f, *specs)`` lists the targets ``f`` uses, ``disabled_checks(...)``
+gives ``jax.export`` its exemptions; a process that deserializes the artifact calls
+``prepare`` with the same kernels before calling it (an unregistered target is a clean
+``NOT_FOUND`` error naming it).
+
+Debug mode (:func:`primforge.debug_mode` or ``PRIMFORGE_DEBUG=1`` at trace time) compiles
+a bounds-checked copy of the kernel under its own target: an out-of-bounds index raises
+``IndexError``, whose text reaches the Python exception.
+
+What a kernel sees and may assume:
 
 * each input and output as a C-contiguous NumPy array of its core shape; a rank-0 core
   shape gives a 0-d array (read ``x[()]``, write ``out[()] = v``);
+* outputs are *not* initialised: the kernel must write every element (``out[:] = 0``
+  first when it accumulates);
+* an output aliased to an input (``input_output_aliases``) is the same memory as that
+  input; other inputs and outputs never overlap; inputs must not be written;
 * ``float16``, ``bfloat16`` and the 8-bit floats (Numba has no such types on CPU) as
   ``float32`` by default: JAX converts on the way in and out (XLA fuses the converts).
   With ``half_as="bits"`` (see :func:`numba_kernel`) the kernel instead sees the raw bit
   patterns as unsigned integers of the same width, with no conversion;
 * with native batch levels, the kernel is called once per batch element, inside the
   handler, on views of that element's slices; an input that is not mapped at a level is
-  the same view for every element of that level.
+  the same view for every element of that level;
+* an exception it raises (type and message) or a non-zero status it returns becomes the
+  Python exception JAX raises, naming the kernel.
 """
 
 from __future__ import annotations
