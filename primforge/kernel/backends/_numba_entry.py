@@ -24,7 +24,13 @@ import ctypes
 from collections.abc import Sequence
 from typing import Any
 
-from primforge.kernel.backends._ffi_handler import KIND_DROPPED, KIND_EXCEPTION, KIND_STATUS
+from primforge.kernel.backends._ffi_handler import (
+    KIND_DROPPED,
+    KIND_EXCEPTION,
+    KIND_STATUS,
+    jit_module,
+    unique_symbol,
+)
 
 __all__ = ["Entry", "compile_entry", "describe_failure"]
 
@@ -32,10 +38,9 @@ __all__ = ["Entry", "compile_entry", "describe_failure"]
 class Entry:
     """A compiled entry: its address, and what keeps its code and the kernel's alive."""
 
-    def __init__(self, address, library, cres):
+    def __init__(self, address, cres):
         self.address = address
-        self.library = library
-        self.cres = cres
+        self.cres = cres  # keeps the kernel's compiled code referenced
 
 
 def _resolve(kernel, argtys):
@@ -89,9 +94,8 @@ def compile_entry(kernel: Any, views: Sequence[tuple[str, int]], label: str) -> 
         kernel_addr = cres.library.get_pointer_to_function(cres.fndesc.llvm_func_name)
         if not kernel_addr:
             raise RuntimeError(f"{label}: Numba did not expose the kernel's native function")
-        symbol = "primforge_entry"
-        library = context.codegen().create_library(f"primforge_entry_{label}")
-        module = library.create_ir_module(symbol)
+        symbol = unique_symbol("primforge_entry")
+        module = ir.Module(name=symbol)
         i64 = ir.IntType(64)
         fn = ir.Function(module, ir.FunctionType(i64, [i64, i64, i64]), name=symbol)
         b = ir.IRBuilder(fn.append_basic_block())
@@ -147,10 +151,8 @@ def compile_entry(kernel: Any, views: Sequence[tuple[str, int]], label: str) -> 
             b.ret(b.select(nonzero, i64(KIND_STATUS), i64(0)))
         else:
             b.ret(i64(0))
-        library.add_ir_module(module)
-        library.finalize()
-        address = library.get_pointer_to_function(symbol)
-    return Entry(address, library, cres)
+    address = jit_module(str(module), symbol)
+    return Entry(address, cres)
 
 
 # --------------------------------------------------------------------------------------

@@ -606,7 +606,6 @@ class _Target:
         self.debug = debug
         self.slot = ctypes.c_int64(0)
         self.handler_address = 0
-        self.library = None  # Numba's code library holding the handler
         self.entry = None  # the compiled entry (a numba CFunc) while it is held
         self.set_owner(kernel)
 
@@ -807,10 +806,6 @@ def _build_entry(target: _Target, kernel) -> None:
 
 
 def _register_handler(target: _Target, in_sig, out_sig, n_levels) -> None:
-    from llvmlite import binding as ll
-    from numba.core.compiler_lock import global_compiler_lock
-    from numba.core.registry import cpu_target
-
     from primforge.kernel.backends import _ffi_handler
     from primforge.kernel.backends import _xla_ffi as x
 
@@ -826,7 +821,7 @@ def _register_handler(target: _Target, in_sig, out_sig, n_levels) -> None:
         for j, (fd, vd, rank) in enumerate(out_sig)
     ]
     revive, report = _callbacks()
-    symbol = "primforge_handler_" + target.name
+    symbol = _ffi_handler.unique_symbol("primforge_handler_" + target.name)
     text = _ffi_handler.build_handler(
         symbol,
         target.label,
@@ -838,20 +833,9 @@ def _register_handler(target: _Target, in_sig, out_sig, n_levels) -> None:
         report_addr=ctypes.cast(report, ctypes.c_void_p).value,
         token=target.token,
     )
-    with global_compiler_lock:
-        codegen = cpu_target.target_context.codegen()
-        library = codegen.create_library(symbol)
-        module = library.create_ir_module(symbol)
-        parsed = ll.parse_assembly(text)
-        parsed.triple = module.triple
-        parsed.data_layout = module.data_layout
-        parsed.verify()
-        library.add_llvm_module(parsed)
-        library.finalize()
-        address = library.get_pointer_to_function(symbol)
+    address = _ffi_handler.jit_module(text, symbol)
     jax.devices("cpu")  # XLA:CPU must be initialised before registering a target
     _ffi.register_ffi_target(target.name, _ffi.pycapsule(address), platform="cpu")
-    target.library = library
     target.handler_address = address
 
 
