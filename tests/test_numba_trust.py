@@ -471,3 +471,51 @@ def test_max_kernels_env_is_validated(monkeypatch):
     monkeypatch.setenv(nb.ENV_MAX_KERNELS, "0")
     with pytest.raises(ValueError, match="positive"):
         nb.max_kernels()
+
+
+# --------------------------------------------------------------------------------------
+# The calling convention: what Numba compiled is called the way Numba would call it
+# --------------------------------------------------------------------------------------
+
+
+def test_numba_disk_cache_is_not_switched_on_for_a_users_kernel():
+    from numba.core.caching import NullCache
+
+    @numba.njit
+    def plain(x, out):
+        for i in range(x.size):
+            out[i] = x[i] * 2
+
+    nb.numba_kernel(plain, S((2,), jnp.float32))(jnp.ones(2, jnp.float32))
+    assert isinstance(plain._cache, NullCache)
+
+
+@numba.njit("void(float32[:], float32[:])")
+def _explicit_any_layout(x, out):
+    for i in range(x.size):
+        out[i] = x[i] - 1
+
+
+@numba.njit
+def _bool_status(x, out):
+    out[0] = x[0]
+    return x[0] < 0
+
+
+@numba.njit
+def _int8_status(x, out):
+    out[0] = x[0]
+    return np.int8(-3) if x[0] < 0 else np.int8(0)
+
+
+def test_explicit_signatures_and_narrow_status_types():
+    spec = S((3,), jnp.float32)
+    np.testing.assert_allclose(
+        nb.numba_kernel(_explicit_any_layout, spec)(jnp.arange(3.0)), np.arange(3.0) - 1
+    )
+    one = S((1,), jnp.float32)
+    np.testing.assert_allclose(nb.numba_kernel(_bool_status, one)(jnp.ones(1)), [1.0])
+    with pytest.raises(Exception, match="non-zero status 1"):
+        jax.block_until_ready(nb.numba_kernel(_bool_status, one)(-jnp.ones(1)))
+    with pytest.raises(Exception, match="non-zero status -3"):
+        jax.block_until_ready(nb.numba_kernel(_int8_status, one)(-jnp.ones(1)))
