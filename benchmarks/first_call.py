@@ -12,7 +12,8 @@ event-driven CSR product (``events @ W``) from each library's operators.
 Each measurement is the wall time of the first call in a new interpreter (input
 construction excluded, result ready included), after a trivial Numba compile and JAX
 computation that both contenders would pay alike (Numba loads its registries on the first
-compile of a process); ``+import`` rows add the time to import the library. Contenders are interleaved within
+compiles of a process; a library may trigger that at import); ``+import`` rows add the
+time to import the library. Contenders are interleaved within
 every repeat; the table gives medians. Usage::
 
     python benchmarks/first_call.py --repeats 5 --label after
@@ -41,8 +42,13 @@ _CHILD = textwrap.dedent("""
     contender, case = sys.argv[1], sys.argv[2]
 
     # Numba loads most of its typing and lowering registries (and SciPy's BLAS) on the
-    # first compile in a process, whoever asks: do it here, outside both measurements.
-    numba.njit(lambda a: a + 1)(1)
+    # first compiles in a process, whoever asks (a library may do it at import): do it
+    # here, for both, outside the measurements, with an unrelated array loop.
+    @numba.njit
+    def _warm(a, b):
+        for i in range(a.size):
+            b[i] = a[i] + 1 if a[i] > 0 else 0
+    _warm(np.ones(3, np.float64), np.ones(3, np.float64))
     jax.block_until_ready(jnp.ones(3) + 1)
     t_import = time.perf_counter()
 
