@@ -2,12 +2,12 @@
 
 Design: a Numba kernel is served by two pieces of machine code.
 
-* The *entry* (see :mod:`._numba_entry`) is compiled by Numba, fresh in every process: a
-  C function ``int64 entry(int64* data, int64* dims, int64* info)`` that wraps each buffer
-  in a typed array and calls the kernel. It holds all the user's code.
+* The *entry* (see :mod:`._numba_entry`), built fresh in every process: a C function
+  ``int64 entry(int64* data, int64* dims, int64* info)`` that wraps each buffer in a typed
+  array and calls the kernel Numba compiled. It is the only piece that reaches user code.
 * The *handler* built here is what XLA calls. It holds no user code, only primforge's
-  logic, emitted as a small LLVM module with llvmlite and compiled by Numba's JIT engine in
-  a few milliseconds: it answers XLA's metadata query, checks the buffers' dtypes and ranks,
+  logic, emitted as a small LLVM module with llvmlite and compiled by one llvmlite MCJIT
+  engine (:func:`jit_module`) in a few milliseconds: it answers XLA's metadata query, checks the buffers' dtypes and ranks,
   loops over the native batch levels, computes each element's data pointers and calls the
   entry. On failure it asks a Python callback (only then: the GIL is taken on the error
   path only) for the message and returns an ``XLA_FFI_Error`` made with the API table's
