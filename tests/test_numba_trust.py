@@ -18,7 +18,7 @@ import pytest
 import primforge
 
 numba = pytest.importorskip("numba", reason="the numba backend needs primforge[cpu]")
-from primforge.kernel.backends import numba as nb  # noqa: E402
+from primforge.kernel.backends import numba as nb
 
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(primforge.__file__)))
 S = jax.ShapeDtypeStruct

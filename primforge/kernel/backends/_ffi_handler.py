@@ -29,7 +29,7 @@ from collections.abc import Sequence
 
 from primforge.kernel.backends import _xla_ffi as _x
 
-__all__ = ["BufferSpec", "MESSAGE_BYTES", "build_handler", "jit_module", "unique_symbol"]
+__all__ = ["MESSAGE_BYTES", "BufferSpec", "build_handler", "jit_module", "unique_symbol"]
 
 #: Size of the stack buffer the report callback writes an error message into.
 MESSAGE_BYTES = 2048
@@ -172,7 +172,13 @@ def build_handler(
 
     # XLA first asks for the handler's API version through a metadata extension.
     first = load(b, frame, off("XLA_FFI_CallFrame.extension_start"))
-    head, body, meta, nxt, run = blk("ext"), blk("ext_body"), blk("meta"), blk("ext_next"), blk("run")
+    head, body, meta, nxt, run = (
+        blk("ext"),
+        blk("ext_body"),
+        blk("meta"),
+        blk("ext_next"),
+        blk("run"),
+    )
     pre = b.block
     b.branch(head)
     b.position_at_end(head)
@@ -353,7 +359,6 @@ def jit_module(text: str, symbol: str) -> int:
     if not address:
         raise RuntimeError(f"LLVM did not produce the function {symbol}")
     return address
-
 
 
 _SYMBOLS = itertools.count()

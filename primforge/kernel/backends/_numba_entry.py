@@ -121,9 +121,7 @@ def compile_entry(kernel: Any, views: Sequence[tuple[str, int]], label: str) -> 
             )
             values.append(ary._getvalue())
         sig = cres.signature
-        values = [
-            context.cast(b, v, have, want) for v, have, want in zip(values, argtys, sig.args)
-        ]
+        values = [context.cast(b, v, have, want) for v, have, want in zip(values, argtys, sig.args)]
         conv = context.call_conv
         fnty = conv.get_function_type(sig.return_type, sig.args)
         callee = b.inttoptr(i64(kernel_addr), fnty.as_pointer())

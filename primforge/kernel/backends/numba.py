@@ -79,10 +79,10 @@ import numpy as np
 from primforge._compat import ffi as _ffi
 
 __all__ = [
+    "ENV_MAX_KERNELS",
     "EXTRA",
     "NAME",
     "PLATFORMS",
-    "ENV_MAX_KERNELS",
     "NumbaKernel",
     "clear",
     "disabled_checks",
@@ -370,9 +370,7 @@ def make_callable(
     out_sig = tuple((k[0], k[1], len(s.shape)) for k, s in zip(out_kinds, outs))
     from primforge import debug as _debug
 
-    target = _ensure_registered(
-        kernel, name, in_sig, out_sig, len(levels), debug=_debug.enabled()
-    )
+    target = _ensure_registered(kernel, name, in_sig, out_sig, len(levels), debug=_debug.enabled())
 
     ffi_outs = [jax.ShapeDtypeStruct(shape, k[0]) for shape, k in zip(out_phys, out_kinds)]
     call = _ffi.ffi_call(
