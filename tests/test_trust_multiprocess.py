@@ -1,0 +1,733 @@
+"""Compiled-code caches, tried from several fresh processes: never other code than the one called.
+
+Every test runs its kernels in child processes (:mod:`subproc_utils`) that share one cache
+folder, as separate runs of a user's program would, and checks each result against NumPy
+arithmetic written out here. Kernel code lives in files, as in a real program (a kernel
+without a source file can't be cached by Numba at all). A child that crashes, or prints
+a heap-corruption message, fails the test with its output quoted.
+
+Only public names are used (``XLACustomKernel``, ``def_numba_kernel``, ``numba_kernel``,
+``jax.export``), so these tests hold whatever the Numba backend keeps on disk and how.
+"""
+
+from __future__ import annotations
+
+import os
+import pickle
+import re
+import stat
+
+import numpy as np
+import pytest
+
+from subproc_utils import check, child_env, edit_file, run_concurrently, run_python, write_script
+
+pytest.importorskip("numba", reason="the numba backend needs primforge[cpu]")
+
+X = np.arange(1.0, 6.0)  # what the scripts call their kernels on (jnp.arange(1.0, 6.0))
+
+# The README's generator, verbatim apart from the loop over factors given on the command line.
+README_GEN = """
+import sys
+
+import jax
+import jax.numpy as jnp
+import numba
+import primforge
+
+scale = primforge.XLACustomKernel("scale")
+
+def numba_gen(factor, **_):             # CPU: a Numba kernel, outputs written in place
+    @numba.njit
+    def kernel(x, out):
+        for i in range(x.size):
+            out[i] = factor * x[i]
+    return kernel
+
+scale.def_numba_kernel(numba_gen)                                          # CPU default
+scale.def_kernel("jax", "cpu", lambda factor, **_: lambda x: factor * x)   # reference
+
+x = jnp.arange(1.0, 6.0)
+for f in sys.argv[1:]:
+    emit("factor=" + f, scale(x, outs=jax.ShapeDtypeStruct(x.shape, x.dtype), factor=float(f)))
+"""
+
+# The same closure handed to numba_kernel directly.
+DIRECT_CLOSURE = """
+import sys
+
+import jax
+import jax.numpy as jnp
+import numba
+import primforge
+
+def make(factor):
+    @numba.njit
+    def kernel(x, out):
+        for i in range(x.size):
+            out[i] = factor * x[i]
+    return kernel
+
+x = jnp.arange(1.0, 6.0)
+for f in sys.argv[1:]:
+    k = primforge.numba_kernel(make(float(f)), jax.ShapeDtypeStruct(x.shape, x.dtype))
+    emit("factor=" + f, k(x))
+"""
+
+# Two generators per process: one whose only constant is its param (the processes share those
+# values, each in another order) and one that also holds this process's own constant C; a
+# direct closure kernel with C; each called twice, and once under jit.
+FOUR = """
+import sys
+
+import jax
+import jax.numpy as jnp
+import numba
+import primforge
+
+C = float(sys.argv[1])
+FACTORS = [float(f) for f in sys.argv[2:]]
+
+def shared_gen(factor, **_):
+    @numba.njit
+    def kernel(x, out):
+        for i in range(x.size):
+            out[i] = factor * x[i]
+    return kernel
+
+def make_gen(c):
+    def gen(factor, **_):
+        @numba.njit
+        def kernel(x, out):
+            for i in range(x.size):
+                out[i] = factor * x[i] + c
+        return kernel
+    return gen
+
+def make_kernel(c):
+    @numba.njit
+    def kernel(x, out):
+        for i in range(x.size):
+            out[i] = x[i] - c
+    return kernel
+
+shared = primforge.XLACustomKernel("shared")
+shared.def_numba_kernel(shared_gen)
+own = primforge.XLACustomKernel("own")
+own.def_numba_kernel(make_gen(C))
+x = jnp.arange(1.0, 6.0)
+spec = jax.ShapeDtypeStruct(x.shape, x.dtype)
+direct = primforge.numba_kernel(make_kernel(C), spec)
+for rep in range(2):
+    for f in FACTORS:
+        emit(f"shared factor={f} rep={rep}", shared(x, outs=spec, factor=f))
+    emit(f"own factor={FACTORS[0]} rep={rep}", own(x, outs=spec, factor=FACTORS[0]))
+    emit(f"direct rep={rep}", direct(x))
+emit("jit", jax.jit(lambda v: own(v, outs=spec, factor=FACTORS[0]) + direct(v))(x))
+"""
+
+# A generator, a module-level kernel through numba_kernel, jit and vmap (a batched handler).
+MIXED = """
+import jax
+import jax.numpy as jnp
+import numba
+import primforge
+
+scale = primforge.XLACustomKernel("scale_mixed")
+
+def numba_gen(factor, **_):
+    @numba.njit
+    def kernel(x, out):
+        for i in range(x.size):
+            out[i] = factor * x[i]
+    return kernel
+
+scale.def_numba_kernel(numba_gen)
+
+@numba.njit
+def axpy(x, y, out):
+    for i in range(x.size):
+        out[i] = 2.0 * x[i] + y[i]
+
+x = jnp.arange(1.0, 6.0)
+spec = jax.ShapeDtypeStruct(x.shape, x.dtype)
+emit("scale2", scale(x, outs=spec, factor=2.0))
+emit("scale2_jit", jax.jit(lambda v: scale(v, outs=spec, factor=2.0))(x))
+k = primforge.numba_kernel(axpy, spec)
+emit("axpy", k(x, 10 * x))
+xs = jnp.stack([x, x + 1, x + 2])
+emit("axpy_vmap", jax.vmap(k)(xs, xs))
+"""
+
+
+def _mixed_expected():
+    xs = np.stack([X, X + 1, X + 2])
+    return {"scale2": 2 * X, "scale2_jit": 2 * X, "axpy": 12 * X, "axpy_vmap": 3 * xs}
+
+
+# --------------------------------------------------------------------------------------
+# helpers
+# --------------------------------------------------------------------------------------
+
+
+def _src(tmp_path):
+    d = tmp_path / "src"
+    d.mkdir(exist_ok=True)
+    return d
+
+
+def _run(script, cache, *args, extra=None, hashseed=0, label="", pythonpath=()):
+    env = child_env(
+        None if cache is None else str(cache),
+        hashseed=hashseed,
+        pythonpath=[os.path.dirname(str(script)), *map(str, pythonpath)],
+        extra=extra,
+    )
+    return run_python(
+        str(script), args=args, env=env, cwd=os.path.dirname(str(script)), label=label
+    )
+
+
+def _expect(proc, tag, want, what, rtol=1e-12):
+    """``proc`` emitted ``tag`` and it equals ``want``; else fail naming the process."""
+    res = proc.results()
+    if tag not in res:
+        pytest.fail(f"{what}: no result {tag!r} from the child\n{proc.describe()}", pytrace=False)
+    got = np.asarray(res[tag])
+    want = np.asarray(want)
+    if got.shape != want.shape or not np.allclose(got, want, rtol=rtol, atol=0):
+        pytest.fail(
+            f"WRONG VALUE: {what}: {tag} gave {got.tolist()}, expected {want.tolist()}",
+            pytrace=False,
+        )
+
+
+def _files(root):
+    """Every path under ``root`` (files, links, folders), relative, without following links."""
+    out = set()
+    if not os.path.lexists(root):
+        return out
+    for dirpath, dirnames, filenames in os.walk(root, followlinks=False):
+        for n in dirnames + filenames:
+            out.add(os.path.relpath(os.path.join(dirpath, n), root))
+    return out
+
+
+def _numba_cache_files(folder):
+    """Numba's own on-disk cache files (index and data) anywhere under ``folder``."""
+    return sorted(f for f in _files(folder) if f.endswith((".nbi", ".nbc")))
+
+
+def _cache_warnings(proc, cache_root):
+    return [
+        w
+        for w in proc.warnings()
+        if "Cache" in w["category"] or str(cache_root) in w["message"]
+    ]
+
+
+# --------------------------------------------------------------------------------------
+# closures: a kernel's constants are part of its code
+# --------------------------------------------------------------------------------------
+
+
+@pytest.mark.parametrize("script", [README_GEN, DIRECT_CLOSURE], ids=["def_numba_kernel", "numba_kernel"])
+def test_closure_constant_second_process_other_order(tmp_path, script):
+    """Process 1 caches factor=3; process 2 runs factor=2 first, then factor=3: 3x, not 2x."""
+    src, cache = _src(tmp_path), tmp_path / "cache"
+    path = write_script(str(src), "gen.py", script)
+    p1 = check(_run(path, cache, "3", label="process 1"), "process 1")
+    _expect(p1, "factor=3", 3 * X, "process 1")
+    p2 = check(_run(path, cache, "2", "3", label="process 2"), "process 2")
+    _expect(p2, "factor=2", 2 * X, "process 2")
+    _expect(p2, "factor=3", 3 * X, "process 2 (factor=3 cached by process 1)")
+
+
+def test_four_processes_share_one_cache_each_its_own_constants(tmp_path):
+    """Four processes started together, one cache folder, different closure constants."""
+    src, cache = _src(tmp_path), tmp_path / "cache"
+    path = write_script(str(src), "four.py", FOUR)
+    consts = [0.25, 10.5, 100.75, 1000.125]
+    base = [1.0, 2.0, 3.0, 4.0]
+    # Each process's second param is another's first: by the time it gets there, that
+    # process may have cached it.
+    orders = [[base[i], base[(i + 1) % 4]] for i in range(4)]
+    jobs = []
+    for i, (c, fs) in enumerate(zip(consts, orders)):
+        env = child_env(str(cache), pythonpath=[str(src)])
+        jobs.append(
+            dict(script=path, args=[str(c), *map(str, fs)], env=env, cwd=str(src), label=f"process {i}")
+        )
+    procs = run_concurrently(jobs)
+    for p in procs:
+        check(p, p.label)
+    for p, c, fs in zip(procs, consts, orders):
+        for rep in range(2):
+            for f in fs:
+                _expect(p, f"shared factor={f} rep={rep}", f * X, p.label)
+            _expect(p, f"own factor={fs[0]} rep={rep}", fs[0] * X + c, f"{p.label} (C={c})")
+            _expect(p, f"direct rep={rep}", X - c, f"{p.label} (C={c})")
+        _expect(p, "jit", fs[0] * X + c + X - c, f"{p.label} (C={c})")
+
+
+# --------------------------------------------------------------------------------------
+# edits between runs
+# --------------------------------------------------------------------------------------
+
+HELPERS = """
+import numba
+
+@numba.njit
+def h(v):
+    return v * 2.0
+"""
+HELPERS_EDITED = """
+import numba
+
+@numba.njit
+def h(v):
+    return v * 5.0 + 0.5
+"""
+CFG = "C = 3.0\n"
+CFG_EDITED = "C = 7.25  # edited\n"
+KERN_EDIT = """
+import numba
+
+import cfg
+from cfg import C
+from helpers import h
+
+@numba.njit
+def k_helper(x, out):
+    for i in range(x.size):
+        out[i] = h(x[i])
+
+@numba.njit
+def k_attr(x, out):
+    for i in range(x.size):
+        out[i] = x[i] * cfg.C
+
+@numba.njit
+def k_from(x, out):
+    for i in range(x.size):
+        out[i] = x[i] * C
+"""
+RUN_EDIT = """
+import jax
+import jax.numpy as jnp
+import numpy as np
+import primforge
+
+import kern_edit
+
+x = jnp.arange(1.0, 6.0)
+spec = jax.ShapeDtypeStruct(x.shape, x.dtype)
+for name in ("k_helper", "k_attr", "k_from"):
+    fn = getattr(kern_edit, name)
+    op = primforge.XLACustomKernel("edit_" + name)
+    op.def_numba_kernel(lambda fn=fn, **_: fn)
+    emit(name + " op", op(x, outs=spec))
+    emit(name + " direct", primforge.numba_kernel(fn, spec)(x))
+"""
+
+EDIT_CASES = {
+    # kernel: (expected before the edit, expected after)
+    "k_helper": (2.0 * X, 5.0 * X + 0.5),
+    "k_attr": (3.0 * X, 7.25 * X),
+    "k_from": (3.0 * X, 7.25 * X),
+}
+
+
+@pytest.fixture(scope="module")
+def edited_runs(tmp_path_factory):
+    """Process 1 with the original files; edit helper and constant; process 2, same cache."""
+    tmp = tmp_path_factory.mktemp("edits")
+    src, cache = _src(tmp), tmp / "cache"
+    for name, text in (("helpers.py", HELPERS), ("cfg.py", CFG), ("kern_edit.py", KERN_EDIT)):
+        (src / name).write_text(text.lstrip())
+    path = write_script(str(src), "run_edit.py", RUN_EDIT)
+    p1 = _run(path, cache, label="process 1 (before the edits)")
+    nb_after_p1 = _numba_cache_files(str(src))
+    edit_file(str(src / "helpers.py"), HELPERS_EDITED.lstrip())
+    edit_file(str(src / "cfg.py"), CFG_EDITED)
+    p2 = _run(path, cache, label="process 2 (after the edits)")
+    return {"p1": p1, "p2": p2, "nb_after_p1": nb_after_p1, "src": str(src)}
+
+
+@pytest.mark.parametrize(
+    "kernel",
+    list(EDIT_CASES),
+    ids=["njit_helper_in_other_module", "constant_as_module_attribute", "constant_imported_by_name"],
+)
+def test_edit_between_processes_is_seen(edited_runs, kernel):
+    """An edit to code or a constant the kernel uses, between two runs, changes the result."""
+    before, after = EDIT_CASES[kernel]
+    p1 = check(edited_runs["p1"], "process 1")
+    for how in ("op", "direct"):
+        _expect(p1, f"{kernel} {how}", before, "process 1 (original files)")
+    p2 = check(edited_runs["p2"], "process 2")
+    for how in ("op", "direct"):
+        _expect(p2, f"{kernel} {how}", after, "process 2 (files edited after process 1)")
+
+
+def test_numba_disk_cache_not_switched_on_for_user_functions(edited_runs):
+    """The user's @njit functions lack cache=True: primforge must not make Numba cache them."""
+    check(edited_runs["p1"], "process 1")
+    found = edited_runs["nb_after_p1"]
+    assert not found, (
+        "Numba cache files appeared next to the user's sources (none of the user's @njit "
+        f"functions asked for cache=True): {found} under {edited_runs['src']}"
+    )
+
+
+KERN_D = """
+import numba
+
+@numba.njit
+def k(x, out):
+    for i in range(x.size):
+        out[i] = x[i] * 2.0
+"""
+KERN_D_NEW = """
+import numba
+
+@numba.njit
+def k(x, out):
+    for i in range(x.size):
+        out[i] = x[i] * 7.0   # saved while the first process was running
+"""
+RUN_D = """
+import os
+import sys
+
+import jax
+import jax.numpy as jnp
+import numpy as np
+import primforge
+
+import kern_d
+
+if sys.argv[1:] == ["rewrite"]:
+    # The user saves the kernel's file after it was imported, before the first call.
+    path = kern_d.__file__
+    old = os.stat(path).st_mtime
+    with open(path, "w") as f:
+        f.write(NEW_SOURCE)
+    os.utime(path, (old + 2, old + 2))
+
+x = jnp.arange(1.0, 6.0)
+spec = jax.ShapeDtypeStruct(x.shape, x.dtype)
+ref = np.zeros(5)
+kern_d.k.py_func(np.asarray(x), ref)      # the imported function, run as plain Python
+emit("python", ref)
+op = primforge.XLACustomKernel("saved_between")
+op.def_numba_kernel(lambda **_: kern_d.k)
+emit("op", op(x, outs=spec))
+emit("direct", primforge.numba_kernel(kern_d.k, spec)(x))
+"""
+
+
+def test_kernel_file_saved_between_import_and_first_call(tmp_path):
+    """The code that runs is the code Python imported, in this process and in the next.
+
+    Process 1 imports the kernel (``2 x``), then its file is rewritten (``7 x``: the same
+    bytecode, another constant), then it calls the kernel: the result must be what the
+    imported function computes as plain Python (``kernel.py_func`` on NumPy arrays), i.e.
+    ``2 x``. Process 2 imports the new file: it must compute ``7 x``, whatever process 1
+    left in the cache.
+    """
+    src, cache = _src(tmp_path), tmp_path / "cache"
+    (src / "kern_d.py").write_text(KERN_D.lstrip())
+    path = write_script(str(src), "run_d.py", f"NEW_SOURCE = {KERN_D_NEW.lstrip()!r}\n" + RUN_D)
+    p1 = check(_run(path, cache, "rewrite", label="process 1 (file saved before first call)"))
+    _expect(p1, "python", 2.0 * X, "process 1, plain Python reference")
+    for how in ("op", "direct"):
+        _expect(p1, how, 2.0 * X, "process 1 (runs the imported code)")
+    p2 = check(_run(path, cache, label="process 2 (imports the saved file)"))
+    _expect(p2, "python", 7.0 * X, "process 2, plain Python reference")
+    for how in ("op", "direct"):
+        _expect(p2, how, 7.0 * X, "process 2 (runs the new file's code)")
+
+
+# --------------------------------------------------------------------------------------
+# compilation flags
+# --------------------------------------------------------------------------------------
+
+POKE = """
+import sys
+
+import jax
+import jax.numpy as jnp
+import numba
+import numpy as np
+import primforge
+
+@numba.njit
+def poke(idx, x, out):
+    for i in range(x.size):
+        out[i] = x[i]
+    out[idx[0]] = -1.0
+
+op = primforge.XLACustomKernel("poke")
+op.def_numba_kernel(lambda **_: poke)
+x = jnp.arange(1.0, 9.0)
+where = int(sys.argv[1])
+try:
+    y = np.asarray(op(jnp.array([where], jnp.int32), x, outs=jax.ShapeDtypeStruct(x.shape, x.dtype)))
+except Exception as e:
+    emit("raised", f"{type(e).__name__}: {e}")
+else:
+    emit("value", y)
+"""
+
+
+def _expect_oob_raises(proc, what):
+    check(proc, what)
+    res = proc.results()
+    if "raised" not in res:
+        got = res.get("value")
+        pytest.fail(
+            f"NO ERROR: {what}: an out-of-bounds write (index 8 of 8 elements) under "
+            f"NUMBA_BOUNDSCHECK=1 returned normally with {got if got is None else got.tolist()}",
+            pytrace=False,
+        )
+
+
+def test_boundscheck_env_fresh_cache_raises(tmp_path):
+    """Control: with NUMBA_BOUNDSCHECK=1 and an empty cache an out-of-bounds write raises."""
+    src = _src(tmp_path)
+    path = write_script(str(src), "poke.py", POKE)
+    p = _run(path, tmp_path / "cache", "8", extra={"NUMBA_BOUNDSCHECK": "1"}, label="boundscheck")
+    _expect_oob_raises(p, "fresh cache, NUMBA_BOUNDSCHECK=1")
+
+
+def test_boundscheck_env_after_kernel_cached_without_it(tmp_path):
+    """Process 1 (no bounds checks) caches the kernel; process 2 sets NUMBA_BOUNDSCHECK=1."""
+    src, cache = _src(tmp_path), tmp_path / "cache"
+    path = write_script(str(src), "poke.py", POKE)
+    p1 = check(_run(path, cache, "2", label="process 1 (in bounds, no checks)"))
+    want = np.arange(1.0, 9.0)
+    want[2] = -1.0
+    _expect(p1, "value", want, "process 1")
+    p2 = _run(path, cache, "8", extra={"NUMBA_BOUNDSCHECK": "1"}, label="process 2 (boundscheck)")
+    _expect_oob_raises(p2, "process 2, NUMBA_BOUNDSCHECK=1 after a cache filled without it")
+
+
+# --------------------------------------------------------------------------------------
+# deterministic target names
+# --------------------------------------------------------------------------------------
+
+SEEDED = """
+import re
+
+import jax
+import jax.numpy as jnp
+import numba
+import primforge
+
+def make(tags, names, use_tags=False):
+    @numba.njit
+    def kernel(x, out):
+        s = 0
+        for n in names:
+            s += len(n)
+        if use_tags:          # pruned by Numba: the frozenset is only held, never typed
+            s += len(tags)
+        for i in range(x.size):
+            out[i] = x[i] * s
+    return kernel
+
+NAMES = ("ab", "cde", "fghi")
+op = primforge.XLACustomKernel("seeded")
+op.def_numba_kernel(lambda tags, **_: make(tags, NAMES))
+x = jnp.arange(1.0, 6.0)
+spec = jax.ShapeDtypeStruct(x.shape, x.dtype)
+held = frozenset({"alpha", "beta", "gamma", "delta", "epsilon", "zeta"})
+direct = primforge.numba_kernel(make(held, NAMES), spec)
+
+def f(v):
+    return op(v, outs=spec, tags=frozenset({"red", "green", "blue", "cyan"})) + direct(v)
+
+emit("value", f(x))
+text = jax.jit(f).lower(x).as_text()
+targets = sorted(set(re.findall(r'custom_call @"?([A-Za-z0-9_.$-]+)', text)))
+emit("targets", targets)
+checks = [jax.export.DisabledSafetyCheck.custom_call(t) for t in targets]
+exported = jax.export.export(jax.jit(f), disabled_checks=checks)(x)
+emit("stablehlo", exported.mlir_module())
+"""
+
+
+def test_export_is_identical_across_hash_seeds(tmp_path):
+    """Two processes, different PYTHONHASHSEED: byte-identical exported StableHLO."""
+    src = _src(tmp_path)
+    path = write_script(str(src), "seeded.py", SEEDED)
+    jobs = []
+    for seed in (1, 2):
+        env = child_env(str(tmp_path / f"cache{seed}"), hashseed=seed, pythonpath=[str(src)])
+        jobs.append(dict(script=path, env=env, cwd=str(src), label=f"PYTHONHASHSEED={seed}"))
+    p1, p2 = (check(p, p.label) for p in run_concurrently(jobs))
+    for p in (p1, p2):
+        _expect(p, "value", 9.0 * X + 9.0 * X, p.label)
+    t1, t2 = p1.results()["targets"], p2.results()["targets"]
+    assert t1, f"no custom call found in the lowered text\n{p1.describe()}"
+    assert t1 == t2, f"FFI target names depend on the hash seed: {t1} vs {t2}"
+    assert p1.results()["stablehlo"] == p2.results()["stablehlo"], (
+        "exported StableHLO differs between PYTHONHASHSEED=1 and 2"
+    )
+
+
+# --------------------------------------------------------------------------------------
+# damaged, planted and untrusted cache folders
+# --------------------------------------------------------------------------------------
+
+
+class _Planted:
+    """Unpickling this creates a marker file: proof that a planted pickle was executed."""
+
+    def __init__(self, marker):
+        self.marker = marker
+
+    def __reduce__(self):
+        return (os.makedirs, (self.marker, 0o777, True))
+
+
+def _garble(cache, victim, marker):
+    """Damage every file under ``cache`` and plant traps; return the number of problems."""
+    files = sorted(
+        os.path.join(d, n)
+        for d, _, names in os.walk(cache, followlinks=False)
+        for n in names
+        if not os.path.islink(os.path.join(d, n))
+    )
+    assert files, f"process 1 left nothing in the cache folder {cache}"
+    evil = pickle.dumps(_Planted(marker), protocol=2)
+    problems = 0
+    for i, path in enumerate(files):
+        size = os.path.getsize(path)
+        if path.endswith(".nbi") or path.endswith(".pkl") or path.endswith(".pickle"):
+            data = evil  # an index that runs code when unpickled
+        elif i == 1:
+            os.unlink(path)
+            os.symlink(victim, path)  # a link at an entry's name, pointing outside
+            problems += 1
+            continue
+        else:
+            data = [
+                b"",  # truncated to nothing
+                b"\xff\xfe\x00\x80 not utf-8 \xc3\x28",  # non-UTF-8 garbage
+                None,  # truncated to half
+                None,  # same size, bytes flipped
+            ][i % 4]
+            with open(path, "rb") as f:
+                orig = f.read()
+            if data is None and i % 4 == 2:
+                data = orig[: size // 2]
+            elif data is None:
+                data = bytes(b ^ 0x5A for b in orig) or b"\x00"
+        os.chmod(path, stat.S_IRUSR | stat.S_IWUSR)
+        with open(path, "wb") as f:
+            f.write(data)
+        problems += 1
+    for d, _, _ in list(os.walk(cache, followlinks=False)):
+        # A link at the name a writer might probe with, and a planted index / pickle.
+        for name in (".write-test", "index.pkl"):
+            p = os.path.join(d, name)
+            if not os.path.lexists(p):
+                if name.endswith(".pkl"):
+                    with open(p, "wb") as f:
+                        f.write(evil)
+                else:
+                    os.symlink(victim, p)
+                problems += 1
+    return problems
+
+
+def test_corrupted_cache_is_rebuilt_never_loaded(tmp_path):
+    """Every cache file damaged, traps planted: correct results, no crash, victim untouched."""
+    src, cache = _src(tmp_path), tmp_path / "cache"
+    path = write_script(str(src), "mixed.py", MIXED)
+    p1 = check(_run(path, cache, label="process 1 (fills the cache)"))
+    for tag, want in _mixed_expected().items():
+        _expect(p1, tag, want, "process 1")
+    victim = tmp_path / "victim.txt"
+    victim.write_text("precious data\n")
+    marker = tmp_path / "PLANTED-PICKLE-RAN"
+    problems = _garble(str(cache), str(victim), str(marker))
+    p2 = check(_run(path, cache, label="process 2 (damaged cache)"))
+    for tag, want in _mixed_expected().items():
+        _expect(p2, tag, want, "process 2 (damaged cache)")
+    assert victim.read_text() == "precious data\n", (
+        f"a file outside the cache, linked from inside it, was changed: {victim.read_text()!r}"
+    )
+    assert not marker.exists(), "a pickle planted in the cache folder was unpickled (code ran)"
+    warned = [(w["category"], w["message"]) for w in p2.warnings()]
+    dupes = sorted({w for w in warned if warned.count(w) > 1})
+    assert not dupes, f"the same warning was given more than once: {dupes}"
+    assert len(warned) <= problems, (
+        f"{len(warned)} warnings for {problems} damaged or planted files: {warned}"
+    )
+    p3 = check(_run(path, cache, label="process 3 (after the rebuild)"))
+    for tag, want in _mixed_expected().items():
+        _expect(p3, tag, want, "process 3 (cache rebuilt by process 2)")
+    assert not _cache_warnings(p3, cache), (
+        "the damaged entries were not repaired by process 2: process 3 warns again: "
+        f"{_cache_warnings(p3, cache)}"
+    )
+    assert victim.read_text() == "precious data\n"
+    assert not marker.exists(), "a pickle planted in the cache folder was unpickled (code ran)"
+
+
+def test_cache_off_writes_nothing(tmp_path):
+    """PRIMFORGE_CACHE=0: correct results and not one file under the cache folder."""
+    src, cache = _src(tmp_path), tmp_path / "cache"
+    path = write_script(str(src), "mixed.py", MIXED)
+    p = check(_run(path, cache, extra={"PRIMFORGE_CACHE": "0"}, label="PRIMFORGE_CACHE=0"))
+    for tag, want in _mixed_expected().items():
+        _expect(p, tag, want, "PRIMFORGE_CACHE=0")
+    assert not _files(str(cache)), f"files written with caching off: {sorted(_files(str(cache)))}"
+    assert not _numba_cache_files(str(src)), (
+        f"Numba cache files written with caching off: {_numba_cache_files(str(src))}"
+    )
+
+
+def test_unusable_cache_path_runs_uncached(tmp_path):
+    """A cache path that can't be a folder (under a regular file: ENOTDIR) -> uncached, right.
+
+    (A read-only folder can't be simulated with chmod when the tests run as root, who may
+    write anyway; a path below a regular file fails every write the same way on any system.)
+    """
+    src = _src(tmp_path)
+    blocker = tmp_path / "a-file"
+    blocker.write_text("not a folder\n")
+    cache = blocker / "cache"
+    path = write_script(str(src), "mixed.py", MIXED)
+    p = check(_run(path, cache, label="cache under a regular file"))
+    for tag, want in _mixed_expected().items():
+        _expect(p, tag, want, "cache path under a regular file")
+    assert blocker.read_text() == "not a folder\n"
+    warned = _cache_warnings(p, cache)
+    assert len(warned) <= 1, f"more than one warning about the unusable cache: {warned}"
+
+
+@pytest.mark.parametrize("how", ["world_writable", "other_owner"])
+def test_untrusted_cache_folder_is_refused(tmp_path, how):
+    """A cache root writable by others, or owned by another user: one warning, run uncached."""
+    src = _src(tmp_path)
+    cache = tmp_path / "cache"
+    cache.mkdir()
+    if how == "world_writable":
+        os.chmod(cache, 0o777)
+    else:
+        if not hasattr(os, "geteuid") or os.geteuid() != 0:
+            pytest.skip("giving a folder to another user needs root")
+        os.chown(cache, 65534, 65534)  # nobody
+        os.chmod(cache, 0o755)
+    path = write_script(str(src), "mixed.py", MIXED)
+    p = check(_run(path, cache, label=how))
+    for tag, want in _mixed_expected().items():
+        _expect(p, tag, want, f"{how} cache folder")
+    written = sorted(_files(str(cache)))
+    assert not written, f"NOTHING-WRITTEN violated: files written into a {how} cache: {written}"
+    warned = _cache_warnings(p, cache)
+    assert len(warned) == 1, f"expected exactly one warning about the {how} cache, got {warned}"
