@@ -9,7 +9,8 @@ script starts with :data:`PRELUDE`, which gives it ``emit(tag, value)`` to send 
 (arrays included) and reports every warning as a line the parent can count. The parent
 reads them with :meth:`ProcResult.results` / :meth:`ProcResult.warnings`, and
 :func:`check` fails the test, quoting the child's output, when it died by a signal, printed
-a C library heap-corruption message, timed out or exited non-zero.
+a C library heap-corruption message, timed out or exited non-zero. :class:`Worker` keeps one
+child alive across many requests (a fuzz case each) and restarts it after a crash.
 """
 
 from __future__ import annotations
@@ -33,6 +34,8 @@ __all__ = [
     "PRELUDE",
     "ROOT",
     "ProcResult",
+    "Worker",
+    "WorkerCrashed",
     "check",
     "child_env",
     "edit_file",
@@ -361,3 +364,156 @@ def check(result: ProcResult, what: str = "") -> ProcResult:
         head = f"{kind}{': ' + what if what else ''}"
         pytest.fail(f"{head}\n{result.describe()}", pytrace=False)
     return result
+
+
+class WorkerCrashed(Exception):
+    """The persistent worker died (or hung) while answering a request; ``.result`` says how."""
+
+    def __init__(self, result: ProcResult, request: Any):
+        self.result = result
+        self.request = request
+        super().__init__(f"worker died on request {request!r}\n{result.describe()}")
+
+
+class Worker:
+    """A persistent child answering one JSON request per line with one ``PFREPLY`` line.
+
+    The script reads requests from stdin and prints ``PFREPLY <json>`` per request. If the
+    child dies or hangs, :meth:`request` raises :class:`WorkerCrashed` carrying the exit
+    status and the output of that request, and the next request starts a fresh child, so
+    one crashing case is reported with its input and the rest still run.
+
+    Example:
+        >>> import tempfile
+        >>> src = ("import json, os, sys\\n"
+        ...        "for line in sys.stdin:\\n"
+        ...        "    n = json.loads(line)\\n"
+        ...        "    if n < 0: os.abort()\\n"
+        ...        "    print('PFREPLY ' + json.dumps(2 * n), flush=True)\\n")
+        >>> path = os.path.join(tempfile.mkdtemp(), "w.py")
+        >>> with open(path, "w") as f:
+        ...     _ = f.write(src)
+        >>> w = Worker(path, env=child_env(None))
+        >>> w.request(21)
+        42
+        >>> try:
+        ...     w.request(-1)
+        ... except WorkerCrashed as e:
+        ...     print(e.result.signal_name)
+        SIGABRT
+        >>> w.request(5)
+        10
+        >>> w.close()
+    """
+
+    def __init__(self, script: str, *, env: Mapping[str, str], cwd: str | None = None):
+        self.script, self.env, self.cwd = script, dict(env), cwd
+        self.proc: subprocess.Popen | None = None
+        self.starts = 0
+
+    def _start(self) -> None:
+        import queue
+        import tempfile
+        import threading
+
+        self.stderr = tempfile.TemporaryFile(mode="w+b")
+        self.proc = subprocess.Popen(
+            [sys.executable, self.script],
+            stdin=subprocess.PIPE,
+            stdout=subprocess.PIPE,
+            stderr=self.stderr,
+            env=self.env,
+            cwd=self.cwd,
+            text=True,
+            errors="replace",
+            bufsize=1,
+        )
+        self.starts += 1
+        self.lines: queue.Queue = queue.Queue()
+
+        def pump(stream, q):
+            for line in stream:
+                q.put(line)
+            q.put(None)
+
+        self.pump = threading.Thread(target=pump, args=(self.proc.stdout, self.lines), daemon=True)
+        self.pump.start()
+
+    def _stderr_since(self, pos: int) -> str:
+        self.stderr.flush()
+        self.stderr.seek(pos)
+        return self.stderr.read().decode(errors="replace")
+
+    def request(self, obj: Any, timeout: float = 300) -> Any:
+        """Send ``obj`` (JSON-able); return the decoded reply or raise :class:`WorkerCrashed`."""
+        import queue
+
+        if self.proc is None or self.proc.poll() is not None:
+            self.close()
+            self._start()
+        self.stderr.seek(0, os.SEEK_END)
+        err_pos = self.stderr.tell()
+        start = time.monotonic()
+        noise = []
+        try:
+            self.proc.stdin.write(json.dumps(obj) + "\n")
+            self.proc.stdin.flush()
+        except (BrokenPipeError, OSError):
+            pass  # reported below from the exit status
+        timed_out = False
+        while True:
+            left = timeout - (time.monotonic() - start)
+            try:
+                line = self.lines.get(timeout=max(left, 0.01))
+            except queue.Empty:
+                timed_out = True
+                self.proc.kill()
+                break
+            if line is None:
+                break
+            if line.startswith("PFREPLY "):
+                return json.loads(line[len("PFREPLY ") :])
+            noise.append(line)
+        try:
+            rc = self.proc.wait(timeout=30)
+        except subprocess.TimeoutExpired:
+            self.proc.kill()
+            rc = self.proc.wait()
+        result = ProcResult(
+            [sys.executable, self.script],
+            None if timed_out else rc,
+            "".join(noise),
+            self._stderr_since(err_pos),
+            time.monotonic() - start,
+            timed_out,
+            "persistent worker",
+        )
+        self._close_pipes()
+        self.proc = None
+        raise WorkerCrashed(result, obj)
+
+    def _close_pipes(self) -> None:
+        self.pump.join(timeout=10)  # the child is gone: its stdout reaches EOF
+        for stream in (self.proc.stdin, self.proc.stdout):
+            try:
+                stream.close()
+            except OSError:
+                pass
+
+    def close(self) -> None:
+        """Stop the child (if running)."""
+        if self.proc is not None:
+            try:
+                self.proc.stdin.close()
+            except OSError:
+                pass
+            try:
+                self.proc.wait(timeout=10)
+            except subprocess.TimeoutExpired:
+                self.proc.kill()
+                self.proc.wait()
+            self._close_pipes()
+            self.proc = None
+        if getattr(self, "stderr", None) is not None:
+            self.stderr.close()
+            self.stderr = None
