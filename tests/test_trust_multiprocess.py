@@ -14,7 +14,7 @@ from __future__ import annotations
 
 import os
 import pickle
-import re
+import shutil
 import stat
 
 import numpy as np
@@ -583,7 +583,7 @@ def test_export_is_identical_across_hash_seeds(tmp_path):
 
 
 class _Planted:
-    """Unpickling this creates a marker file: proof that a planted pickle was executed."""
+    """Unpickling this creates a marker folder: proof that a planted pickle was executed."""
 
     def __init__(self, marker):
         self.marker = marker
@@ -592,90 +592,131 @@ class _Planted:
         return (os.makedirs, (self.marker, 0o777, True))
 
 
-def _garble(cache, victim, marker):
-    """Damage every file under ``cache`` and plant traps; return the number of problems."""
-    files = sorted(
+@pytest.fixture(scope="module")
+def filled_cache(tmp_path_factory):
+    """A cache folder filled by one run of MIXED (copied by each test that damages it)."""
+    tmp = tmp_path_factory.mktemp("filled")
+    src, cache = _src(tmp), tmp / "cache"
+    path = write_script(str(src), "mixed.py", MIXED)
+    p1 = _run(path, cache, label="process 1 (fills the cache)")
+    return {"p1": p1, "cache": cache}
+
+
+def _damaged_copy(filled_cache, tmp_path):
+    p1 = check(filled_cache["p1"], "process 1 (fills the cache)")
+    for tag, want in _mixed_expected().items():
+        _expect(p1, tag, want, "process 1")
+    cache = tmp_path / "cache"
+    if filled_cache["cache"].exists():
+        shutil.copytree(filled_cache["cache"], cache, symlinks=True, copy_function=shutil.copy2)
+    else:  # nothing was cached at all: still plant the traps in a private root
+        cache.mkdir(mode=0o700)
+    src = _src(tmp_path)
+    return write_script(str(src), "mixed.py", MIXED), cache
+
+
+def _cache_files(cache):
+    """Regular files under ``cache`` (sorted; links not followed)."""
+    return sorted(
         os.path.join(d, n)
         for d, _, names in os.walk(cache, followlinks=False)
         for n in names
         if not os.path.islink(os.path.join(d, n))
     )
-    assert files, f"process 1 left nothing in the cache folder {cache}"
-    evil = pickle.dumps(_Planted(marker), protocol=2)
-    problems = 0
-    for i, path in enumerate(files):
-        size = os.path.getsize(path)
-        if path.endswith(".nbi") or path.endswith(".pkl") or path.endswith(".pickle"):
-            data = evil  # an index that runs code when unpickled
-        elif i == 1:
-            os.unlink(path)
-            os.symlink(victim, path)  # a link at an entry's name, pointing outside
-            problems += 1
-            continue
-        else:
-            data = [
-                b"",  # truncated to nothing
-                b"\xff\xfe\x00\x80 not utf-8 \xc3\x28",  # non-UTF-8 garbage
-                None,  # truncated to half
-                None,  # same size, bytes flipped
-            ][i % 4]
-            with open(path, "rb") as f:
-                orig = f.read()
-            if data is None and i % 4 == 2:
-                data = orig[: size // 2]
-            elif data is None:
-                data = bytes(b ^ 0x5A for b in orig) or b"\x00"
-        os.chmod(path, stat.S_IRUSR | stat.S_IWUSR)
-        with open(path, "wb") as f:
-            f.write(data)
-        problems += 1
-    for d, _, _ in list(os.walk(cache, followlinks=False)):
-        # A link at the name a writer might probe with, and a planted index / pickle.
-        for name in (".write-test", "index.pkl"):
-            p = os.path.join(d, name)
-            if not os.path.lexists(p):
-                if name.endswith(".pkl"):
-                    with open(p, "wb") as f:
-                        f.write(evil)
-                else:
-                    os.symlink(victim, p)
-                problems += 1
-    return problems
 
 
-def test_corrupted_cache_is_rebuilt_never_loaded(tmp_path):
-    """Every cache file damaged, traps planted: correct results, no crash, victim untouched."""
-    src, cache = _src(tmp_path), tmp_path / "cache"
-    path = write_script(str(src), "mixed.py", MIXED)
-    p1 = check(_run(path, cache, label="process 1 (fills the cache)"))
+def _folders(cache):
+    return sorted(d for d, _, _ in os.walk(cache, followlinks=False))
+
+
+def _expect_mixed_and_few_warnings(proc, problems, what):
+    check(proc, what)
     for tag, want in _mixed_expected().items():
-        _expect(p1, tag, want, "process 1")
+        _expect(proc, tag, want, what)
+    warned = [(w["category"], w["message"]) for w in proc.warnings()]
+    dupes = sorted({w for w in warned if warned.count(w) > 1})
+    assert not dupes, f"{what}: the same warning was given more than once: {dupes}"
+    assert len(warned) <= problems, (
+        f"{what}: {len(warned)} warnings for {problems} damaged or planted files: {warned}"
+    )
+
+
+def test_damaged_cache_entries_are_rebuilt(filled_cache, tmp_path):
+    """Every cached file truncated, garbled or made non-UTF-8: right results, no crash, and
+    the next run finds the cache repaired (no warning again)."""
+    path, cache = _damaged_copy(filled_cache, tmp_path)
+    files = _cache_files(cache)
+    for i, f in enumerate(files):
+        with open(f, "rb") as fh:
+            orig = fh.read()
+        data = [
+            b"",  # truncated to nothing
+            b"\xff\xfe\x00\x80 not utf-8 \xc3\x28",  # non-UTF-8 garbage
+            orig[: len(orig) // 2],  # truncated to half
+            bytes(b ^ 0x5A for b in orig) or b"\x00",  # same size, every byte changed
+        ][i % 4]
+        os.chmod(f, stat.S_IRUSR | stat.S_IWUSR)
+        with open(f, "wb") as fh:
+            fh.write(data)
+    p2 = _run(path, cache, label="process 2 (damaged cache)")
+    _expect_mixed_and_few_warnings(p2, len(files), "process 2 (damaged cache)")
+    p3 = _run(path, cache, label="process 3 (after the rebuild)")
+    _expect_mixed_and_few_warnings(p3, 0, "process 3 (cache rebuilt by process 2)")
+
+
+def test_planted_pickles_are_never_unpickled(filled_cache, tmp_path):
+    """Every binary cached file (index, object code, pickle, library: whatever is not text)
+    and a few likely names replaced by a pickle that runs code when loaded: right results,
+    and the code never runs. Text files (sources, digests) are left as they are, so that
+    whatever reads them goes on to the binary entries."""
+    path, cache = _damaged_copy(filled_cache, tmp_path)
+    marker = tmp_path / "PLANTED-PICKLE-RAN"
+    evil = pickle.dumps(_Planted(str(marker)), protocol=2)
+
+    def is_text(f):
+        with open(f, "rb") as fh:
+            data = fh.read()
+        try:
+            data.decode("utf-8")
+        except UnicodeDecodeError:
+            return False
+        return b"\x00" not in data
+
+    targets = [f for f in _cache_files(cache) if not is_text(f)]
+    for d in _folders(cache):
+        targets += [os.path.join(d, n) for n in ("index.pkl", "index.nbi")]
+    for f in targets:
+        if os.path.exists(f):
+            os.chmod(f, stat.S_IRUSR | stat.S_IWUSR)
+        with open(f, "wb") as fh:
+            fh.write(evil)
+    p2 = _run(path, cache, label="process 2 (planted pickles)")
+    assert not marker.exists(), (
+        f"a pickle planted in the cache folder was unpickled (its code ran)\n{p2.describe()}"
+    )
+    _expect_mixed_and_few_warnings(p2, len(targets), "process 2 (planted pickles)")
+
+
+def test_symlinks_in_cache_are_not_followed(filled_cache, tmp_path):
+    """Every cached file, and a probe name in every folder, replaced by a link to a file
+    outside the cache: right results, and that file is left exactly as it was."""
+    path, cache = _damaged_copy(filled_cache, tmp_path)
     victim = tmp_path / "victim.txt"
     victim.write_text("precious data\n")
-    marker = tmp_path / "PLANTED-PICKLE-RAN"
-    problems = _garble(str(cache), str(victim), str(marker))
-    p2 = check(_run(path, cache, label="process 2 (damaged cache)"))
-    for tag, want in _mixed_expected().items():
-        _expect(p2, tag, want, "process 2 (damaged cache)")
+    links = _cache_files(cache)
+    for d in _folders(cache):
+        links += [os.path.join(d, n) for n in (".write-test", ".probe")]
+    for f in links:
+        if os.path.lexists(f):
+            os.unlink(f)
+        os.symlink(victim, f)
+    p2 = _run(path, cache, label="process 2 (links to a file outside)")
     assert victim.read_text() == "precious data\n", (
-        f"a file outside the cache, linked from inside it, was changed: {victim.read_text()!r}"
+        "a file outside the cache, linked from inside it, was changed: "
+        f"{victim.read_text()!r}\n{p2.describe()}"
     )
-    assert not marker.exists(), "a pickle planted in the cache folder was unpickled (code ran)"
-    warned = [(w["category"], w["message"]) for w in p2.warnings()]
-    dupes = sorted({w for w in warned if warned.count(w) > 1})
-    assert not dupes, f"the same warning was given more than once: {dupes}"
-    assert len(warned) <= problems, (
-        f"{len(warned)} warnings for {problems} damaged or planted files: {warned}"
-    )
-    p3 = check(_run(path, cache, label="process 3 (after the rebuild)"))
-    for tag, want in _mixed_expected().items():
-        _expect(p3, tag, want, "process 3 (cache rebuilt by process 2)")
-    assert not _cache_warnings(p3, cache), (
-        "the damaged entries were not repaired by process 2: process 3 warns again: "
-        f"{_cache_warnings(p3, cache)}"
-    )
+    _expect_mixed_and_few_warnings(p2, len(links), "process 2 (links to a file outside)")
     assert victim.read_text() == "precious data\n"
-    assert not marker.exists(), "a pickle planted in the cache folder was unpickled (code ran)"
 
 
 def test_cache_off_writes_nothing(tmp_path):
@@ -728,6 +769,10 @@ def test_untrusted_cache_folder_is_refused(tmp_path, how):
     for tag, want in _mixed_expected().items():
         _expect(p, tag, want, f"{how} cache folder")
     written = sorted(_files(str(cache)))
-    assert not written, f"NOTHING-WRITTEN violated: files written into a {how} cache: {written}"
     warned = _cache_warnings(p, cache)
-    assert len(warned) == 1, f"expected exactly one warning about the {how} cache, got {warned}"
+    problems = []
+    if written:
+        problems.append(f"files were written into the {how} cache: {written}")
+    if len(warned) != 1:
+        problems.append(f"expected exactly one warning about the {how} cache, got {warned}")
+    assert not problems, "; ".join(problems)
