@@ -180,7 +180,10 @@ def compare(got, want, scale, what):
     """'' when equal (exactly for ints/bools, to a dtype tolerance for floats), else why."""
     got, want = np.asarray(got), np.asarray(want)
     if got.shape != want.shape or got.dtype != want.dtype:
-        return f"{what}: numba gave {got.dtype}{list(got.shape)}, jax {want.dtype}{list(want.shape)}"
+        return (
+            f"{what}: numba gave {got.dtype}{list(got.shape)}, "
+            f"jax {want.dtype}{list(want.shape)}"
+        )
     if got.dtype.kind in "biu":
         bad = got != want
     else:

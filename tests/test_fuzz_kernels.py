@@ -6,7 +6,8 @@ run in a persistent child (:mod:`fuzz_worker`), so a case that crashes the proce
 test failure naming the case, not a dead test runner; the child is restarted for the next
 one. Each case runs in two such children sharing one cache folder, the second after the
 first and with its closure param values in another order, so what one process stored is
-tried by another that compiled other values of the same kernel first. Bounded for the normal suite: a fixed number of examples, derandomized, no shrinking
+tried by another that compiled other values of the same kernel first. Bounded for the
+normal suite: a fixed number of examples, derandomized, no shrinking
 (set ``PRIMFORGE_FUZZ_EXAMPLES`` for a longer run).
 """
 
@@ -122,5 +123,5 @@ def _run(workers, case):
           "factors": [5, 2, 3], "vmap": [3, True]}
 )
 def test_numba_backend_matches_jax_backend(workers, case):
-    """Numba and jax backends agree on random ops, dtypes, shapes, layouts, with and without vmap."""
+    """Numba and jax backends agree on random ops, dtypes, shapes and layouts, with vmap too."""
     _run(workers, case)
