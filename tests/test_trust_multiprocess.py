@@ -595,6 +595,48 @@ def test_export_is_identical_across_hash_seeds(tmp_path):
 # --------------------------------------------------------------------------------------
 
 
+# A C++ kernel (load_cpp_inline), whose compiled library the C++ backend keeps on disk.
+CPP = """
+import sys
+
+import jax
+import jax.numpy as jnp
+import primforge
+
+EXPR = {"good": "2 * x[i] + 1", "other": "x[i] - 100"}[sys.argv[1] if sys.argv[1:] else "good"]
+SOURCE = r'''
+#include "xla/ffi/api/ffi.h"
+namespace ffi = xla::ffi;
+static ffi::Error Impl(ffi::Buffer<ffi::F32> xb, ffi::ResultBuffer<ffi::F32> yb) {
+  const float* x = xb.typed_data();
+  float* y = yb->typed_data();
+  for (size_t i = 0; i < xb.element_count(); ++i) y[i] = EXPR;
+  return ffi::Error::Success();
+}
+XLA_FFI_DEFINE_HANDLER_SYMBOL(Affine, Impl,
+    ffi::Ffi::Bind().Arg<ffi::Buffer<ffi::F32>>().Ret<ffi::Buffer<ffi::F32>>());
+'''.replace("EXPR", EXPR)
+module = primforge.load_cpp_inline(SOURCE, name="trust_affine", flags=["-O0"])
+x = jnp.arange(1.0, 6.0)
+emit("affine", module.call("Affine", x, outs=jax.ShapeDtypeStruct(x.shape, x.dtype)))
+"""
+
+BACKENDS = {
+    "numba": (MIXED, _mixed_expected),
+    "cpp": (CPP, lambda: {"affine": 2 * X + 1}),
+}
+
+
+def _write_backend_script(folder, backend):
+    return write_script(str(folder), f"{backend}_script.py", BACKENDS[backend][0])
+
+
+def _expect_backend(proc, backend, what):
+    check(proc, what)
+    for tag, want in BACKENDS[backend][1]().items():
+        _expect(proc, tag, want, what)
+
+
 class _Planted:
     """Unpickling this creates a marker folder: proof that a planted pickle was executed."""
 
@@ -605,27 +647,26 @@ class _Planted:
         return (os.makedirs, (self.marker, 0o777, True))
 
 
-@pytest.fixture(scope="module")
-def filled_cache(tmp_path_factory):
-    """A cache folder filled by one run of MIXED (copied by each test that damages it)."""
-    tmp = tmp_path_factory.mktemp("filled")
+@pytest.fixture(scope="module", params=list(BACKENDS))
+def filled_cache(request, tmp_path_factory):
+    """A cache folder filled by one run of a backend's script (tests damage copies of it)."""
+    backend = request.param
+    tmp = tmp_path_factory.mktemp(f"filled-{backend}")
     src, cache = _src(tmp), tmp / "cache"
-    path = write_script(str(src), "mixed.py", MIXED)
-    p1 = _run(path, cache, label="process 1 (fills the cache)")
-    return {"p1": p1, "cache": cache}
+    path = _write_backend_script(src, backend)
+    p1 = _run(path, cache, label=f"process 1 (fills the cache, {backend})")
+    return {"p1": p1, "cache": cache, "backend": backend}
 
 
 def _damaged_copy(filled_cache, tmp_path):
-    p1 = check(filled_cache["p1"], "process 1 (fills the cache)")
-    for tag, want in _mixed_expected().items():
-        _expect(p1, tag, want, "process 1")
+    backend = filled_cache["backend"]
+    _expect_backend(filled_cache["p1"], backend, "process 1 (fills the cache)")
     cache = tmp_path / "cache"
     if filled_cache["cache"].exists():
         shutil.copytree(filled_cache["cache"], cache, symlinks=True, copy_function=shutil.copy2)
     else:  # nothing was cached at all: still plant the traps in a private root
         cache.mkdir(mode=0o700)
-    src = _src(tmp_path)
-    return write_script(str(src), "mixed.py", MIXED), cache
+    return _write_backend_script(_src(tmp_path), backend), cache, backend
 
 
 def _cache_files(cache):
@@ -642,10 +683,8 @@ def _folders(cache):
     return sorted(d for d, _, _ in os.walk(cache, followlinks=False))
 
 
-def _expect_mixed_and_few_warnings(proc, problems, what):
-    check(proc, what)
-    for tag, want in _mixed_expected().items():
-        _expect(proc, tag, want, what)
+def _expect_right_and_few_warnings(proc, backend, problems, what):
+    _expect_backend(proc, backend, what)
     warned = [(w["category"], w["message"]) for w in proc.warnings()]
     dupes = sorted({w for w in warned if warned.count(w) > 1})
     assert not dupes, f"{what}: the same warning was given more than once: {dupes}"
@@ -657,7 +696,7 @@ def _expect_mixed_and_few_warnings(proc, problems, what):
 def test_damaged_cache_entries_are_rebuilt(filled_cache, tmp_path):
     """Every cached file truncated, garbled or made non-UTF-8: right results, no crash, and
     the next run finds the cache repaired (no warning again)."""
-    path, cache = _damaged_copy(filled_cache, tmp_path)
+    path, cache, backend = _damaged_copy(filled_cache, tmp_path)
     files = _cache_files(cache)
     for i, f in enumerate(files):
         with open(f, "rb") as fh:
@@ -672,9 +711,9 @@ def test_damaged_cache_entries_are_rebuilt(filled_cache, tmp_path):
         with open(f, "wb") as fh:
             fh.write(data)
     p2 = _run(path, cache, label="process 2 (damaged cache)")
-    _expect_mixed_and_few_warnings(p2, len(files), "process 2 (damaged cache)")
+    _expect_right_and_few_warnings(p2, backend, len(files), "process 2 (damaged cache)")
     p3 = _run(path, cache, label="process 3 (after the rebuild)")
-    _expect_mixed_and_few_warnings(p3, 0, "process 3 (cache rebuilt by process 2)")
+    _expect_right_and_few_warnings(p3, backend, 0, "process 3 (cache rebuilt by process 2)")
 
 
 def test_planted_pickles_are_never_unpickled(filled_cache, tmp_path):
@@ -682,7 +721,7 @@ def test_planted_pickles_are_never_unpickled(filled_cache, tmp_path):
     and a few likely names replaced by a pickle that runs code when loaded: right results,
     and the code never runs. Text files (sources, digests) are left as they are, so that
     whatever reads them goes on to the binary entries."""
-    path, cache = _damaged_copy(filled_cache, tmp_path)
+    path, cache, backend = _damaged_copy(filled_cache, tmp_path)
     marker = tmp_path / "PLANTED-PICKLE-RAN"
     evil = pickle.dumps(_Planted(str(marker)), protocol=2)
 
@@ -707,13 +746,13 @@ def test_planted_pickles_are_never_unpickled(filled_cache, tmp_path):
     assert not marker.exists(), (
         f"a pickle planted in the cache folder was unpickled (its code ran)\n{p2.describe()}"
     )
-    _expect_mixed_and_few_warnings(p2, len(targets), "process 2 (planted pickles)")
+    _expect_right_and_few_warnings(p2, backend, len(targets), "process 2 (planted pickles)")
 
 
 def test_symlinks_in_cache_are_not_followed(filled_cache, tmp_path):
     """Every cached file, and a probe name in every folder, replaced by a link to a file
     outside the cache: right results, and that file is left exactly as it was."""
-    path, cache = _damaged_copy(filled_cache, tmp_path)
+    path, cache, backend = _damaged_copy(filled_cache, tmp_path)
     victim = tmp_path / "victim.txt"
     victim.write_text("precious data\n")
     links = _cache_files(cache)
@@ -728,64 +767,127 @@ def test_symlinks_in_cache_are_not_followed(filled_cache, tmp_path):
         "a file outside the cache, linked from inside it, was changed: "
         f"{victim.read_text()!r}\n{p2.describe()}"
     )
-    _expect_mixed_and_few_warnings(p2, len(links), "process 2 (links to a file outside)")
+    _expect_right_and_few_warnings(p2, backend, len(links), "process 2 (links to a file outside)")
     assert victim.read_text() == "precious data\n"
 
 
-def test_cache_off_writes_nothing(tmp_path):
+def _elf_files(root):
+    out = []
+    for f in _cache_files(root):
+        with open(f, "rb") as fh:
+            if fh.read(4) == b"\x7fELF":
+                out.append(f)
+    return out
+
+
+def test_planted_library_is_not_loaded(tmp_path):
+    """A working shared library of another C++ kernel, copied over the cached one: the next
+    process must not load it (it computes ``x - 100``), so it still computes ``2 x + 1``."""
+    src = _src(tmp_path)
+    path = _write_backend_script(src, "cpp")
+    cache, other = tmp_path / "cache", tmp_path / "other-cache"
+    common = dict(script=path, cwd=str(src))
+    p_good, p_other = run_concurrently(
+        [
+            dict(common, env=child_env(str(cache), pythonpath=[str(src)]), label="process 1"),
+            dict(common, args=["other"], env=child_env(str(other), pythonpath=[str(src)]),
+                 label="another program, its own cache"),
+        ]
+    )
+    _expect_backend(p_good, "cpp", "process 1")
+    check(p_other, "another program")
+    _expect(p_other, "affine", X - 100, "another program")
+    others = _elf_files(other)
+    assert others, f"the other program left no shared library: {sorted(_files(str(other)))}"
+    with open(others[0], "rb") as fh:
+        planted = fh.read()
+    replaced = _elf_files(cache)
+    for f in replaced:
+        os.chmod(f, stat.S_IRUSR | stat.S_IWUSR)
+        with open(f, "wb") as fh:
+            fh.write(planted)
+    p2 = _run(path, cache, label="process 2 (a planted library in the cache)")
+    _expect_right_and_few_warnings(p2, "cpp", len(replaced), "process 2 (planted library)")
+
+
+# Single-process runs against unusual cache folders, all started together (they are
+# independent), one per (scenario, backend); each test below checks one of them.
+FOLDER_SCENARIOS = ["cache_off", "under_a_file", "world_writable", "other_owner"]
+
+
+@pytest.fixture(scope="module")
+def folder_runs(tmp_path_factory):
+    runs, jobs = {}, []
+    for scenario in FOLDER_SCENARIOS:
+        if scenario == "other_owner" and (not hasattr(os, "geteuid") or os.geteuid() != 0):
+            continue
+        for backend in BACKENDS:
+            tmp = tmp_path_factory.mktemp(f"{scenario}-{backend}")
+            src = _src(tmp)
+            extra = None
+            cache = tmp / "cache"
+            if scenario == "cache_off":
+                extra = {"PRIMFORGE_CACHE": "0"}
+            elif scenario == "under_a_file":
+                (tmp / "a-file").write_text("not a folder\n")
+                cache = tmp / "a-file" / "cache"
+            elif scenario == "world_writable":
+                cache.mkdir()
+                os.chmod(cache, 0o777)
+            else:
+                cache.mkdir()
+                os.chown(cache, 65534, 65534)  # nobody
+                os.chmod(cache, 0o755)
+            path = _write_backend_script(src, backend)
+            env = child_env(str(cache), pythonpath=[str(src)], extra=extra)
+            runs[(scenario, backend)] = {"tmp": tmp, "src": src, "cache": cache}
+            jobs.append(dict(script=path, env=env, cwd=str(src), label=f"{scenario}, {backend}"))
+    for key, proc in zip(list(runs), run_concurrently(jobs)):
+        runs[key]["proc"] = proc
+    return runs
+
+
+@pytest.mark.parametrize("backend", list(BACKENDS))
+def test_cache_off_writes_nothing(folder_runs, backend):
     """PRIMFORGE_CACHE=0: correct results and not one file under the cache folder."""
-    src, cache = _src(tmp_path), tmp_path / "cache"
-    path = write_script(str(src), "mixed.py", MIXED)
-    p = check(_run(path, cache, extra={"PRIMFORGE_CACHE": "0"}, label="PRIMFORGE_CACHE=0"))
-    for tag, want in _mixed_expected().items():
-        _expect(p, tag, want, "PRIMFORGE_CACHE=0")
-    assert not _files(str(cache)), f"files written with caching off: {sorted(_files(str(cache)))}"
-    assert not _numba_cache_files(str(src)), (
-        f"Numba cache files written with caching off: {_numba_cache_files(str(src))}"
+    run = folder_runs[("cache_off", backend)]
+    _expect_backend(run["proc"], backend, "PRIMFORGE_CACHE=0")
+    cache, src = str(run["cache"]), str(run["src"])
+    assert not _files(cache), f"files written with caching off: {sorted(_files(cache))}"
+    assert not _numba_cache_files(src), (
+        f"Numba cache files written with caching off: {_numba_cache_files(src)}"
     )
 
 
-def test_unusable_cache_path_runs_uncached(tmp_path):
+@pytest.mark.parametrize("backend", list(BACKENDS))
+def test_unusable_cache_path_runs_uncached(folder_runs, backend):
     """A cache path that can't be a folder (under a regular file: ENOTDIR) -> uncached, right.
 
     (A read-only folder can't be simulated with chmod when the tests run as root, who may
     write anyway; a path below a regular file fails every write the same way on any system.)
     """
-    src = _src(tmp_path)
-    blocker = tmp_path / "a-file"
-    blocker.write_text("not a folder\n")
-    cache = blocker / "cache"
-    path = write_script(str(src), "mixed.py", MIXED)
-    p = check(_run(path, cache, label="cache under a regular file"))
-    for tag, want in _mixed_expected().items():
-        _expect(p, tag, want, "cache path under a regular file")
-    assert blocker.read_text() == "not a folder\n"
-    warned = _cache_warnings(p, cache)
+    run = folder_runs[("under_a_file", backend)]
+    _expect_backend(run["proc"], backend, "cache path under a regular file")
+    assert (run["tmp"] / "a-file").read_text() == "not a folder\n"
+    warned = _cache_warnings(run["proc"], run["cache"])
     assert len(warned) <= 1, f"more than one warning about the unusable cache: {warned}"
 
 
+@pytest.mark.parametrize("backend", list(BACKENDS))
 @pytest.mark.parametrize("how", ["world_writable", "other_owner"])
-def test_untrusted_cache_folder_is_refused(tmp_path, how):
-    """A cache root writable by others, or owned by another user: one warning, run uncached."""
-    src = _src(tmp_path)
-    cache = tmp_path / "cache"
-    cache.mkdir()
-    if how == "world_writable":
-        os.chmod(cache, 0o777)
-    else:
-        if not hasattr(os, "geteuid") or os.geteuid() != 0:
-            pytest.skip("giving a folder to another user needs root")
-        os.chown(cache, 65534, 65534)  # nobody
-        os.chmod(cache, 0o755)
-    path = write_script(str(src), "mixed.py", MIXED)
-    p = check(_run(path, cache, label=how))
-    for tag, want in _mixed_expected().items():
-        _expect(p, tag, want, f"{how} cache folder")
-    written = sorted(_files(str(cache)))
-    warned = _cache_warnings(p, cache)
+def test_untrusted_cache_folder_is_refused(folder_runs, how, backend):
+    """A cache root writable by others, or owned by another user: run uncached, write nothing
+    there, and say so once (the C++ backend keeps its libraries there, so it must warn; the
+    Numba backend may keep nothing on disk, and then has nothing to warn about)."""
+    if (how, backend) not in folder_runs:
+        pytest.skip("giving a folder to another user needs root")
+    run = folder_runs[(how, backend)]
+    _expect_backend(run["proc"], backend, f"{how} cache folder")
+    written = sorted(_files(str(run["cache"])))
+    warned = _cache_warnings(run["proc"], run["cache"])
     problems = []
     if written:
         problems.append(f"files were written into the {how} cache: {written}")
-    if len(warned) != 1:
+    if len(warned) > 1 or (backend == "cpp" and len(warned) != 1):
         problems.append(f"expected exactly one warning about the {how} cache, got {warned}")
     assert not problems, "; ".join(problems)
