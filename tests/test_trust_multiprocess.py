@@ -7,7 +7,12 @@ without a source file can't be cached by Numba at all). A child that crashes, or
 a heap-corruption message, fails the test with its output quoted.
 
 Only public names are used (``XLACustomKernel``, ``def_numba_kernel``, ``numba_kernel``,
-``jax.export``), so these tests hold whatever the Numba backend keeps on disk and how.
+``load_cpp_inline``, ``jax.export``), so these tests hold whatever a backend keeps on disk
+and how. The tests of damaged, planted and untrusted cache folders run for both backends
+that may keep files there: Numba kernels and C++ libraries (``load_cpp_inline``). A full or
+read-only file system is a small tmpfs, which needs root with the right to mount (else
+those two scenarios skip, saying so); a read-only folder can't be had with ``chmod`` as
+root, so a path below a regular file stands for an unwritable one everywhere.
 """
 
 from __future__ import annotations
@@ -16,6 +21,7 @@ import os
 import pickle
 import shutil
 import stat
+import subprocess
 
 import numpy as np
 import pytest
@@ -810,41 +816,98 @@ def test_planted_library_is_not_loaded(tmp_path):
     _expect_right_and_few_warnings(p2, "cpp", len(replaced), "process 2 (planted library)")
 
 
+def _mount_tmpfs(path, size):
+    """Mount a small private tmpfs at ``path`` (root with mount rights only); True if done."""
+    try:
+        r = subprocess.run(
+            ["mount", "-t", "tmpfs", "-o", f"size={size},mode=0700", "tmpfs", str(path)],
+            capture_output=True,
+            timeout=30,
+        )
+    except (OSError, subprocess.SubprocessError):
+        return False
+    return r.returncode == 0
+
+
+def _prepare_scenario(scenario, tmp, mounts):
+    """The cache path (and extra environment) for one scenario; None when it can't be set up."""
+    cache = tmp / "cache"
+    if scenario == "cache_off":
+        return cache, {"PRIMFORGE_CACHE": "0"}
+    if scenario == "under_a_file":
+        (tmp / "a-file").write_text("not a folder\n")
+        return tmp / "a-file" / "cache", None
+    if scenario == "world_writable":
+        cache.mkdir()
+        os.chmod(cache, 0o777)
+        return cache, None
+    if scenario == "other_owner":
+        if not hasattr(os, "geteuid") or os.geteuid() != 0:
+            return None
+        cache.mkdir()
+        os.chown(cache, 65534, 65534)  # nobody
+        os.chmod(cache, 0o755)
+        return cache, None
+    # A real full disk or read-only file system: a tiny tmpfs (needs root with mount rights).
+    disk = tmp / "disk"
+    disk.mkdir()
+    if not _mount_tmpfs(disk, "256k"):
+        return None
+    mounts.append(disk)
+    cache = disk / "cache"
+    cache.mkdir(mode=0o700)
+    if scenario == "disk_full":
+        fd = os.open(disk / "filler", os.O_WRONLY | os.O_CREAT, 0o600)
+        try:
+            while os.write(fd, b"\0" * 4096):
+                pass
+        except OSError:  # ENOSPC: the file system is full
+            pass
+        finally:
+            os.close(fd)
+    else:  # read_only
+        r = subprocess.run(["mount", "-o", "remount,ro", str(disk)], capture_output=True)
+        if r.returncode != 0:
+            return None
+    return cache, None
+
+
 # Single-process runs against unusual cache folders, all started together (they are
 # independent), one per (scenario, backend); each test below checks one of them.
-FOLDER_SCENARIOS = ["cache_off", "under_a_file", "world_writable", "other_owner"]
+FOLDER_SCENARIOS = [
+    "cache_off",
+    "under_a_file",
+    "world_writable",
+    "other_owner",
+    "disk_full",
+    "read_only",
+]
 
 
 @pytest.fixture(scope="module")
 def folder_runs(tmp_path_factory):
-    runs, jobs = {}, []
-    for scenario in FOLDER_SCENARIOS:
-        if scenario == "other_owner" and (not hasattr(os, "geteuid") or os.geteuid() != 0):
-            continue
-        for backend in BACKENDS:
-            tmp = tmp_path_factory.mktemp(f"{scenario}-{backend}")
-            src = _src(tmp)
-            extra = None
-            cache = tmp / "cache"
-            if scenario == "cache_off":
-                extra = {"PRIMFORGE_CACHE": "0"}
-            elif scenario == "under_a_file":
-                (tmp / "a-file").write_text("not a folder\n")
-                cache = tmp / "a-file" / "cache"
-            elif scenario == "world_writable":
-                cache.mkdir()
-                os.chmod(cache, 0o777)
-            else:
-                cache.mkdir()
-                os.chown(cache, 65534, 65534)  # nobody
-                os.chmod(cache, 0o755)
-            path = _write_backend_script(src, backend)
-            env = child_env(str(cache), pythonpath=[str(src)], extra=extra)
-            runs[(scenario, backend)] = {"tmp": tmp, "src": src, "cache": cache}
-            jobs.append(dict(script=path, env=env, cwd=str(src), label=f"{scenario}, {backend}"))
-    for key, proc in zip(list(runs), run_concurrently(jobs)):
-        runs[key]["proc"] = proc
-    return runs
+    runs, jobs, mounts = {}, [], []
+    try:
+        for scenario in FOLDER_SCENARIOS:
+            for backend in BACKENDS:
+                tmp = tmp_path_factory.mktemp(f"{scenario}-{backend}")
+                src = _src(tmp)
+                prepared = _prepare_scenario(scenario, tmp, mounts)
+                if prepared is None:
+                    continue
+                cache, extra = prepared
+                path = _write_backend_script(src, backend)
+                env = child_env(str(cache), pythonpath=[str(src)], extra=extra)
+                runs[(scenario, backend)] = {"tmp": tmp, "src": src, "cache": cache}
+                label = f"{scenario}, {backend}"
+                jobs.append(dict(script=path, env=env, cwd=str(src), label=label))
+        for key, proc in zip(list(runs), run_concurrently(jobs)):
+            runs[key]["proc"] = proc
+            runs[key]["files"] = sorted(_files(str(runs[key]["cache"])))
+        yield runs
+    finally:
+        for disk in mounts:
+            subprocess.run(["umount", "-l", str(disk)], capture_output=True)
 
 
 @pytest.mark.parametrize("backend", list(BACKENDS))
@@ -852,8 +915,8 @@ def test_cache_off_writes_nothing(folder_runs, backend):
     """PRIMFORGE_CACHE=0: correct results and not one file under the cache folder."""
     run = folder_runs[("cache_off", backend)]
     _expect_backend(run["proc"], backend, "PRIMFORGE_CACHE=0")
-    cache, src = str(run["cache"]), str(run["src"])
-    assert not _files(cache), f"files written with caching off: {sorted(_files(cache))}"
+    src = str(run["src"])
+    assert not run["files"], f"files written with caching off: {run['files']}"
     assert not _numba_cache_files(src), (
         f"Numba cache files written with caching off: {_numba_cache_files(src)}"
     )
@@ -883,7 +946,7 @@ def test_untrusted_cache_folder_is_refused(folder_runs, how, backend):
         pytest.skip("giving a folder to another user needs root")
     run = folder_runs[(how, backend)]
     _expect_backend(run["proc"], backend, f"{how} cache folder")
-    written = sorted(_files(str(run["cache"])))
+    written = run["files"]
     warned = _cache_warnings(run["proc"], run["cache"])
     problems = []
     if written:
@@ -891,3 +954,17 @@ def test_untrusted_cache_folder_is_refused(folder_runs, how, backend):
     if len(warned) > 1 or (backend == "cpp" and len(warned) != 1):
         problems.append(f"expected exactly one warning about the {how} cache, got {warned}")
     assert not problems, "; ".join(problems)
+
+
+@pytest.mark.parametrize("backend", list(BACKENDS))
+@pytest.mark.parametrize("how", ["disk_full", "read_only"])
+def test_full_or_read_only_disk_runs_uncached(folder_runs, how, backend):
+    """The cache on a full (ENOSPC) or read-only (EROFS) file system: right results, no
+    error, at most one warning."""
+    if (how, backend) not in folder_runs:
+        pytest.skip("a full or read-only file system is simulated with a tmpfs: needs root "
+                    "with the right to mount")
+    run = folder_runs[(how, backend)]
+    _expect_backend(run["proc"], backend, f"cache on a {how.replace('_', ' ')} file system")
+    warned = _cache_warnings(run["proc"], run["cache"])
+    assert len(warned) <= 1, f"more than one warning about the {how} cache: {warned}"
