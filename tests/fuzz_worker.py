@@ -122,7 +122,12 @@ def kernel(op):
 
 
 def out_struct(op, shape, dtype):
-    """Output shape and dtype of ``op`` on an input of ``shape`` and ``dtype``."""
+    """Output shape and dtype of ``op`` on an input of ``shape`` and ``dtype``.
+
+    Example:
+        >>> out_struct("sum_last", [2, 3], "bool")
+        ShapeDtypeStruct(shape=(2,), dtype=int32)
+    """
     import jax
 
     shape = tuple(shape)
@@ -135,7 +140,14 @@ def out_struct(op, shape, dtype):
 
 
 def layout_plan(case):
-    """(base shape, function base -> input of the case's logical shape) for its layout."""
+    """(base shape, function base -> input of the case's logical shape) for its layout.
+
+    Example:
+        >>> import numpy as np
+        >>> base, lay = layout_plan({"shape": [2, 3], "layout": "slice", "axis": 1})
+        >>> base, lay(np.zeros(base)).shape
+        ((2, 7), (2, 3))
+    """
     import jax.numpy as jnp
 
     shape, kind = list(case["shape"]), case["layout"]
@@ -177,7 +189,14 @@ _RTOL = {"float16": 2e-3, "float32": 1e-5, "complex64": 1e-5, "float64": 1e-12}
 
 
 def compare(got, want, scale, what):
-    """'' when equal (exactly for ints/bools, to a dtype tolerance for floats), else why."""
+    """'' when equal (exactly for ints/bools, to a dtype tolerance for floats), else why.
+
+    Example:
+        >>> compare(np.array([1, 2]), np.array([1, 2]), 0.0, "t")
+        ''
+        >>> compare(np.array([1.0, 2.5]), np.array([1.0, 2.0]), 0.0, "t").split(";")[0]
+        't: 1 of 2 elements differ'
+    """
     got, want = np.asarray(got), np.asarray(want)
     if got.shape != want.shape or got.dtype != want.dtype:
         return (

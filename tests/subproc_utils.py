@@ -354,6 +354,13 @@ def check(result: ProcResult, what: str = "") -> ProcResult:
 
     A signal, a heap-corruption message, a timeout and a non-zero exit are each reported
     as such, so a crash is never mistaken for a wrong value or lost with the test runner.
+
+    Example:
+        >>> import pytest
+        >>> check(ProcResult(["python"], 0, "fine", "", 0.1)).stdout
+        'fine'
+        >>> with pytest.raises(pytest.fail.Exception, match="CRASH: run 2"):
+        ...     check(ProcResult(["python"], -7, "", "", 0.1), "run 2")
     """
     import pytest
 
