@@ -1,7 +1,9 @@
 """Pytree cost of primforge.utils.dataclass against other pytree dataclasses.
 
-Cases: classes of 10, 20 and 100 fields, and a nested tree of 1000 nodes (a balanced binary
-tree of node objects, each with one array leaf). Operations, per case:
+Cases: classes of 10, 20 and 100 fields, a nested tree of 1000 nodes (a balanced binary
+tree of node objects, each with one array leaf), and a 10-field class with a
+``__post_init__`` (primforge rebuilds it through its marker path; ``register_dataclass``
+runs the check on every rebuild). Operations, per case:
 
 - ``flatten``: ``jax.tree_util.tree_flatten(obj)``;
 - ``unflatten``: ``treedef.unflatten(leaves)``;
@@ -25,7 +27,8 @@ is the median per-call time over ``--repeats`` repeats, in microseconds. Prints 
 (with each library's ratio to ``register_dataclass``) and writes
 ``benchmarks/results/pytree.json``.
 
-Usage: ``python benchmarks/pytree.py [--repeats 9] [--min-time 0.05]``
+Usage: ``python benchmarks/pytree.py [--repeats 9] [--min-time 0.05]`` (from the repository
+root, or with primforge installed).
 """
 
 from __future__ import annotations
@@ -45,53 +48,68 @@ import jax
 import jax.numpy as jnp
 import numpy as np
 
-from primforge.utils import dataclass as pf_dataclass
-from primforge.utils import _dataclass as pf_impl
+sys.path.insert(0, str(Path(__file__).resolve().parents[1]))  # run from a checkout
+
+from primforge.utils import _dataclass as pf_impl  # noqa: E402
+from primforge.utils import dataclass as pf_dataclass  # noqa: E402
 
 FIELD_COUNTS = (10, 20, 100)
 N_NODES = 1000
+VALIDATED = 10  # fields of the class with a __post_init__
 BASELINE = "register_dataclass"
 OPS = ("flatten", "unflatten", "jit in", "jit out")
 
 
 def _annotations(n: int) -> dict[str, Any]:
-    return {f"f{i}": Any for i in range(n)}
+    return {"__annotations__": {f"f{i}": Any for i in range(n)}}
 
 
 def _node_annotations() -> dict[str, Any]:
-    return {"value": Any, "left": Any, "right": Any}
+    return {"__annotations__": {"value": Any, "left": Any, "right": Any}}
+
+
+def _validated(n: int) -> dict[str, Any]:
+    """A class whose ``__post_init__`` checks its fields (what user classes often have)."""
+
+    def __post_init__(self: Any) -> None:
+        if getattr(self, "f0", None) is None:
+            raise ValueError("f0 is required")
+
+    return {**_annotations(n), "__post_init__": __post_init__}
 
 
 # Each maker turns (name, annotations) into a pytree class, or returns None if unavailable.
-def _make_primforge(name: str, ann: dict[str, Any]) -> type:
-    return pf_dataclass(type(name, (), {"__annotations__": dict(ann)}))
+def _make_primforge(name: str, ns: dict[str, Any]) -> type:
+    return pf_dataclass(type(name, (), dict(ns)))
 
 
-def _make_primforge_callbacks(name: str, ann: dict[str, Any]) -> type:
-    cls = dataclasses.dataclass(frozen=True)(type(name, (), {"__annotations__": dict(ann)}))
-    pf_impl._register_python(cls, list(ann), [], has_dict=True)
+def _make_primforge_callbacks(name: str, ns: dict[str, Any]) -> type:
+    cls = dataclasses.dataclass(frozen=True)(type(name, (), dict(ns)))
+    pf_impl._register_python(cls, list(ns["__annotations__"]), [], has_dict=True)
     return cls
 
 
-def _make_register_dataclass(name: str, ann: dict[str, Any]) -> type:
-    cls = dataclasses.dataclass(frozen=True)(type(name, (), {"__annotations__": dict(ann)}))
-    return jax.tree_util.register_dataclass(cls, data_fields=list(ann), meta_fields=[])
+def _make_register_dataclass(name: str, ns: dict[str, Any]) -> type:
+    cls = dataclasses.dataclass(frozen=True)(type(name, (), dict(ns)))
+    return jax.tree_util.register_dataclass(
+        cls, data_fields=list(ns["__annotations__"]), meta_fields=[]
+    )
 
 
-def _make_flax(name: str, ann: dict[str, Any]) -> type | None:
+def _make_flax(name: str, ns: dict[str, Any]) -> type | None:
     try:
         from flax import struct
     except ImportError:
         return None
-    return struct.dataclass(type(name, (), {"__annotations__": dict(ann)}))
+    return struct.dataclass(type(name, (), dict(ns)))
 
 
-def _make_equinox(name: str, ann: dict[str, Any]) -> type | None:
+def _make_equinox(name: str, ns: dict[str, Any]) -> type | None:
     try:
         import equinox as eqx
     except ImportError:
         return None
-    return type(name, (eqx.Module,), {"__annotations__": dict(ann)})
+    return type(name, (eqx.Module,), dict(ns))
 
 
 MAKERS: dict[str, Callable[[str, dict[str, Any]], type | None]] = {
@@ -132,6 +150,11 @@ def _cases(maker: Callable[[str, dict[str, Any]], type | None], lib: str) -> dic
     if cls is None:
         return {}
     out[f"tree of {N_NODES} nodes"] = (_tree_instance(cls, np_leaf), _tree_instance(cls, jax_leaf))
+    cls = maker(f"Checked{VALIDATED}_{tag}", _validated(VALIDATED))
+    out[f"{VALIDATED}-field, __post_init__"] = (
+        _wide_instance(cls, VALIDATED, np_leaf),
+        _wide_instance(cls, VALIDATED, jax_leaf),
+    )
     return out
 
 
@@ -196,7 +219,7 @@ def measure(repeats: int, min_time: float) -> list[dict[str, Any]]:
 def _table(rows: list[dict[str, Any]]) -> str:
     base = {r["case"]: r for r in rows if r["library"] == BASELINE}
     cols = [op.replace(" ", "_") + "_us" for op in OPS]
-    head = f"| {'case':<18} | {'library':<21} | " + " | ".join(f"{op + ' (us)':>19}" for op in OPS) + " |"
+    head = f"| {'case':<23} | {'library':<21} | " + " | ".join(f"{op + ' (us)':>19}" for op in OPS) + " |"
     lines = [head, "|" + "|".join("-" * len(c) for c in head.split("|")[1:-1]) + "|"]
     for r in rows:
         cells = []
@@ -204,7 +227,7 @@ def _table(rows: list[dict[str, Any]]) -> str:
             b = base.get(r["case"], {}).get(c)
             ratio = f" ({r[c] / b:4.2f}x)" if b else ""
             cells.append(f"{r[c]:>10.2f}{ratio:>9}")
-        lines.append(f"| {r['case']:<18} | {r['library']:<21} | " + " | ".join(cells) + " |")
+        lines.append(f"| {r['case']:<23} | {r['library']:<21} | " + " | ".join(cells) + " |")
     lines.append(f"(ratio: time / {BASELINE}'s time; below 1 is faster)")
     return "\n".join(lines)
 
