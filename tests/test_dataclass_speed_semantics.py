@@ -208,6 +208,25 @@ class SignatureRef:
     e: tuple = ()
 
 
+# The same with more fields (a storing __init__ that takes JAX's rebuild through a keyword
+# dict rather than binding each parameter).
+@dataclass
+class SignatureWide(Signature):
+    g: int = 7
+    h: list = field(default_factory=lambda: [8])
+    i: str = field(default="i", kw_only=True)
+
+
+@dataclasses.dataclass(frozen=True)
+class SignatureWideRef(SignatureRef):
+    g: int = 7
+    h: list = dataclasses.field(default_factory=lambda: [8])
+    i: str = dataclasses.field(default="i", kw_only=True)
+
+
+PAIRS = [(Signature, SignatureRef), (SignatureWide, SignatureWideRef)]
+
+
 def fields_of(obj):
     return tuple(getattr(obj, f.name) for f in dataclasses.fields(obj))
 
@@ -227,29 +246,35 @@ def fields_of(obj):
         ((), {"a": 1, "b": [2], "c": "x", "d": 5, "e": (1,), "z": 0}),
     ],
 )
-def test_constructor_behaves_like_the_stdlib_dataclass(args, kwargs):
+@pytest.mark.parametrize("ours, ref", PAIRS, ids=["5_fields", "8_fields"])
+def test_constructor_behaves_like_the_stdlib_dataclass(args, kwargs, ours, ref):
     try:
-        want = fields_of(SignatureRef(*args, **kwargs))
+        want = fields_of(ref(*args, **kwargs))
     except TypeError:
         with pytest.raises(TypeError):
-            Signature(*args, **kwargs)
+            ours(*args, **kwargs)
         return
-    assert fields_of(Signature(*args, **kwargs)) == want
+    assert fields_of(ours(*args, **kwargs)) == want
+    everything = {f.name: getattr(ref(*args, **kwargs), f.name) for f in dataclasses.fields(ref)}
+    assert fields_of(ours(**everything)) == fields_of(ref(**everything))
+    rebuilt = jax.tree_util.tree_map(lambda v: v, ours(*args, **kwargs))
+    assert fields_of(rebuilt) == want
 
 
-def test_signature_defaults_and_factories_match_the_stdlib_dataclass():
-    got = inspect.signature(Signature)
-    want = inspect.signature(SignatureRef)
-    assert [(p.name, p.kind) for p in got.parameters.values()] == [
-        (p.name, p.kind) for p in want.parameters.values()
+@pytest.mark.parametrize("ours, ref", PAIRS, ids=["5_fields", "8_fields"])
+def test_signature_defaults_and_factories_match_the_stdlib_dataclass(ours, ref):
+    got = inspect.signature(ours)
+    want = inspect.signature(ref)
+    assert [(p.name, p.kind, repr(p.default)) for p in got.parameters.values()] == [
+        (p.name, p.kind, repr(p.default)) for p in want.parameters.values()
     ]
     # A default factory gives a fresh object per instance, as in dataclasses.
-    s1, s2 = Signature(1), Signature(1)
+    s1, s2 = ours(1), ours(1)
     assert s1.b == [] and s1.b is not s2.b
     with pytest.raises(dataclasses.FrozenInstanceError):
         s1.a = 2  # type: ignore[misc]
-    assert Signature(1).replace(c="z").c == "z"
-    assert pickle.loads(pickle.dumps(Signature(1, [3]))) == Signature(1, [3])
+    assert ours(1).replace(c="z").c == "z"
+    assert pickle.loads(pickle.dumps(ours(1, [3]))) == ours(1, [3])
 
 
 def test_post_init_validation_runs_on_construction_and_replace_but_not_on_rebuild():

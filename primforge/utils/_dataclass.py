@@ -279,11 +279,21 @@ def _storing_init(cls: type, fields: tuple[dataclasses.Field, ...], has_dict: bo
             "            __pf_set(__pf_self, __pf_k, __pf_v)"
         )
     body.append("    return None")
-    ns["__pf_store"] = _compile(
+    store = _compile(
         f"def __init__({', '.join(sig)}):\n" + "\n".join(body) + "\n", "__init__", ns
     )
-    # Every field given by keyword (what JAX's unflatten does) takes one dict update; a
-    # keyword per parameter would cost a name lookup each, quadratic in the field count.
+    original = cls.__init__
+    store.__qualname__ = original.__qualname__
+    store.__module__ = original.__module__
+    store.__doc__ = original.__doc__
+    store.__annotations__ = dict(original.__annotations__)
+    if len(fields) <= _DIRECT_MAX_FIELDS:
+        type.__setattr__(cls, "__init__", store)
+        return True
+    # With many fields, binding each keyword to its parameter costs a name lookup per
+    # field, quadratic in the field count; every field given by keyword (what JAX's
+    # unflatten does) instead takes one dict update.
+    ns["__pf_store"] = store
     ns["__pf_NAMES"] = frozenset(by_name)
     init = _compile(
         "def __init__(__pf_self, /, *__pf_args, **__pf_kwargs):\n"
@@ -294,11 +304,14 @@ def _storing_init(cls: type, fields: tuple[dataclasses.Field, ...], has_dict: bo
         "__init__",
         ns,
     )
-    original = cls.__init__
     functools.update_wrapper(init, original)
-    ns["__pf_store"].__qualname__ = original.__qualname__
     type.__setattr__(cls, "__init__", init)
     return True
+
+
+# Up to this many fields, the storing __init__ binds its parameters directly (cheapest for
+# few fields); above, a keyword-dict fast path takes JAX's rebuild (see benchmarks/pytree.py).
+_DIRECT_MAX_FIELDS = 6
 
 
 class _Factory:
