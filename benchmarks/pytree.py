@@ -50,8 +50,8 @@ import numpy as np
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))  # run from a checkout
 
-from primforge.utils import _dataclass as pf_impl  # noqa: E402
-from primforge.utils import dataclass as pf_dataclass  # noqa: E402
+from primforge.utils import _dataclass as pf_impl
+from primforge.utils import dataclass as pf_dataclass
 
 FIELD_COUNTS = (10, 20, 100)
 N_NODES = 1000

@@ -19,8 +19,8 @@ import jax.numpy as jnp
 import numpy as np
 import pytest
 
-from primforge.utils import dataclass, field, no_post_init, skip_post_init_if_disabled
 from primforge.utils import _dataclass as impl
+from primforge.utils import dataclass, field, no_post_init, skip_post_init_if_disabled
 
 
 def python_calls_outside_jax(fn):

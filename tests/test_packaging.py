@@ -99,11 +99,11 @@ def test_wheel_ships_every_module_and_every_csrc_source(wheel):
 def test_wheel_metadata_version_and_console_script(wheel):
     meta_name = next(n for n in wheel.namelist() if n.endswith(".dist-info/METADATA"))
     meta = wheel.read(meta_name).decode()
-    version = re.search(r"^Version: (.+)$", meta, re.M).group(1).strip()
+    version = re.search(r"^Version: (.+)$", meta, re.MULTILINE).group(1).strip()
     assert version == primforge.__version__
     entry = wheel.read(meta_name.replace("METADATA", "entry_points.txt")).decode()
-    assert re.search(r"^primforge\s*=\s*primforge\.cli:main$", entry, re.M)
-    requires = re.findall(r"^Requires-Dist: (.+)$", meta, re.M)
+    assert re.search(r"^primforge\s*=\s*primforge\.cli:main$", entry, re.MULTILINE)
+    requires = re.findall(r"^Requires-Dist: (.+)$", meta, re.MULTILINE)
     assert any(r.startswith("jax") for r in requires)
 
 
