@@ -10,8 +10,9 @@ transformation, often with placeholder leaves (tracers, ``None``, ``object()``) 
 validation would reject. So no code of the class may run then:
 
 - a class whose ``__init__`` is the generated one and has no ``__post_init__`` (nor
-  ``InitVar``, ``init=False`` field, custom ``__setattr__``) gets an equivalent generated
-  ``__init__`` that, given every field by keyword, stores them with one dict update;
+  ``InitVar``, ``init=False`` field, custom ``__setattr__``) runs no user code in it, so
+  JAX may call it; it gets an equivalent generated ``__init__`` that is cheaper to call
+  with every field by keyword (no per-parameter binding when the class has many fields);
 - any other class keeps its ``__init__`` behind a wrapper, and is registered with a marker
   as first static field (a class attribute): JAX passes it back as a keyword on rebuild,
   and the wrapper then stores the fields directly, skipping ``__init__`` and
@@ -484,6 +485,9 @@ def dataclass(
     operations (declare them as ``field(init=False)`` instead). Constructing an instance,
     or calling the added ``replace(**changes)`` method, runs ``__init__`` and validation
     as usual. Equality, hashing and pickling are those of a standard frozen dataclass.
+    The treedef of a class with a ``__post_init__`` or a hand-written ``__init__`` holds a
+    marker before its static values (shown as ``<rebuild>``): the cue on which JAX's
+    rebuild skips that code.
 
     Subclasses must be decorated again to become pytrees of their own.
 
