@@ -35,6 +35,7 @@ __all__ = [
     "ENV_DIR",
     "ENV_SWITCH",
     "CacheWarning",
+    "checked_folder",
     "directory",
     "enabled",
     "read_bytes",
@@ -142,6 +143,26 @@ def directory(sub: str) -> str | None:
     return os.path.join(base, sub)
 
 
+def checked_folder(path: str) -> str | None:
+    """``path`` when it is (made, ``0700``, if missing) a private folder of this user.
+
+    Like :func:`directory` for a folder given by path (a file the user named, or the root
+    itself): ``None`` with one :class:`CacheWarning` when it is a symlink, owned by another
+    user, writable by others, or can't be created.
+
+    Example:
+        >>> import tempfile
+        >>> with tempfile.TemporaryDirectory() as tmp:
+        ...     checked_folder(tmp) == tmp
+        True
+    """
+    reason = _private_dir(path)
+    if reason is not None:
+        _warn_once(path, reason + "; not using it")
+        return None
+    return path
+
+
 def _digest(data: bytes) -> str:
     return hashlib.sha256(data).hexdigest()
 
@@ -161,8 +182,15 @@ def _atomic_write(folder: str, name: str, data: bytes) -> None:
         raise
 
 
-def write_bytes(folder: str, name: str, data: bytes) -> bool:
+def write_bytes(folder: str, name: str, data: bytes, *, digest: bool = True) -> bool:
     """Store ``data`` as entry ``name`` in ``folder`` (atomic, ``0600``, digest beside it).
+
+    Args:
+        folder: a folder from :func:`directory` or :func:`checked_folder`.
+        name: the entry's file name.
+        data: its bytes.
+        digest: record the digest beside it (``False`` for a plain file that is parsed,
+            never run, such as a JSON settings file: still atomic and ``0600``).
 
     Returns:
         Whether it was stored; a full disk or read-only folder gives one warning and
@@ -176,7 +204,8 @@ def write_bytes(folder: str, name: str, data: bytes) -> bool:
     """
     try:
         _atomic_write(folder, name, data)
-        _atomic_write(folder, name + _DIGEST_SUFFIX, _digest(data).encode())
+        if digest:
+            _atomic_write(folder, name + _DIGEST_SUFFIX, _digest(data).encode())
     except OSError as e:
         if e.errno in (errno.ENOSPC, errno.EROFS, errno.EACCES, errno.EPERM, errno.EDQUOT):
             _warn_once(folder, f"cannot write ({e.strerror}); results are not cached")

@@ -18,6 +18,7 @@ Design:
 from __future__ import annotations
 
 import datetime
+import errno
 import json
 import math
 import os
@@ -73,12 +74,33 @@ def enabled() -> bool:
     return os.environ.get(ENV_AUTOTUNE, "").strip().lower() not in ("", "0", "false", "no")
 
 
+def _default_folder_ok(path: Path) -> bool:
+    """The default file's folder must be private to the user (one warning otherwise)."""
+    from primforge import _cache
+
+    return _cache.checked_folder(str(path.parent)) is not None
+
+
 def _read(path: Path | None = None) -> dict[str, Any]:
+    from primforge import _cache
+
+    default = path is None
     path = Path(path) if path is not None else cache_path()
+    empty = {"format": _FORMAT, "version": _VERSION, "kernels": {}}
+    if default and (not path.parent.exists() or not _default_folder_ok(path)):
+        return empty
     try:
-        text = path.read_text(encoding="utf-8")
+        # Never through a symlink: the file is read only when it is the user's own.
+        fd = os.open(path, os.O_RDONLY | getattr(os, "O_NOFOLLOW", 0))
     except FileNotFoundError:
-        return {"format": _FORMAT, "version": _VERSION, "kernels": {}}
+        return empty
+    except OSError as e:
+        if e.errno == errno.ELOOP:
+            _cache._warn_once(str(path), "is a symbolic link; ignoring it")
+            return empty
+        raise
+    with os.fdopen(fd, "rb") as f:
+        text = f.read().decode("utf-8", "replace")
     try:
         data = json.loads(text)
     except json.JSONDecodeError as e:
@@ -92,11 +114,21 @@ def _read(path: Path | None = None) -> dict[str, Any]:
 
 
 def _write(data: dict[str, Any], path: Path | None = None) -> Path:
+    """Write the file atomically (a fresh ``0600`` temporary file, then a rename).
+
+    A full disk or read-only folder, or an untrusted default folder, gives one warning and
+    leaves the file as it was: tuning results are then not kept.
+    """
+    from primforge import _cache
+
+    default = path is None
     path = Path(path) if path is not None else cache_path()
-    path.parent.mkdir(parents=True, exist_ok=True)
-    tmp = path.with_name(path.name + f".{os.getpid()}.tmp")
-    tmp.write_text(json.dumps(data, indent=2, sort_keys=True), encoding="utf-8")
-    os.replace(tmp, path)  # atomic: a concurrent reader never sees half a file
+    if default and not _default_folder_ok(path):
+        return path
+    if not default and not path.parent.is_dir():
+        path.parent.mkdir(parents=True, exist_ok=True, mode=0o700)
+    text = json.dumps(data, indent=2, sort_keys=True)
+    _cache.write_bytes(str(path.parent), path.name, text.encode("utf-8"), digest=False)
     return path
 
 

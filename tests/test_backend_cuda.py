@@ -145,16 +145,24 @@ def test_nvcc_builds_and_gpu_lowering_on_any_machine(tmp_path):
 
 
 def test_find_nvcc_in_pip_layout(tmp_path, monkeypatch):
-    fake = tmp_path / "nvidia" / "cu13" / "bin"
+    """The NVIDIA pip package's nvcc is found through its installed metadata."""
+    site_dir = tmp_path / "site-packages"
+    fake = site_dir / "nvidia" / "cu13" / "bin"
     fake.mkdir(parents=True)
     nvcc = fake / "nvcc"
     nvcc.write_text("#!/bin/sh\n")
     nvcc.chmod(0o755)
+    info = site_dir / "nvidia_cuda_nvcc-13.0.0.dist-info"
+    info.mkdir()
+    (info / "METADATA").write_text("Metadata-Version: 2.1\nName: nvidia-cuda-nvcc\n"
+                                   "Version: 13.0.0\n")
+    (info / "RECORD").write_text("nvidia/cu13/bin/nvcc,,\n"
+                                 "nvidia_cuda_nvcc-13.0.0.dist-info/METADATA,,\n")
     monkeypatch.setenv("PATH", "/nonexistent")
     monkeypatch.delenv("PRIMFORGE_NVCC", raising=False)
     monkeypatch.setenv("CUDA_HOME", "/nonexistent")
     monkeypatch.delenv("CUDA_PATH", raising=False)
-    monkeypatch.setattr("sys.path", [str(tmp_path)])
+    monkeypatch.setattr(pcuda, "_site_dirs", lambda: [str(site_dir)])
     monkeypatch.setattr(os.path, "isfile", lambda p, _f=os.path.isfile: (
         False if p.startswith("/usr/local/cuda") else _f(p)))
     assert pcuda.find_nvcc() == str(nvcc)

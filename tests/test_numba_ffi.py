@@ -395,9 +395,8 @@ _EXPORT_SCRIPT = textwrap.dedent("""
     k = nb.numba_kernel(affine, outs=spec, name="exported")
     x = jnp.arange(4.0, dtype=jnp.float32)
     jax.block_until_ready(k(x))
-    (target,) = nb.registered_targets()
-    exp = export.export(jax.jit(k), disabled_checks=[
-        export.DisabledSafetyCheck.custom_call(target)])(spec)
+    (target,) = nb.prepare(k, spec)
+    exp = export.export(jax.jit(k), disabled_checks=nb.disabled_checks([target]))(spec)
     # exp.serialize() needs the optional flatbuffers package; the StableHLO bytecode is the
     # part that names the FFI target, and is what serialize() embeds.
     assert target in exp.mlir_module()
@@ -408,7 +407,10 @@ _EXPORT_SCRIPT = textwrap.dedent("""
 def test_export_is_deterministic_across_processes(tmp_path):
     script = tmp_path / "export_me.py"
     script.write_text(_EXPORT_SCRIPT)
-    env = dict(os.environ, PRIMFORGE_CACHE_DIR=str(tmp_path / "cache"))
+    root = os.path.dirname(os.path.dirname(os.path.abspath(nb.__file__)))
+    root = os.path.dirname(os.path.dirname(root))  # the checkout holding primforge/
+    path = os.pathsep.join(p for p in (root, os.environ.get("PYTHONPATH")) if p)
+    env = dict(os.environ, PRIMFORGE_CACHE_DIR=str(tmp_path / "cache"), PYTHONPATH=path)
     blobs = []
     for _ in range(2):
         out = subprocess.run(

@@ -34,7 +34,7 @@ from primforge import _compat
 from primforge.kernel import batching as _batching
 from primforge.kernel import selection as _selection
 from primforge.kernel import sharding as _sharding
-from primforge.kernel.backends import get_backend
+from primforge.kernel.backends import get_backend, is_available_on
 from primforge.primitive import static_param
 
 __all__ = [
@@ -668,7 +668,7 @@ class XLACustomKernel:
                 f"there: {list(entries)}"
             )
         module = get_backend(choice)
-        if module.is_available():
+        if is_available_on(module, platform):
             return entries[choice]
         how = f"pip install 'primforge[{module.EXTRA}]'" if module.EXTRA else "its package"
         if explicit:
@@ -678,7 +678,7 @@ class XLACustomKernel:
                 f"{[b for b in entries if b != choice]}"
             )
         for other, entry in entries.items():
-            if other != choice and get_backend(other).is_available():
+            if other != choice and is_available_on(get_backend(other), platform):
                 if (platform, choice) not in self._warned:
                     self._warned.add((platform, choice))
                     warnings.warn(

@@ -9,6 +9,7 @@ breaks ``import primforge``.
 from __future__ import annotations
 
 import importlib
+import inspect
 from collections.abc import Callable
 from types import ModuleType
 
@@ -34,6 +35,24 @@ def get_backend(name: str) -> ModuleType:
         'jax'
     """
     return importlib.import_module(KNOWN_BACKENDS.get(name, KNOWN_BACKENDS["jax"]))
+
+
+def is_available_on(module: ModuleType, platform: str) -> bool:
+    """Whether backend ``module`` can serve ``platform`` here.
+
+    A backend whose ``is_available`` takes a platform (``cuda_raw``: nvcc for 'gpu', a C++
+    compiler for 'cpu') is asked about that platform; the others answer for all.
+
+    Example:
+        >>> is_available_on(get_backend('jax'), 'cpu')
+        True
+    """
+    check = module.is_available
+    try:
+        takes_platform = "platform" in inspect.signature(check).parameters
+    except (TypeError, ValueError):
+        takes_platform = False
+    return bool(check(platform) if takes_platform else check())
 
 
 def tuple_results(product: Callable) -> Callable:

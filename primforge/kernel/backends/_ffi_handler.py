@@ -1,0 +1,374 @@
+"""The XLA FFI handler of a Numba kernel, written directly as LLVM IR (nothing to cache).
+
+Design: a Numba kernel is served by two pieces of machine code.
+
+* The *entry* (see :mod:`._numba_entry`), built fresh in every process: a C function
+  ``int64 entry(int64* data, int64* dims, int64* info)`` that wraps each buffer in a typed
+  array and calls the kernel Numba compiled. It is the only piece that reaches user code.
+* The *handler* built here is what XLA calls. It holds no user code, only primforge's
+  logic, emitted as a small LLVM module with llvmlite and compiled by one llvmlite MCJIT
+  engine (:func:`jit_module`) in a few milliseconds: it answers XLA's metadata query, checks the buffers' dtypes and ranks,
+  loops over the native batch levels, computes each element's data pointers and calls the
+  entry. On failure it asks a Python callback (only then: the GIL is taken on the error
+  path only) for the message and returns an ``XLA_FFI_Error`` made with the API table's
+  ``XLA_FFI_Error_Create``.
+
+The handler reads the entry's address from a *slot* (a word of memory primforge owns)
+rather than embedding it, so a kernel's compiled entry can be dropped (the slot is zeroed)
+without leaving XLA a dangling pointer: a handler finding an empty slot calls a *revive*
+callback that rebuilds the entry, or fails with a clean error when the kernel is gone.
+Every offset and constant comes from jaxlib's C header through :mod:`._xla_ffi`.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import itertools
+import threading
+from collections.abc import Sequence
+
+from primforge.kernel.backends import _xla_ffi as _x
+
+__all__ = ["MESSAGE_BYTES", "BufferSpec", "build_handler", "jit_module", "unique_symbol"]
+
+#: Size of the stack buffer the report callback writes an error message into.
+MESSAGE_BYTES = 2048
+
+#: Entry results (``kind``): 0 ok; the others are passed to the report callback.
+KIND_OK = 0
+KIND_STATUS = 1  # the kernel returned a non-zero integer status (info: the status)
+KIND_EXCEPTION = 2  # the kernel raised (info: Numba's excinfo pointer, or 0)
+KIND_DROPPED = 3  # the entry was dropped and could not be rebuilt
+
+
+@dataclasses.dataclass(frozen=True)
+class BufferSpec:
+    """One FFI buffer as the handler checks and slices it.
+
+    Attributes:
+        ffi_code: its ``XLA_FFI_DataType`` code.
+        itemsize: bytes per element.
+        rank: core rank (the kernel sees this many dimensions).
+        mapped: one bool per batch level, outermost first: whether the buffer has that
+            level's dimension in front of its core shape.
+        what: ``"input 0"``, ``"output 1"``... for error messages.
+
+    Example:
+        >>> BufferSpec(ffi_code=11, itemsize=4, rank=1, mapped=(), what="input 0").lead
+        0
+    """
+
+    ffi_code: int
+    itemsize: int
+    rank: int
+    mapped: tuple[bool, ...]
+    what: str
+
+    @property
+    def lead(self) -> int:
+        """Number of batch dimensions in front of the core shape."""
+        return sum(self.mapped)
+
+
+def build_handler(
+    symbol: str,
+    label: str,
+    ins: Sequence[BufferSpec],
+    outs: Sequence[BufferSpec],
+    *,
+    n_levels: int,
+    slot_addr: int,
+    revive_addr: int,
+    report_addr: int,
+    token: int,
+) -> str:
+    """LLVM IR text of the handler ``i8* symbol(i8* call_frame)``.
+
+    Args:
+        symbol: the function's name in the module.
+        label: the kernel's description, used in the messages the handler owns.
+        ins, outs: the buffers, in XLA's order.
+        n_levels: number of native batch levels (every output has them all).
+        slot_addr: address of the int64 holding the entry's address (0: none).
+        revive_addr: ``int64 revive(int64 token)``: rebuilds the entry, returns its address.
+        report_addr: ``void report(int64 token, int64 kind, int64 info, i8* buf, int64 n)``:
+            writes the error message for ``kind`` into ``buf``.
+        token: passed to both callbacks to name this handler.
+
+    Returns:
+        The module's text (``llvmlite.binding.parse_assembly`` reads it).
+
+    Example:
+        >>> spec = BufferSpec(_x.dtype_code("float32"), 4, 1, (), "input 0")
+        >>> text = build_handler("h", "k", [spec], [spec], n_levels=0, slot_addr=8,
+        ...                      revive_addr=16, report_addr=24, token=0)
+        >>> "define" in text and "h" in text
+        True
+    """
+    from llvmlite import ir
+
+    i8, i32, i64 = ir.IntType(8), ir.IntType(32), ir.IntType(64)
+    i8p = i8.as_pointer()
+    off = _x.offset
+    major, minor = _x.api_version()
+    e_invalid = _x.enum_value("XLA_FFI_Error_Code", "XLA_FFI_Error_Code_INVALID_ARGUMENT")
+    e_internal = _x.enum_value("XLA_FFI_Error_Code", "XLA_FFI_Error_Code_INTERNAL")
+    bufs = list(ins) + list(outs)
+    n_bufs = len(bufs)
+
+    mod = ir.Module(name=symbol)
+    strings: dict[str, ir.GlobalVariable] = {}
+
+    def cstring(b: ir.IRBuilder, text: str) -> ir.Value:
+        if text not in strings:
+            data = bytearray(text.encode("utf-8")) + b"\0"
+            ty = ir.ArrayType(i8, len(data))
+            gv = ir.GlobalVariable(mod, ty, name=f"msg{len(strings)}")
+            gv.global_constant = True
+            gv.linkage = "internal"
+            gv.initializer = ir.Constant(ty, data)
+            strings[text] = gv
+        return b.ptrtoint(strings[text], i64)
+
+    def at(b, addr, offset, ty):
+        return b.inttoptr(b.add(addr, i64(offset)), ty.as_pointer())
+
+    def load(b, addr, offset, ty=i64):
+        return b.load(at(b, addr, offset, ty))
+
+    def store(b, addr, offset, value, ty=i64):
+        b.store(ty(value) if isinstance(value, int) else value, at(b, addr, offset, ty))
+
+    # --- a helper: api->XLA_FFI_Error_Create(&{size, ext, message, errc}) -------------------
+    create = _x.layout()["XLA_FFI_Error_Create_Args"]
+    err_fn = ir.Function(mod, ir.FunctionType(i8p, [i64, i64, i64]), name=symbol + "_error")
+    err_fn.linkage = "internal"
+    eb = ir.IRBuilder(err_fn.append_basic_block())
+    api, message, errc = err_fn.args
+    raw = eb.alloca(ir.ArrayType(i8, create.size))
+    raw.align = 16
+    args = eb.ptrtoint(raw, i64)
+    store(eb, args, 0, create.struct_size)
+    store(eb, args, create.offsets["extension_start"], 0)
+    store(eb, args, create.offsets["message"], message)
+    store(eb, args, create.offsets["errc"], eb.trunc(errc, i32), i32)
+    fp = load(eb, api, _x.layout()["XLA_FFI_Api"].offsets["XLA_FFI_Error_Create"])
+    fn_ty = ir.FunctionType(i8p, [i8p])
+    eb.ret(eb.call(eb.inttoptr(fp, fn_ty.as_pointer()), [eb.inttoptr(args, i8p)]))
+
+    # --- the handler -------------------------------------------------------------------------
+    fn = ir.Function(mod, ir.FunctionType(i8p, [i8p]), name=symbol)
+    blk = fn.append_basic_block
+    b = ir.IRBuilder(blk("start"))
+    data_arr = b.alloca(ir.ArrayType(i64, max(n_bufs, 1)))
+    dims_arr = b.alloca(ir.ArrayType(i64, max(n_bufs, 1)))
+    info = b.alloca(i64)
+    msgbuf = b.alloca(ir.ArrayType(i8, MESSAGE_BYTES))
+    frame = b.ptrtoint(fn.args[0], i64)
+    null = ir.Constant(i8p, None)
+
+    def fail(b, text, code):
+        b.ret(b.call(err_fn, [api_v, cstring(b, f"{label}: {text}"), i64(code)]))
+
+    # XLA first asks for the handler's API version through a metadata extension.
+    first = load(b, frame, off("XLA_FFI_CallFrame.extension_start"))
+    head, body, meta, nxt, run = (
+        blk("ext"),
+        blk("ext_body"),
+        blk("meta"),
+        blk("ext_next"),
+        blk("run"),
+    )
+    pre = b.block
+    b.branch(head)
+    b.position_at_end(head)
+    ext = b.phi(i64)
+    ext.add_incoming(first, pre)
+    b.cbranch(b.icmp_unsigned("!=", ext, i64(0)), body, run)
+    b.position_at_end(body)
+    kind = load(b, ext, off("XLA_FFI_Extension_Base.type"), i32)
+    meta_type = _x.enum_value("XLA_FFI_Extension_Type", "XLA_FFI_Extension_Metadata")
+    b.cbranch(b.icmp_unsigned("==", kind, i32(meta_type)), meta, nxt)
+    b.position_at_end(meta)
+    md = load(b, ext, off("XLA_FFI_Metadata_Extension.metadata"))
+    av = "XLA_FFI_Metadata.api_version"
+    store(b, md, off(av + ".struct_size"), _x.layout()["XLA_FFI_Api_Version"].struct_size)
+    store(b, md, off(av + ".extension_start"), 0)
+    store(b, md, off(av + ".major_version"), major, i32)
+    store(b, md, off(av + ".minor_version"), minor, i32)
+    store(b, md, off("XLA_FFI_Metadata.traits"), 0, i32)
+    b.ret(null)
+    b.position_at_end(nxt)
+    ext.add_incoming(load(b, ext, off("XLA_FFI_Extension_Base.next")), nxt)
+    b.branch(head)
+
+    # A call: check the buffers, then run the entry once per batch element.
+    b.position_at_end(run)
+    api_v = load(b, frame, off("XLA_FFI_CallFrame.api"))
+    nargs = load(b, frame, off("XLA_FFI_CallFrame.args.size"))
+    nrets = load(b, frame, off("XLA_FFI_CallFrame.rets.size"))
+    ok = b.and_(
+        b.icmp_signed("==", nargs, i64(len(ins))), b.icmp_signed("==", nrets, i64(len(outs)))
+    )
+    good, bad = blk("counts_ok"), blk("counts_bad")
+    b.cbranch(ok, good, bad)
+    b.position_at_end(bad)
+    fail(b, "XLA passed an unexpected number of buffers", e_invalid)
+    b.position_at_end(good)
+    argv = load(b, frame, off("XLA_FFI_CallFrame.args.args"))
+    retv = load(b, frame, off("XLA_FFI_CallFrame.rets.rets"))
+
+    base_ptrs, elem_bytes, out0_dims = [], [], None
+    for k, spec in enumerate(bufs):
+        vec, slot = (argv, k) if k < len(ins) else (retv, k - len(ins))
+        buf = load(b, vec, 8 * slot)
+        dt = load(b, buf, off("XLA_FFI_Buffer.dtype"), i32)
+        rank = load(b, buf, off("XLA_FFI_Buffer.rank"))
+        ok = b.and_(
+            b.icmp_signed("==", dt, i32(spec.ffi_code)),
+            b.icmp_signed("==", rank, i64(spec.lead + spec.rank)),
+        )
+        good, bad = blk(f"buf{k}_ok"), blk(f"buf{k}_bad")
+        b.cbranch(ok, good, bad)
+        b.position_at_end(bad)
+        fail(b, f"{spec.what} has an unexpected dtype or rank", e_invalid)
+        b.position_at_end(good)
+        base_ptrs.append(load(b, buf, off("XLA_FFI_Buffer.data")))
+        dims = load(b, buf, off("XLA_FFI_Buffer.dims"))
+        if k == len(ins):
+            out0_dims = dims
+        core = b.add(dims, i64(8 * spec.lead))
+        b.store(core, b.gep(dims_arr, [i32(0), i32(k)]))
+        nbytes = i64(spec.itemsize)
+        for d in range(spec.rank):
+            nbytes = b.mul(nbytes, load(b, core, 8 * d))
+        elem_bytes.append(nbytes)
+
+    sizes = [load(b, out0_dims, 8 * lvl) for lvl in range(n_levels)]
+    inner = [i64(1)] * n_levels  # product of the sizes of the levels inside each level
+    for lvl in range(n_levels - 2, -1, -1):
+        inner[lvl] = b.mul(inner[lvl + 1], sizes[lvl + 1])
+    total = b.mul(inner[0], sizes[0]) if n_levels else i64(1)
+
+    loop_pre = b.block
+    head, body, done = blk("loop"), blk("loop_body"), blk("done")
+    b.branch(head)
+    b.position_at_end(head)
+    e = b.phi(i64)
+    e.add_incoming(i64(0), loop_pre)
+    b.cbranch(b.icmp_signed("<", e, total), body, done)
+
+    b.position_at_end(body)
+    index = [b.urem(b.udiv(e, inner[lvl]), sizes[lvl]) for lvl in range(n_levels)]
+    for k, spec in enumerate(bufs):
+        lin = i64(0)
+        for lvl, m in enumerate(spec.mapped):
+            if m:
+                lin = b.add(b.mul(lin, sizes[lvl]), index[lvl])
+        ptr = b.add(base_ptrs[k], b.mul(lin, elem_bytes[k]))
+        b.store(ptr, b.gep(data_arr, [i32(0), i32(k)]))
+
+    entry_ty = ir.FunctionType(i64, [i64, i64, i64])
+    slot = b.inttoptr(i64(slot_addr), i64.as_pointer())
+    loaded = b.load(slot, name="entry")
+    have, revive, call = blk("have_entry"), blk("revive"), blk("call")
+    b.cbranch(b.icmp_unsigned("!=", loaded, i64(0)), call, revive)
+    b.position_at_end(revive)
+    revive_ty = ir.FunctionType(i64, [i64])
+    revived = b.call(b.inttoptr(i64(revive_addr), revive_ty.as_pointer()), [i64(token)])
+    gone = blk("gone")
+    b.cbranch(b.icmp_unsigned("!=", revived, i64(0)), have, gone)
+    b.position_at_end(have)
+    b.branch(call)
+    b.position_at_end(call)
+    target = b.phi(i64)
+    target.add_incoming(loaded, body)
+    target.add_incoming(revived, have)
+    status = b.call(
+        b.inttoptr(target, entry_ty.as_pointer()),
+        [
+            b.ptrtoint(data_arr, i64),
+            b.ptrtoint(dims_arr, i64),
+            b.ptrtoint(info, i64),
+        ],
+    )
+    cont, err = blk("next"), blk("error")
+    b.cbranch(b.icmp_signed("==", status, i64(KIND_OK)), cont, err)
+    b.position_at_end(cont)
+    e.add_incoming(b.add(e, i64(1)), cont)
+    b.branch(head)
+
+    b.position_at_end(done)
+    b.ret(null)
+
+    b.position_at_end(gone)
+    b.store(i64(0), info)
+    b.branch(err)
+    b.position_at_end(err)
+    why = b.phi(i64)
+    why.add_incoming(status, call)
+    why.add_incoming(i64(KIND_DROPPED), gone)
+    report_ty = ir.FunctionType(ir.VoidType(), [i64, i64, i64, i64, i64])
+    b.call(
+        b.inttoptr(i64(report_addr), report_ty.as_pointer()),
+        [i64(token), why, b.load(info), b.ptrtoint(msgbuf, i64), i64(MESSAGE_BYTES)],
+    )
+    b.ret(b.call(err_fn, [api_v, b.ptrtoint(msgbuf, i64), i64(e_internal)]))
+    return str(mod)
+
+
+_ENGINE: list = []  # [(engine, target machine)] once made
+_JIT_LOCK = threading.Lock()
+
+
+def jit_module(text: str, symbol: str) -> int:
+    """Compile LLVM IR ``text`` and return the address of its function ``symbol``.
+
+    One llvmlite MCJIT engine, made on first use, holds every module primforge compiles
+    this way; modules are never removed, so an address stays valid for the process. The
+    code calls nothing by name (only addresses baked in as constants), so no symbol has to
+    be resolved, and LLVM's code generator at ``-O2`` is all it needs: a few milliseconds.
+
+    Example:
+        >>> import ctypes
+        >>> ir = ('define i64 @twice(i64 %x) {\\n  %y = mul i64 %x, 2\\n  ret i64 %y\\n}\\n')
+        >>> addr = jit_module(ir, "twice")
+        >>> ctypes.CFUNCTYPE(ctypes.c_int64, ctypes.c_int64)(addr)(21)
+        42
+    """
+    from llvmlite import binding as ll
+
+    with _JIT_LOCK:
+        if not _ENGINE:
+            ll.initialize_native_target()
+            ll.initialize_native_asmprinter()
+            target = ll.Target.from_default_triple()
+            machine = target.create_target_machine(opt=2, codemodel="jitdefault", jit=True)
+            backing = ll.parse_assembly("")
+            backing.triple = ll.get_process_triple()
+            engine = ll.create_mcjit_compiler(backing, machine)
+            _ENGINE.append((engine, machine))
+        engine, machine = _ENGINE[0]
+        module = ll.parse_assembly(text)
+        module.triple = ll.get_process_triple()
+        module.data_layout = str(machine.target_data)
+        module.verify()
+        engine.add_module(module)
+        engine.finalize_object()
+        address = engine.get_function_address(symbol)
+    if not address:
+        raise RuntimeError(f"LLVM did not produce the function {symbol}")
+    return address
+
+
+_SYMBOLS = itertools.count()
+
+
+def unique_symbol(prefix: str) -> str:
+    """A function name not used before in this process (the JIT engine is shared).
+
+    Example:
+        >>> unique_symbol("f") != unique_symbol("f")
+        True
+    """
+    return f"{prefix}_{next(_SYMBOLS)}"
