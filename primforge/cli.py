@@ -361,25 +361,34 @@ def _cmd_check(args, kernels) -> int:
 
 
 def _stored_details() -> dict[str, dict[str, dict]]:
-    """kernel -> platform -> the stored entry (``backend``, and when the store keeps them,
-    ``device_kind`` and ``jax_version``); read-only, best effort beyond the backend."""
+    """kernel -> platform -> the stored entry: ``backend``, and where the store records
+    them, ``device`` (``device_kind`` or ``device``) and ``jax_version``. Read-only; the
+    extra fields are read only from a file autotune itself accepted, never through a link.
+    """
     from primforge import autotune
 
     details: dict[str, dict[str, dict]] = {
         name: {p: {"backend": b} for p, b in per.items()}
         for name, per in autotune.choices().items()
     }
+    if not details:
+        return details
     try:
-        raw = json.loads(autotune.cache_path().read_text(encoding="utf-8"))["kernels"]
+        fd = os.open(autotune.cache_path(), os.O_RDONLY | getattr(os, "O_NOFOLLOW", 0))
+        with os.fdopen(fd, "rb") as f:
+            raw = json.loads(f.read().decode("utf-8", "replace"))["kernels"]
     except (OSError, ValueError, TypeError, KeyError):
         return details
     for name, per in details.items():
         for p, entry in per.items():
             stored = raw.get(name, {}).get(p) if isinstance(raw, dict) else None
-            if isinstance(stored, dict):
-                for key in ("device_kind", "jax_version"):
-                    if stored.get(key) is not None:
-                        entry[key] = str(stored[key])
+            if not isinstance(stored, dict):
+                continue
+            device = stored.get("device_kind") or stored.get("device")
+            if device:
+                entry["device"] = str(device)
+            if stored.get("jax_version"):
+                entry["jax_version"] = str(stored["jax_version"])
     return details
 
 
@@ -416,7 +425,7 @@ def _cmd_autotune(args, kernels) -> int:
     # narrow the list to the selected kernels.
     selected = {k.name for k in kernels} if (args.names or args.tags) else None
     rows = [
-        [n, p, e["backend"], e.get("device_kind", "-"), e.get("jax_version", "-")]
+        [n, p, e["backend"], e.get("device", "-"), e.get("jax_version", "-")]
         for n, per in sorted(stored.items()) if selected is None or n in selected
         for p, e in sorted(per.items())
     ]

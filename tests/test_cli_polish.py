@@ -209,11 +209,14 @@ def test_autotune_show_lists_every_stored_choice_with_device_and_jax(env, capsys
                 "gpu": {"backend": "triton", "device_kind": "NVIDIA H100", "jax_version": "0.9.0"},
             },
             "pf_polish_older_entry": {"cpu": {"backend": "jax"}},
+            "pf_polish_device_key": {"cpu": {"backend": "jax", "device": "cpu",
+                                             "jax_version": "0.8.2"}},
         },
     }
     path = autotune.cache_path()
-    path.parent.mkdir(parents=True, exist_ok=True)
+    path.parent.mkdir(parents=True, exist_ok=True, mode=0o700)  # private, as autotune wants
     path.write_text(json.dumps(stored))
+    path.chmod(0o600)
     assert main(["autotune", "--show"]) == 0
     out = capsys.readouterr().out
     rows = [ln.split() for ln in out.splitlines()]
@@ -221,6 +224,7 @@ def test_autotune_show_lists_every_stored_choice_with_device_and_jax(env, capsys
     assert header == ["NAME", "PLATFORM", "BACKEND", "DEVICE", "JAX"]
     body = [r for r in rows if r and r[0].startswith("pf_polish_")]
     assert body == [
+        ["pf_polish_device_key", "cpu", "jax", "cpu", "0.8.2"],
         ["pf_polish_not_imported", "cpu", "alt", "cpu", "0.10.2"],
         ["pf_polish_not_imported", "gpu", "triton", "NVIDIA", "H100", "0.9.0"],
         ["pf_polish_older_entry", "cpu", "jax", "-", "-"],
