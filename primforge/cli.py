@@ -1,11 +1,14 @@
 """The ``primforge`` command: list, inspect, benchmark, check and autotune kernels.
 
 Design: every subcommand first imports the modules that define kernels (the library's
-own ``primforge.ops`` when present, plus each ``--import MODULE``), applies autotuned
+own ``primforge.ops`` when present, plus each ``--import``: a module name, looked for in
+the current folder too as ``python -m`` does, or a ``.py`` file), applies autotuned
 defaults when ``PRIMFORGE_AUTOTUNE`` asks for them, then selects kernels by name and
-``--tags`` (``--match all|any``, the registry's semantics). Unknown names or tags exit
-with status 2 and a list of what exists; ``check`` exits 1 when any backend fails or
-disagrees with its reference; ``bench`` writes ``--output`` (.json/.csv) and ``--plot``.
+``--tags`` (``--match all|any``, the registry's semantics). Usage errors (unknown names,
+tags or modules, bad option values) exit with status 2 before anything runs; ``check``
+exits 1 when any backend fails or disagrees with its reference; ``bench`` writes
+``--output`` (.json/.csv) and ``--plot`` (.png). Long runs report one line per kernel on
+stderr unless ``--quiet``.
 
 Example:
     >>> main(['list', '--tags', 'no-such-tag-anywhere'])
