@@ -122,3 +122,36 @@ def jaxlib_version() -> tuple[int, ...]:
     import jaxlib
 
     return tuple(int(p) for p in jaxlib.__version__.split(".")[:3] if p.isdigit())
+
+
+def register_dataclass_node(cls, data_fields, meta_fields) -> bool:
+    """Register ``cls`` as a C++ dataclass pytree node with exactly these fields.
+
+    ``jax.tree_util.register_dataclass`` does the same but insists that the fields be
+    exactly the ``__init__`` parameters; ``primforge.utils.dataclass`` also lists
+    ``init=False`` fields and a marker attribute. Returns False (nothing registered) when
+    this JAX lacks the registries, so the caller can fall back to Python callbacks.
+    """
+    try:
+        from jax._src import tree_util as _tu
+
+        registries = _tu._all_registries
+        entry = _tu._RegistryEntry
+        python_registry = _tu._registry
+    except (ImportError, AttributeError):  # pragma: no cover - moved in a future JAX
+        return False
+    data_fields, meta_fields = tuple(data_fields), tuple(meta_fields)
+
+    def flatten(x):
+        return (
+            tuple(getattr(x, n) for n in data_fields),
+            tuple(getattr(x, n) for n in meta_fields),
+        )
+
+    def unflatten(meta, data):
+        return cls(**dict(zip(meta_fields, meta)), **dict(zip(data_fields, data)))
+
+    for registry in registries:
+        registry.register_dataclass_node(cls, list(data_fields), list(meta_fields))
+    python_registry[cls] = entry(flatten, unflatten)
+    return True

@@ -1,11 +1,14 @@
 """The ``primforge`` command: list, inspect, benchmark, check and autotune kernels.
 
 Design: every subcommand first imports the modules that define kernels (the library's
-own ``primforge.ops`` when present, plus each ``--import MODULE``), applies autotuned
+own ``primforge.ops`` when present, plus each ``--import``: a module name, looked for in
+the current folder too as ``python -m`` does, or a ``.py`` file), applies autotuned
 defaults when ``PRIMFORGE_AUTOTUNE`` asks for them, then selects kernels by name and
-``--tags`` (``--match all|any``, the registry's semantics). Unknown names or tags exit
-with status 2 and a list of what exists; ``check`` exits 1 when any backend fails or
-disagrees with its reference; ``bench`` writes ``--output`` (.json/.csv) and ``--plot``.
+``--tags`` (``--match all|any``, the registry's semantics). Usage errors (unknown names,
+tags or modules, bad option values) exit with status 2 before anything runs; ``check``
+exits 1 when any backend fails or disagrees with its reference; ``bench`` writes
+``--output`` (.json/.csv) and ``--plot`` (.png). Long runs report one line per kernel on
+stderr unless ``--quiet``.
 
 Example:
     >>> main(['list', '--tags', 'no-such-tag-anywhere'])
@@ -15,10 +18,18 @@ Example:
 from __future__ import annotations
 
 import argparse
+import importlib.util
 import json
+import os
 import sys
+import time
 import warnings
 from collections.abc import Sequence
+from pathlib import Path
+
+# The statistics a benchmark record has (primforge.bench.STATS; repeated here so that
+# building the parser does not import JAX). A test keeps the two in step.
+_STATS = ("mean", "median", "min", "max", "p90", "std")
 
 __all__ = ["build_parser", "main"]
 
@@ -28,6 +39,20 @@ def _split(values: Sequence[str] | None) -> list[str]:
     for v in values or ():
         out.extend(p.strip() for p in v.split(",") if p.strip())
     return out
+
+
+def _count(minimum: int):
+    def parse(text: str) -> int:
+        try:
+            value = int(text)
+        except ValueError:
+            raise argparse.ArgumentTypeError(f"expected an integer, got {text!r}") from None
+        if value < minimum:
+            raise argparse.ArgumentTypeError(f"expected an integer >= {minimum}, got {value}")
+        return value
+
+    parse.__name__ = f"integer >= {minimum}"
+    return parse
 
 
 def build_parser() -> argparse.ArgumentParser:
@@ -40,7 +65,13 @@ def build_parser() -> argparse.ArgumentParser:
     common = argparse.ArgumentParser(add_help=False)
     common.add_argument(
         "--import", dest="imports", action="append", default=[], metavar="MODULE",
-        help="import MODULE so its kernels are registered (repeatable)",
+        help="import MODULE (a module name, found in the current directory too, or a "
+        "path to a .py file) so its kernels are registered (repeatable)",
+    )
+    quiet = argparse.ArgumentParser(add_help=False)
+    quiet.add_argument(
+        "-q", "--quiet", "--no-progress", dest="quiet", action="store_true",
+        help="no progress report on stderr",
     )
     select = argparse.ArgumentParser(add_help=False)
     select.add_argument("names", nargs="*", metavar="NAME", help="kernel names (default: all)")
@@ -76,27 +107,29 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("name", metavar="NAME")
     p.add_argument("--json", action="store_true", help="print JSON")
 
-    p = sub.add_parser("bench", parents=[common, select, runs], help="benchmark backends")
-    p.add_argument("--n-warmup", type=int, default=5, help="untimed calls (5)")
-    p.add_argument("--n-runs", type=int, default=20, help="timed runs (20)")
-    p.add_argument("--n-batch-per-run", type=int, default=1, help="calls per timed run (1)")
-    p.add_argument("--stat", default="median", help="statistic for the best and speedups")
+    p = sub.add_parser("bench", parents=[common, select, runs, quiet], help="benchmark backends")
+    p.add_argument("--n-warmup", type=_count(0), default=5, help="untimed calls (5)")
+    p.add_argument("--n-runs", type=_count(1), default=20, help="timed runs (20)")
+    p.add_argument("--n-batch-per-run", type=_count(1), default=1,
+                   help="calls per timed run (1)")
+    p.add_argument("--stat", default="median", choices=_STATS,
+                   help="statistic shown first, used for the best (*), speedups and plot")
     p.add_argument("--speedup-against", metavar="BACKEND", help="baseline of the speedups")
     p.add_argument("--output", metavar="FILE", help="save results to FILE.json or FILE.csv")
-    p.add_argument("--plot", metavar="FILE", help="save a PNG plot to FILE")
-    p.add_argument("--no-progress", action="store_true", help="no progress bar")
+    p.add_argument("--plot", metavar="FILE", help="save a PNG plot to FILE (needs matplotlib)")
 
     p = sub.add_parser(
-        "check", parents=[common, select, runs],
+        "check", parents=[common, select, runs, quiet],
         help="compare every backend with its reference; exit 1 on any mismatch",
     )
 
-    p = sub.add_parser("autotune", parents=[common, select],
+    p = sub.add_parser("autotune", parents=[common, select, quiet],
                        help="benchmark and store each kernel's fastest backend")
     p.add_argument("--platform", help="cpu, gpu or tpu (default: JAX's default backend)")
-    p.add_argument("--n-warmup", type=int, default=3, help="untimed calls (3)")
-    p.add_argument("--n-runs", type=int, default=10, help="timed runs (10)")
-    p.add_argument("--show", action="store_true", help="print the stored choices only")
+    p.add_argument("--n-warmup", type=_count(0), default=3, help="untimed calls (3)")
+    p.add_argument("--n-runs", type=_count(1), default=10, help="timed runs (10)")
+    p.add_argument("--show", action="store_true",
+                   help="list the stored choices (every kernel, or the selected ones)")
     p.add_argument("--clear", action="store_true", help="forget stored choices")
     return parser
 
@@ -194,17 +227,45 @@ def _runnable(kernel, platform: str, wanted: list[str]) -> tuple[list[str] | Non
     return chosen, None
 
 
-def _run_all(args, kernels, *, n_warmup, n_runs, n_batch, progress):
+class _Report:
+    """Progress of a long run on stderr: one line per kernel, and the total at the end.
+
+    Silent with ``--quiet``. On a terminal the benchmark's own one-line bar also shows the
+    (config, backend) being timed.
+    """
+
+    def __init__(self, total: int, enabled: bool, verb: str):
+        self.total, self.enabled, self.verb = total, enabled and total > 0, verb
+        self.start = time.perf_counter()
+        self.done = 0
+
+    def kernel(self, name: str, detail: str) -> None:
+        self.done += 1
+        if self.enabled:
+            _err(f"[{self.done}/{self.total}] {self.verb} {name} ({detail})")
+
+    def finish(self) -> None:
+        if self.enabled:
+            took = time.perf_counter() - self.start
+            _err(f"{self.verb} {self.done} kernel(s) in {took:.1f} s")
+
+
+def _run_all(args, kernels, *, n_warmup, n_runs, n_batch, progress, verb="benchmarking"):
     from primforge.bench import BenchmarkMismatchWarning, BenchmarkResult, benchmark_kernel
 
     platform = _platform(args.platform)
     wanted = _split(args.backends)
     results, skipped = [], []
+    plan = []
     for kernel in kernels:
         backends, why = _runnable(kernel, platform, wanted)
         if backends is None:
             skipped.append((kernel.name, why))
-            continue
+        else:
+            plan.append((kernel, backends))
+    report = _Report(len(plan), not args.quiet, verb)
+    for kernel, backends in plan:
+        report.kernel(kernel.name, f"{', '.join(backends)} on {platform}")
         with warnings.catch_warnings():
             warnings.simplefilter("ignore", BenchmarkMismatchWarning)
             results.append(
@@ -214,12 +275,29 @@ def _run_all(args, kernels, *, n_warmup, n_runs, n_batch, progress):
                     backends=backends, progress=progress,
                 )
             )
+    report.finish()
     return BenchmarkResult.merge(results), skipped, platform
 
 
-def _cmd_bench(args, kernels) -> int:
-    import os
+def _check_speedup_against(args, kernels) -> str | None:
+    """Why ``--speedup-against`` cannot be honoured, before anything is timed (or None)."""
+    if not args.speedup_against:
+        return None
+    platform = _platform(args.platform)
+    wanted = _split(args.backends)
+    runnable = set()
+    for k in kernels:
+        backends, _ = _runnable(k, platform, wanted)
+        runnable.update(backends or ())
+        # The reference backend runs even when not asked for, and its records are kept
+        # only when selected: it is a valid baseline only if it is among the backends.
+    if args.speedup_against not in runnable:
+        return (f"--speedup-against {args.speedup_against!r}: not a backend that will run on "
+                f"{platform}; expected one of {sorted(runnable) or '(none)'}")
+    return None
 
+
+def _cmd_bench(args, kernels) -> int:
     for name, value in (("--output", args.output), ("--plot", args.plot)):
         if value is None:
             continue
@@ -234,9 +312,13 @@ def _cmd_bench(args, kernels) -> int:
         except ImportError:
             _err("--plot needs matplotlib: pip install primforge[plot]")
             return 2
+    why = _check_speedup_against(args, kernels)
+    if why:
+        _err(why)
+        return 2
     result, skipped, _ = _run_all(
         args, kernels, n_warmup=args.n_warmup, n_runs=args.n_runs,
-        n_batch=args.n_batch_per_run, progress=False if args.no_progress else None,
+        n_batch=args.n_batch_per_run, progress=False if args.quiet else None,
     )
     for name, why in skipped:
         _err(f"skipped {name}: {why}")
@@ -257,7 +339,7 @@ def _cmd_bench(args, kernels) -> int:
 
 def _cmd_check(args, kernels) -> int:
     result, skipped, platform = _run_all(args, kernels, n_warmup=0, n_runs=1, n_batch=1,
-                                         progress=False)
+                                         progress=False, verb="checking")
     for name, why in skipped:
         _out(f"SKIP  {name}: {why}")
     n_bad = 0
@@ -281,6 +363,38 @@ def _cmd_check(args, kernels) -> int:
     return 1 if n_bad else 0
 
 
+def _stored_details() -> dict[str, dict[str, dict]]:
+    """kernel -> platform -> the stored entry: ``backend``, and where the store records
+    them, ``device`` (``device_kind`` or ``device``) and ``jax_version``. Read-only; the
+    extra fields are read only from a file autotune itself accepted, never through a link.
+    """
+    from primforge import autotune
+
+    details: dict[str, dict[str, dict]] = {
+        name: {p: {"backend": b} for p, b in per.items()}
+        for name, per in autotune.choices().items()
+    }
+    if not details:
+        return details
+    try:
+        fd = os.open(autotune.cache_path(), os.O_RDONLY | getattr(os, "O_NOFOLLOW", 0))
+        with os.fdopen(fd, "rb") as f:
+            raw = json.loads(f.read().decode("utf-8", "replace"))["kernels"]
+    except (OSError, ValueError, TypeError, KeyError):
+        return details
+    for name, per in details.items():
+        for p, entry in per.items():
+            stored = raw.get(name, {}).get(p) if isinstance(raw, dict) else None
+            if not isinstance(stored, dict):
+                continue
+            device = stored.get("device_kind") or stored.get("device")
+            if device:
+                entry["device"] = str(device)
+            if stored.get("jax_version"):
+                entry["jax_version"] = str(stored["jax_version"])
+    return details
+
+
 def _cmd_autotune(args, kernels) -> int:
     from primforge import autotune
 
@@ -290,25 +404,37 @@ def _cmd_autotune(args, kernels) -> int:
         _out(f"cleared autotune choices in {path}")
         return 0
     if not args.show:
+        from primforge.bench import format_seconds
+
         platform = _platform(args.platform)
-        tuned = autotune.tune(kernels, platform=platform, n_warmup=args.n_warmup,
-                              n_runs=args.n_runs, apply=False)
+        report = _Report(len(kernels), not args.quiet, "tuning")
+        tuned = {}
+        for kernel in kernels:
+            report.kernel(kernel.name, f"on {platform}")
+            tuned.update(autotune.tune([kernel], platform=platform, n_warmup=args.n_warmup,
+                                       n_runs=args.n_runs, apply=False,
+                                       progress=False if args.quiet else None))
+        report.finish()
         for name, info in tuned.items():
             t = info["median_s"]
-            from primforge.bench import format_seconds
-
             _out(f"{name} [{platform}]: " + (
                 f"{info['backend']} ({format_seconds(t)} geometric-mean median)"
                 if info["backend"] else "no backend ran correctly on every config"))
         if not tuned:
             _out("nothing to tune (kernels need a call function, benchmark data and two "
                  "backends on the platform)")
-    stored = autotune.choices()
-    names = {k.name for k in kernels}
-    rows = [[n, p, b] for n, per in sorted(stored.items()) if n in names
-            for p, b in sorted(per.items())]
+    stored = _stored_details()
+    # Every stored choice, also of kernels whose module was not imported; names or tags
+    # narrow the list to the selected kernels.
+    selected = {k.name for k in kernels} if (args.names or args.tags) else None
+    rows = [
+        [n, p, e["backend"], e.get("device", "-"), e.get("jax_version", "-")]
+        for n, per in sorted(stored.items()) if selected is None or n in selected
+        for p, e in sorted(per.items())
+    ]
     _out(f"autotune cache: {path}")
-    _out(_table(["NAME", "PLATFORM", "BACKEND"], rows) if rows else "(no stored choices)")
+    _out(_table(["NAME", "PLATFORM", "BACKEND", "DEVICE", "JAX"], rows) if rows
+         else "(no stored choices)")
     if rows and not autotune.enabled():
         _out("use them with PRIMFORGE_AUTOTUNE=1 or primforge.autotune.load()")
     return 0
@@ -323,6 +449,48 @@ _COMMANDS = {
 }
 
 
+def _import_target(target: str) -> str | None:
+    """Prepare ``--import TARGET``: import a file path now (returns None), or make the
+    current directory importable, as ``python -m`` does, and return the module name."""
+    looks_like_path = target.endswith(".py") or os.sep in target or (
+        os.altsep is not None and os.altsep in target)
+    if not looks_like_path:
+        cwd = os.getcwd()
+        if cwd not in sys.path and "" not in sys.path:
+            sys.path.insert(0, cwd)
+        return target
+    path = Path(target).expanduser().resolve()
+    if not path.is_file():
+        raise ImportError(f"--import {target!r}: no such file")
+    if path.suffix != ".py":
+        raise ImportError(f"--import {target!r}: expected a module name or a .py file")
+    name = path.stem
+    loaded = sys.modules.get(name)
+    if loaded is not None:
+        if Path(getattr(loaded, "__file__", "") or "").resolve() == path:
+            return None
+        raise ImportError(
+            f"--import {target!r}: a different module named {name!r} is already imported "
+            f"({getattr(loaded, '__file__', None) or 'built in'}); rename the file"
+        )
+    # Like `python path/to/file.py`: the file's folder is importable, so the module can
+    # import its siblings.
+    folder = str(path.parent)
+    if folder not in sys.path:
+        sys.path.insert(0, folder)
+    spec = importlib.util.spec_from_file_location(name, path)
+    if spec is None or spec.loader is None:  # pragma: no cover - a .py file always has one
+        raise ImportError(f"--import {target!r}: cannot be loaded as a module")
+    module = importlib.util.module_from_spec(spec)
+    sys.modules[name] = module
+    try:
+        spec.loader.exec_module(module)
+    except BaseException:
+        del sys.modules[name]
+        raise
+    return None
+
+
 def main(argv: Sequence[str] | None = None) -> int:
     """Run the ``primforge`` command; returns the exit status.
 
@@ -335,7 +503,8 @@ def main(argv: Sequence[str] | None = None) -> int:
     parser = build_parser()
     args = parser.parse_args(argv)
     try:
-        notes = registry.load_modules([*args.imports_global, *args.imports])
+        names = [_import_target(m) for m in [*args.imports_global, *args.imports]]
+        notes = registry.load_modules([n for n in names if n is not None])
     except ImportError as e:
         _err(str(e))
         return 2

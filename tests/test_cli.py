@@ -60,6 +60,8 @@ def test_unknown_names_tags_and_modules_list_what_exists(capsys):
     assert "unknown platform 'mars'" in capsys.readouterr().err
 
 
+@pytest.mark.skipif(not CONSOLE_SCRIPT.exists(),
+                    reason="the primforge console script is installed with the package")
 def test_list_and_info_show_backends_and_defaults(tmp_path):
     proc = run("list", "--tags", "pf_demo", cache_dir=tmp_path, script=True)
     assert proc.returncode == 0, proc.stderr

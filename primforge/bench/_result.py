@@ -263,6 +263,20 @@ class BenchmarkResult:
                 column, per (kernel, config); defaults to the records' reference backend
                 when they have one. Pass ``''`` for no speedup column.
             color: highlight the best row in bold (ANSI escapes; for terminals).
+
+        Returns:
+            The table; the column of ``stat`` comes first among the times.
+
+        Example:
+            >>> from primforge.bench import BenchmarkRecord, BenchmarkResult
+            >>> res = BenchmarkResult([
+            ...     BenchmarkRecord('k', 'n=10', 'jax', 'cpu', times=(1e-6, 9e-6, 2e-6)),
+            ...     BenchmarkRecord('k', 'n=10', 'alt', 'cpu', times=(3e-6, 3e-6, 3e-6)),
+            ... ])
+            >>> print(res.table(stat='mean', speedup_against='jax'))
+            kernel  config  backend  mean    median  min     p90       std       compile  speedup  status
+            k       n=10    jax      4 µs    2 µs    1 µs    7.6 µs    3.56 µs   -          1.00x  ok
+            k       n=10    alt      3 µs *  3 µs    3 µs    3 µs      0 ns      -          1.33x  ok
         """
         if stat not in STATS:
             raise ValueError(f"table: stat must be one of {STATS}, got {stat!r}")
@@ -282,14 +296,17 @@ class BenchmarkResult:
             for r in self.records:
                 if r.backend == speedup_against and r.success:
                     base[(r.kernel, r.config)] = r.stat(stat)
-        header = ["kernel", "config", "backend", *(s for s in STATS if s not in ("mean", "max"))]
+        # The chosen statistic is the first time column (the one the best marker and the
+        # speedups follow), then the usual others.
+        shown = [stat, *(s for s in ("median", "min", "p90", "std") if s != stat)]
+        header = ["kernel", "config", "backend", *shown]
         header += ["compile"] + (["speedup"] if speedup_against else []) + ["status"]
         rows, is_best = [], []
         for r in self.records:
             key = (r.kernel, r.config)
             win = best.get(key) == r.backend
             cells = [r.kernel, r.config, r.backend]
-            for s in header[3:7]:
+            for s in shown:
                 text = format_seconds(r.stat(s)) if r.success else "-"
                 cells.append(text + (" *" if win and s == stat else ""))
             cells.append(format_seconds(r.compile_time))
