@@ -43,6 +43,7 @@ import numpy as np
 
 from primforge import _compat
 from primforge import debug as _debug
+from primforge.kernel import _debug_checks
 from primforge.kernel import batching as _batching
 from primforge.kernel import selection as _selection
 from primforge.kernel import sharding as _sharding
@@ -801,7 +802,13 @@ class XLACustomKernel:
         if fn is None:
             fn = jax.jit(functools.partial(self.primitive.bind, **params))
             self._impl_cache[key] = fn
-        return fn(*args)
+        if not params.get("debug"):
+            return fn(*args)
+        try:
+            return jax.block_until_ready(fn(*args))
+        except jax.errors.JaxRuntimeError as e:
+            _debug_checks.reraise(e)  # the debug check's own KernelError, not XLA's wrapper
+            raise
 
     def _abstract_eval(
         self, *avals, outs, backend=None, context=(), batch=(), debug=False, **params
@@ -893,7 +900,13 @@ class XLACustomKernel:
             return fn
         module = get_backend(entry.backend)
         try:
-            fn = self._make(entry, module, platform, ins, outs, batch, params)
+            # Backends read debug mode while building (e.g. Numba's bounds checking): give
+            # them the call's, whatever is in force where the lowering happens.
+            with _debug.debug_mode(debug):
+                fn = self._make(entry, module, platform, ins, outs, batch, params)
+                if debug:
+                    fn = self._debug_checked(entry, module, platform, ins, outs, batch,
+                                             context, params, fn)
         except KernelError:
             raise
         except Exception as e:
@@ -903,6 +916,33 @@ class XLACustomKernel:
             ) from e
         self._build_cache[key] = fn
         return fn
+
+    def _debug_checked(self, entry, module, platform, ins, outs, batch, context, params, fn):
+        """``fn`` with debug mode's output-coverage and reference checks around it."""
+        prefilled_run, prefilled = None, []
+        if entry.backend == "numba" and not (batch and entry.wants_batch_shape):
+            extra = {"batch_shape": ()} if entry.wants_batch_shape else {}
+            product = self._generate(entry, ins=ins, outs=outs, platform=platform, **extra,
+                                     **params)
+            wrapped = _debug_checks.prefilled_numba(product, len(ins), outs, self.name)
+            if wrapped is not None:
+                new, prefilled = wrapped
+                ext_ins = tuple(ins) + tuple(outs[j] for j in prefilled)
+                ext_batch = tuple((s, tuple(m) + (False,) * len(prefilled)) for s, m in batch)
+                core = module.make_callable(new, ins=ext_ins, outs=outs, platform=platform,
+                                            name=self.name, batch=ext_batch)
+
+                def prefilled_run(arrays, pattern, core=core, prefilled=tuple(prefilled)):
+                    fills = [_debug_checks.fill(outs[j], pattern) for j in prefilled]
+                    return core(*arrays, *fills)
+        reference = None
+        if entry.backend != "jax" and "jax" in self._entries.get(platform, {}):
+            reference = self.build(platform, ins=ins, outs=outs, batch=batch, backend="jax",
+                                   context=context, debug=False, **params)
+        if prefilled_run is None and reference is None:
+            return fn
+        return _debug_checks.checked_call(self.name, entry.backend, outs, fn, prefilled_run,
+                                          prefilled, reference)
 
     def _make(self, entry, module, platform, ins, outs, batch, params):
         name = self.name
@@ -934,12 +974,14 @@ class XLACustomKernel:
             _core_struct(aval, _n_mapped(batch, i)) for i, aval in enumerate(ctx.avals_in)
         )
         fn = self.build(
-            platform, ins=ins, outs=outs, batch=batch, backend=backend, context=context, **params
+            platform, ins=ins, outs=outs, batch=batch, backend=backend, context=context,
+            debug=debug, **params,
         )
-        fn = _sharding.partition_lowering(
-            self, fn, platform=platform, ins=ins, outs=outs, batch=batch, backend=backend,
-            context=context, params=params,
-        )
+        if not debug:  # debug mode checks whole arrays: a sharded call runs gathered
+            fn = _sharding.partition_lowering(
+                self, fn, platform=platform, ins=ins, outs=outs, batch=batch, backend=backend,
+                context=context, params=params,
+            )
 
         def checked(*arrays):
             results = tuple(fn(*arrays))
