@@ -46,3 +46,16 @@ def test_grad_through_a_zero_row_csr_product():
     g = jax.grad(lambda v: (W @ v).sum())(jnp.ones(5))
     np.testing.assert_allclose(g, np.zeros(5))
     assert isinstance(W, CSR)
+
+
+def test_a_captured_matrix_keeps_its_index_arrays_out_of_constant_folding():
+    # Captured from the enclosing scope, W's arrays are compile-time constants: the index
+    # arrays must reach the kernels through an optimization barrier, or XLA evaluates the
+    # gradient's index computations while compiling (benchmarks/captured_matrix.py).
+    W = fixed_prob(50, 40, 0.2, weight=_weights, seed=0)
+    s = jnp.ones(50)
+    f = jax.jit(jax.grad(lambda w: (s @ W.with_data(w)).sum()))
+    assert "optimization_barrier" in f.lower(W.data).as_text()
+    dense_grad = jax.grad(lambda w: (s @ CSR(w, W.indices, W.indptr, shape=W.shape).todense()
+                                     ).sum())(W.data)
+    np.testing.assert_allclose(f(W.data), dense_grad, rtol=1e-6)
