@@ -27,17 +27,8 @@ import jax
 import jax.numpy as jnp
 import numpy as np
 
-__all__ = ["TOLERANCES", "checked_call", "prefilled_numba", "reraise"]
+__all__ = ["checked_call", "prefilled_numba", "reraise"]
 
-#: (rtol, atol) per floating dtype name; integers, booleans must match exactly.
-TOLERANCES: dict[str, tuple[float, float]] = {
-    "float64": (1e-9, 1e-12),
-    "complex128": (1e-9, 1e-12),
-    "float32": (1e-4, 1e-6),
-    "complex64": (1e-4, 1e-6),
-    "float16": (1e-2, 1e-3),
-    "bfloat16": (2e-2, 1e-2),
-}
 _LOW_PRECISION = (1e-1, 1e-1)  # 8-bit float formats
 
 _MARK = "[primforge debug #{}]"
@@ -157,6 +148,8 @@ def tolerance(dtype) -> tuple[float, float]:
     dtype = np.dtype(dtype)
     if dtype == np.bool_ or dtype.kind in "iu":
         return 0.0, 0.0
+    from primforge.debug import TOLERANCES
+
     return TOLERANCES.get(dtype.name, _LOW_PRECISION)
 
 

@@ -1125,10 +1125,12 @@ class XLACustomKernel:
             >>> type(rule).__name__
             'ShardingRule'
         """
-        return _sharding.def_sharding_rule(
+        result = _sharding.def_sharding_rule(
             self, rule, reduction_factors=reduction_factors,
             need_replication_factors=need_replication_factors,
         )
+        self._changed()  # jitted callers re-lower with the rule
+        return result
 
     # ------------------------------------------------------------------ call / benchmark hooks
     def def_tags(self, *tags: str) -> None:
