@@ -224,6 +224,7 @@ class XLACustomKernel:
         self._build_cache: dict[Any, Callable] = {}
         self._ref_cache: dict[Any, Any] = {}
         self._product_cache: dict[Any, Any] = {}
+        self._memo: dict[str, Any] = {}  # derived from the registration, dropped on change
         self._warned: set[tuple[str, str]] = set()
         self.tags: set[str] = set()
         self._call_fn: Callable | None = None
@@ -259,6 +260,7 @@ class XLACustomKernel:
         self._impl_cache.clear()
         self._ref_cache.clear()
         self._product_cache.clear()
+        self._memo.clear()
         _selection.defaults_changed()
 
     # ------------------------------------------------------------------ registration
@@ -664,7 +666,6 @@ class XLACustomKernel:
             raise TypeError(f"kernel {self.name!r}: reserved param name(s) {sorted(clash)}")
         self._check_params(params)
         structs, container = self._resolve_outs(arrays, outs, params)
-        self._check_against_reference(arrays, structs, params)
         flat = self.primitive.bind(
             *arrays, outs=structs, backend=backend, context=_selection.current_overrides(),
             batch=(), debug=_debug.enabled(), **params,
@@ -718,7 +719,10 @@ class XLACustomKernel:
     def _check_params(self, params: dict) -> None:
         if not self._entries or not params:
             return
-        declared, open_ = self.accepted_params()
+        accepted = self._memo.get("params")
+        if accepted is None:
+            accepted = self._memo["params"] = self.accepted_params()
+        declared, open_ = accepted
         unknown = sorted(set(params) - declared)
         if unknown and not open_:
             raise TypeError(
@@ -727,14 +731,20 @@ class XLACustomKernel:
             )
 
     def _reference_entry(self) -> KernelEntry | None:
+        cached = self._memo.get("reference")
+        if cached is not None:
+            return cached or None
         refs = [e["jax"] for e in self._entries.values() if "jax" in e]
         if not refs:
+            self._memo["reference"] = False
             return None
         try:
             here = _selection.canonical_platform(jax.default_backend())
         except ValueError:
             here = None
-        return next((r for r in refs if r.platform == here), refs[0])
+        found = next((r for r in refs if r.platform == here), refs[0])
+        self._memo["reference"] = found
+        return found
 
     def _generate(self, entry: KernelEntry, **kwargs) -> Any:
         """Call ``entry``'s generator, once per signature (shared by lowering and checks)."""
@@ -768,20 +778,26 @@ class XLACustomKernel:
             return err
         return tuple(jax.ShapeDtypeStruct(tuple(g.shape), jnp.dtype(g.dtype)) for g in got)
 
-    def _check_against_reference(self, arrays, structs, params) -> None:
-        """``outs`` must be what the ``jax`` reference returns (``jax.eval_shape``)."""
+    def _check_against_reference(self, sig, structs, params) -> None:
+        """``outs`` must be what the ``jax`` reference returns (``jax.eval_shape``).
+
+        ``sig`` holds each input's per-example ``(shape, dtype)``. Runs when the call is
+        traced (abstract evaluation), once per signature.
+        """
         entry = self._reference_entry()
         if entry is None:
             return
-        avals = [_compat.get_aval(a) for a in arrays]
-        ins = tuple(jax.ShapeDtypeStruct(tuple(a.shape), a.dtype) for a in avals)
-        key = (entry.platform, ins, structs, tuple(sorted(params.items())))
+        key = (sig, structs, tuple(sorted(params.items())) if params else ())
         got = self._ref_cache.get(key)
         if got is None:
+            ins = tuple(jax.ShapeDtypeStruct(tuple(shape), dtype) for shape, dtype in sig)
             got = self._reference_structs(entry, ins, structs, params)
             self._ref_cache[key] = got
         if isinstance(got, Exception):
             raise got
+        if got is _MATCHES:
+            return
+        ins = tuple(jax.ShapeDtypeStruct(tuple(shape), dtype) for shape, dtype in sig)
         if len(got) != len(structs):
             raise ValueError(
                 f"kernel {self.name!r}: outs describes {len(structs)} output(s) but its 'jax' "
@@ -794,6 +810,7 @@ class XLACustomKernel:
                     f"reference backend returns {_fmt([want])[1:-1]} for inputs {_fmt(ins)} "
                     f"(jax.eval_shape); fix outs (or the reference)"
                 )
+        self._ref_cache[key] = _MATCHES  # checked once per signature
 
     # ------------------------------------------------------------------ primitive rules
     def _impl(self, *args, **params):
@@ -814,14 +831,18 @@ class XLACustomKernel:
         self, *avals, outs, backend=None, context=(), batch=(), debug=False, **params
     ):
         sizes = tuple(size for size, _ in batch)
+        sig = []
         for i, aval in enumerate(avals):
-            lead = aval.shape[: _n_mapped(batch, i)]
+            n_lead = _n_mapped(batch, i)
+            lead = aval.shape[:n_lead]
             expected = tuple(s for s, m in batch if m[i])
             if tuple(lead) != expected:
                 raise ValueError(
                     f"kernel {self.name!r}: input {i} of shape {aval.shape} does not carry the "
                     f"batch dimensions {expected} its batch levels require"
                 )
+            sig.append((tuple(aval.shape[n_lead:]), aval.dtype))
+        self._check_against_reference(tuple(sig), outs, params)
         result = [_compat.ShapedArray(sizes + tuple(o.shape), o.dtype) for o in outs]
         # Rebuilt from an input aval so shard_map's varying-axes types and explicit-mesh
         # shardings carry over to the results.
@@ -1236,6 +1257,9 @@ class XLACustomKernel:
             raise TypeError("def_benchmark_data: fn must be callable")
         self._benchmark_data_fn = fn
         return fn
+
+
+_MATCHES = object()  # _ref_cache value: outs agreed with the reference
 
 
 @contextlib.contextmanager
