@@ -47,3 +47,17 @@ def test_readme_example_is_correct_for_every_rank():
                           text=True, timeout=300, cwd=ROOT, env=env, check=False)
     assert proc.returncode == 0, proc.stderr[-3000:]
     assert "README example OK" in proc.stdout
+
+
+def test_debug_mode_example_catches_both_kernels():
+    env = {**os.environ, "JAX_PLATFORMS": "cpu",
+           "PYTHONPATH": os.pathsep.join([str(ROOT), os.environ.get("PYTHONPATH", "")])}
+    env.pop("PRIMFORGE_DEBUG", None)
+    proc = subprocess.run([sys.executable, str(ROOT / "examples" / "debug_mode.py")],
+                          capture_output=True, text=True, timeout=300, cwd=ROOT, env=env,
+                          check=False)
+    assert proc.returncode == 0, proc.stderr[-3000:]
+    assert re.search(r"example_forgetful: debug mode caught it -> .*output 0 \(float32\[2, 3\]\)"
+                     r" element \(1, 2\) was never written", proc.stdout)
+    assert re.search(r"example_sloppy: debug mode caught it -> .*first differing index \(1, 0\):"
+                     r" got 7\.0, reference 6\.0", proc.stdout)

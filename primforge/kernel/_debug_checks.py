@@ -18,6 +18,7 @@ from __future__ import annotations
 
 import itertools
 import linecache
+import logging
 import re
 import threading
 from collections.abc import Callable, Sequence
@@ -248,8 +249,27 @@ def _make_reporter(name, backend, shapes, dtypes):
     return host
 
 
+class _QuietReports(logging.Filter):
+    """Drop JAX's log of a failed debug callback when the failure is one of our reports.
+
+    The report is raised to the caller anyway; the log would print it a second time with
+    a traceback into primforge's internals.
+    """
+
+    def filter(self, record: logging.LogRecord) -> bool:
+        exc = record.exc_info[1] if record.exc_info else None
+        return not (exc is not None and _MARK_RE.search(str(exc)))
+
+
+_FILTER = _QuietReports()
+
+
 def _raise(message: str) -> None:
     from primforge.kernel.kernel import KernelError
+
+    logger = logging.getLogger("jax._src.debugging")  # where jax.debug.callback logs
+    if _FILTER not in logger.filters:
+        logger.addFilter(_FILTER)
 
     with _ERRORS_LOCK:
         n = next(_ERROR_IDS)
