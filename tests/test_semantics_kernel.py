@@ -78,6 +78,14 @@ def test_use_backend_survives_grad_and_a_later_transpose(jvp):
         lambda x: primforge_alt(k, x))))(x), jnp.full(3, 3.0))
 
 
+def test_a_later_use_backend_does_not_change_an_earlier_calls_backward_pass():
+    k = two_backends()
+    x = jnp.arange(3.0)
+    _, vjp = jax.vjp(lambda x: k(x, outs=f32(3)).sum(), x)  # forward pass on 'jax' (2x)
+    with primforge.use_backend("cpu", "alt"):
+        np.testing.assert_allclose(vjp(1.0)[0], jnp.full(3, 2.0))
+
+
 def primforge_alt(k, x):
     with primforge.use_backend("cpu", "alt"):
         return k(x, outs=f32(3)).sum()

@@ -8,7 +8,7 @@ Design:
       was on at trace time) and the user's own params. A bind that omits the internal
       params (a user rule calling ``kernel.primitive.bind``) gets the ones in force.
     * Every rule primforge runs for a call (JVP, transpose, custom batching) runs with the
-      call's ``context`` and ``debug`` re-established, so the call's backend selection and
+      call's ``context`` and ``debug`` re-established (replacing those in force there), so the call's backend selection and
       debug mode follow it through every transformation, to the kernels the rule calls.
     * Registration is checked when it happens: a backend only on its platforms, static
       params against what the generators accept, ``outs`` against the ``jax`` reference's

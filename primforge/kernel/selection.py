@@ -110,22 +110,23 @@ def resolve(overrides, kernel_name: str, platform: str, available) -> str | None
 
 @contextlib.contextmanager
 def restored(overrides) -> Iterator[None]:
-    """Re-establish the overrides captured at a call (innermost), e.g. around its rules.
+    """Re-establish exactly the overrides captured at a call, e.g. around its rules.
 
-    Overrides active now stay active beneath them; exact duplicates are kept once.
+    The overrides active where the rule happens to run do not apply: a call's JVP,
+    transpose and batching use the selection the call was made with.
 
     Example:
-        >>> with restored(((None, 'cpu', 'jax'),)):
-        ...     current_overrides()
+        >>> with use_backend('cpu', 'numba'):
+        ...     with restored(((None, 'cpu', 'jax'),)):
+        ...         current_overrides()
         ((None, 'cpu', 'jax'),)
     """
     overrides = tuple(overrides)
     generation, current = _STATE.value
-    if current[len(current) - len(overrides):] == overrides:  # already in force
+    if current == overrides:  # already in force
         yield
         return
-    merged = tuple(o for o in current if o not in overrides) + overrides
-    with _STATE((generation, merged)):
+    with _STATE((generation, overrides)):
         yield
 
 
