@@ -340,3 +340,27 @@ def test_lowering_error_hint_never_suggests_the_backend_that_failed():
     msg = str(info.value)
     assert "with backend 'bad'" in msg
     assert "backend='jax'" in msg and "backend='bad'" not in msg
+
+
+@pytest.mark.parametrize("mode", ["native", "general"])
+def test_zero_size_batches_and_core_dims_under_vmap(mode):
+    numba = pytest.importorskip("numba")
+    k = fresh("zero")
+
+    def gen(**kw):
+        @numba.njit
+        def kernel(x, out):
+            for i in range(x.size):
+                out.flat[i] = 2 * x.flat[i]
+        return kernel
+
+    k.def_numba_kernel(gen)
+    k.def_kernel("jax", "cpu", lambda **kw: lambda x: 2 * x)
+    if mode == "general":
+        k.register_general_batching()
+    for backend in ("numba", "jax"):
+        for xs, core in [(jnp.ones((0, 3)), (3,)), (jnp.ones((4, 0)), (0,)),
+                         (jnp.ones((0, 0)), (0,)), (jnp.arange(6.0).reshape(2, 3), (3,))]:
+            f = lambda x: k(x, outs=f32(*core), backend=backend)
+            np.testing.assert_allclose(jax.vmap(f)(xs), 2 * xs)
+            np.testing.assert_allclose(jax.vmap(jax.vmap(f))(xs[None]), 2 * xs[None])
