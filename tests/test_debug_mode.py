@@ -48,11 +48,10 @@ def half_writer():
 
 def test_untouched_output_elements_are_reported_eagerly():
     k = half_writer()
-    with primforge.debug_mode():
-        with pytest.raises(KernelError, match=r"kernel 'test_half_\d+' \(backend 'numba'\).*"
-                                              r"output 0 \(float32\[6\]\) element \(3,\) was "
-                                              r"never written"):
-            k(jnp.ones(6), outs=spec((6,)))
+    pattern = (r"kernel 'test_half_\d+' \(backend 'numba'\).*output 0 \(float32\[6\]\) "
+               r"element \(3,\) was never written")
+    with primforge.debug_mode(), pytest.raises(KernelError, match=pattern):
+        k(jnp.ones(6), outs=spec((6,)))
 
 
 def test_untouched_output_elements_are_reported_under_jit_and_vmap():
@@ -123,16 +122,15 @@ def test_differences_from_the_jax_reference_name_the_first_index(mode):
     x = jnp.ones((2, 3))
     # Under vmap the index is into the batched output (batch dimensions first).
     index = r"\(0, 1, 1\)" if mode == "vmap" else r"\(1, 1\)"
-    with primforge.debug_mode():
-        with pytest.raises(KernelError, match=r"output 0 .* differs from the 'jax' reference "
-                                              r"backend; first differing index " + index +
-                                              r": got 3\.0, reference 2\.0"):
-            if mode == "eager":
-                k(x, outs=spec((2, 3)))
-            elif mode == "vmap":
-                jax.vmap(lambda r: k(r, outs=spec((2, 3))))(jnp.ones((2, 2, 3)))
-            else:
-                jax.grad(lambda x: k(x, outs=spec((2, 3))).sum())(x)
+    pattern = (r"output 0 .* differs from the 'jax' reference backend; first differing index "
+               + index + r": got 3\.0, reference 2\.0")
+    with primforge.debug_mode(), pytest.raises(KernelError, match=pattern):
+        if mode == "eager":
+            k(x, outs=spec((2, 3)))
+        elif mode == "vmap":
+            jax.vmap(lambda r: k(r, outs=spec((2, 3))))(jnp.ones((2, 2, 3)))
+        else:
+            jax.grad(lambda x: k(x, outs=spec((2, 3))).sum())(x)
     # Outside debug mode, the same kernel runs unchecked (the wrong value comes back).
     assert float(k(x, outs=spec((2, 3)))[1, 1]) == 3.0
 

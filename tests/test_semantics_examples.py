@@ -40,7 +40,7 @@ print("README example OK")
 
 def test_readme_example_is_correct_for_every_rank():
     readme = (ROOT / "README.md").read_text()
-    block = re.search(r"## What it looks like\s+```python\n(.*?)```", readme, re.S).group(1)
+    block = re.search(r"## What it looks like\s+```python\n(.*?)```", readme, re.DOTALL).group(1)
     env = {**os.environ, "PRIMFORGE_DEBUG": "1", "JAX_PLATFORMS": "cpu",
            "PYTHONPATH": os.pathsep.join([str(ROOT), os.environ.get("PYTHONPATH", "")])}
     proc = subprocess.run([sys.executable, "-c", block + CHECK], capture_output=True,

@@ -208,14 +208,11 @@ def test_use_backend_rejects_unknown_backend_and_kernel_names():
     k = fresh("names")
     k.def_kernel("jax", "cpu", lambda **kw: lambda x: x)
     with pytest.raises(ValueError, match=r"unknown backend 'nmuba'.*'numba'"):
-        with primforge.use_backend("cpu", "nmuba"):
-            pass
+        primforge.use_backend("cpu", "nmuba").__enter__()
     with pytest.raises(ValueError, match=r"no kernel named 'no_such_kernel_xyz'"):
-        with primforge.use_backend("cpu", "jax", kernel="no_such_kernel_xyz"):
-            pass
+        primforge.use_backend("cpu", "jax", kernel="no_such_kernel_xyz").__enter__()
     with pytest.raises(ValueError, match=r"has no backend 'alt'"):
-        with k.use_backend("cpu", "alt"):
-            pass
+        k.use_backend("cpu", "alt").__enter__()
 
 
 def test_use_backend_for_a_backend_a_kernel_lacks_keeps_its_choice():
@@ -361,6 +358,6 @@ def test_zero_size_batches_and_core_dims_under_vmap(mode):
     for backend in ("numba", "jax"):
         for xs, core in [(jnp.ones((0, 3)), (3,)), (jnp.ones((4, 0)), (0,)),
                          (jnp.ones((0, 0)), (0,)), (jnp.arange(6.0).reshape(2, 3), (3,))]:
-            f = lambda x: k(x, outs=f32(*core), backend=backend)
+            f = lambda x, core=core, backend=backend: k(x, outs=f32(*core), backend=backend)
             np.testing.assert_allclose(jax.vmap(f)(xs), 2 * xs)
             np.testing.assert_allclose(jax.vmap(jax.vmap(f))(xs[None]), 2 * xs[None])
