@@ -197,6 +197,20 @@ def test_misspelled_static_param_is_an_error_naming_the_accepted_ones():
         n(x, outs=f32(2), factr=10.0)
 
 
+def test_params_named_by_rules_are_declared_too():
+    # A param only the shape rule reads is not a typo, even when a generator names others.
+    k = fresh("params_rules")
+    k.def_kernel("jax", "cpu", lambda factor=1.0, **kw: lambda x: factor * x[:2])
+
+    @k.def_abstract_eval
+    def _(x, *, n_out, **kw):
+        return jax.ShapeDtypeStruct((n_out,), x.dtype)
+
+    np.testing.assert_allclose(k(jnp.ones(3), factor=2.0, n_out=2), [2.0, 2.0])
+    with pytest.raises(TypeError, match=r"\['factr'\].*\['factor', 'n_out'\]"):
+        k(jnp.ones(3), factr=2.0, n_out=2)
+
+
 def test_params_pass_when_generators_take_kwargs_and_name_none():
     k = fresh("params_open")
     k.def_kernel("jax", "cpu", lambda **kw: lambda x: kw["factor"] * x)

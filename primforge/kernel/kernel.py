@@ -225,6 +225,7 @@ class XLACustomKernel:
         self._ref_cache: dict[Any, Any] = {}
         self._product_cache: dict[Any, Any] = {}
         self._memo: dict[str, Any] = {}  # derived from the registration, dropped on change
+        self._per_input_rules: tuple[Callable, ...] = ()
         self._warned: set[tuple[str, str]] = set()
         self.tags: set[str] = set()
         self._call_fn: Callable | None = None
@@ -597,6 +598,7 @@ class XLACustomKernel:
         from primforge.primitive import defjvp
 
         defjvp(self, *jvp_rules)
+        self._per_input_rules = tuple(r for r in jvp_rules if r is not None)
 
     def def_transpose_rule(self, fun: Callable[..., Any]) -> Callable[..., Any]:
         """Register a transpose rule ``fun(cts, *args, **params) -> cotangents per input``.
@@ -696,9 +698,11 @@ class XLACustomKernel:
         return _normalize_outs(outs)
 
     def accepted_params(self) -> tuple[frozenset[str], bool]:
-        """The static params this kernel's generators name, and whether any others pass.
+        """The static params this kernel declares, and whether any others pass.
 
-        Others pass only when no generator names a param and one takes ``**kwargs``.
+        Declared: the keyword parameters its generators name, and the keyword-only ones of
+        its shape, JVP, transpose and batching rules. Others pass only when nothing is
+        declared and a generator takes ``**kwargs``.
 
         Example:
             >>> import primforge
@@ -714,6 +718,10 @@ class XLACustomKernel:
                 takes_any, named = entry._accepted
                 var_kw = var_kw or takes_any
                 declared.update(named - _GENERATOR_ARGS)
+        rules = (self._shape_rule, self._jvp_rule, self._transpose_rule,
+                 self._custom_batching, *self._per_input_rules)
+        for rule in rules:
+            declared.update(_keyword_only(rule) - set(_INTERNAL_PARAMS))
         return frozenset(declared), var_kw and not declared
 
     def _check_params(self, params: dict) -> None:
@@ -1260,6 +1268,16 @@ class XLACustomKernel:
 
 
 _MATCHES = object()  # _ref_cache value: outs agreed with the reference
+
+
+def _keyword_only(fn) -> set[str]:
+    if fn is None:
+        return set()
+    try:
+        params = inspect.signature(fn).parameters.values()
+    except (TypeError, ValueError):
+        return set()
+    return {p.name for p in params if p.kind is p.KEYWORD_ONLY}
 
 
 @contextlib.contextmanager
