@@ -637,10 +637,11 @@ class XLACustomKernel:
             **params: static (hashable) params passed to the kernel generator.
 
         Raises:
-            TypeError: a param no kernel generator of this kernel accepts (unless they all
-                take ``**kwargs`` and none names a param), a non-integer ``outs`` shape.
+            TypeError: a param the kernel does not declare (see :meth:`accepted_params`),
+                a non-integer ``outs`` shape.
             ValueError: ``outs`` that differ from what the kernel's ``jax`` reference
-                backend (when it has one) returns for these inputs, per ``jax.eval_shape``.
+                backend (when it has one) returns for these inputs, per ``jax.eval_shape``
+                (checked when the call is traced).
         """
         arrays = []
         for i, x in enumerate(inputs):
@@ -734,8 +735,9 @@ class XLACustomKernel:
         unknown = sorted(set(params) - declared)
         if unknown and not open_:
             raise TypeError(
-                f"kernel {self.name!r}: unknown static param(s) {unknown}; its kernel "
-                f"generators accept {sorted(declared) or 'no params'}"
+                f"kernel {self.name!r}: unknown static param(s) {unknown}; it declares "
+                f"{sorted(declared) or 'no params'} (named by its kernel generators or, "
+                f"keyword-only, by its rules)"
             )
 
     def _reference_entry(self) -> KernelEntry | None:
