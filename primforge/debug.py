@@ -14,8 +14,11 @@ What a kernel call checks in debug mode:
   and the kernel runs twice with two different fill patterns (NaN-like, then another bit
   pattern). An element that differs between the two runs was never written by the
   kernel, or its value depended on what the buffer held before (for example ``out[i] +=
-  ...`` on a buffer assumed to be zero): both are errors. Outside debug mode output
-  buffers are *uninitialised*: a kernel must write every element of every output.
+  ...`` on a buffer assumed to be zero): both are errors. A kernel whose results change
+  from run to run (an unordered parallel reduction) is reported the same way. Outside
+  debug mode output buffers are *uninitialised*: a kernel must write every element of
+  every output. Outputs aliased to inputs (``input_output_aliases``) start from those
+  inputs by design and are not checked.
 * Reference comparison: when the kernel has a ``jax`` backend on the platform, the call
   also runs it on the same inputs and compares every output, with a tolerance per dtype
   (:data:`TOLERANCES`; integers and booleans exactly, NaN equals NaN).
