@@ -11,8 +11,11 @@ Design:
       tuned backend is not registered yet, stay pending and are applied when the backend
       is defined (``registry.notify_backend_defined``). Setting ``PRIMFORGE_AUTOTUNE=1``
       calls :func:`load` automatically when the first kernel is created.
-    * The cache records, per kernel and platform, the backend, its time, the device and
-      JAX version it was measured with, and when.
+    * The cache records, per kernel and platform, the backend, its time, the device kind
+      and JAX version it was measured with, and when. A choice is used only where it was
+      measured: :func:`load` (and ``PRIMFORGE_AUTOTUNE=1``) skip choices recorded on another
+      device kind or JAX version, or without that record, with one
+      :class:`AutotuneMismatchWarning` naming them; ``primforge autotune`` re-measures.
 """
 
 from __future__ import annotations
@@ -27,6 +30,7 @@ from pathlib import Path
 from typing import Any
 
 __all__ = [
+    "AutotuneMismatchWarning",
     "applied",
     "apply_pending",
     "cache_path",
@@ -42,6 +46,10 @@ ENV_AUTOTUNE = "PRIMFORGE_AUTOTUNE"
 _CACHE_NAME = "autotune.json"
 _FORMAT = "primforge-autotune"
 _VERSION = 1
+
+class AutotuneMismatchWarning(UserWarning):
+    """Stored autotune choices were skipped: measured on another device kind or JAX version."""
+
 
 # Choices loaded with load(): kernel -> platform -> backend, and which were applied.
 _PENDING: dict[str, dict[str, str]] = {}
@@ -147,6 +155,59 @@ def choices(path: str | os.PathLike | None = None) -> dict[str, dict[str, str]]:
     }
 
 
+def _device_kind(platform: str) -> str | None:
+    import jax
+
+    try:
+        return jax.devices(platform)[0].device_kind
+    except RuntimeError:  # no such platform here
+        return None
+
+
+def _usable(path: Path | None) -> dict[str, dict[str, str]]:
+    """The stored choices measured on this device kind and JAX version (warns about others).
+
+    Choices for a platform this process does not have are left out silently (they could
+    not apply here anyway).
+    """
+    import warnings
+
+    import jax
+
+    data = _read(path)
+    kinds: dict[str, str | None] = {}
+    usable: dict[str, dict[str, str]] = {}
+    skipped: list[str] = []
+    for name, per in data["kernels"].items():
+        for platform, entry in per.items():
+            if not isinstance(entry, dict) or "backend" not in entry:
+                continue
+            if platform not in kinds:
+                kinds[platform] = _device_kind(platform)
+            here = kinds[platform]
+            if here is None:
+                continue
+            device, version = entry.get("device"), entry.get("jax_version")
+            if device != here or version != jax.__version__:
+                skipped.append(
+                    f"{name}/{platform} (measured on {device or 'an unrecorded device'} with "
+                    f"jax {version or '?'})"
+                )
+                continue
+            usable.setdefault(name, {})[platform] = entry["backend"]
+    if skipped:
+        shown = ", ".join(skipped[:5]) + (f" and {len(skipped) - 5} more" if len(skipped) > 5 else "")
+        warnings.warn(
+            f"autotune: skipped {len(skipped)} stored choice(s) measured elsewhere: {shown}; "
+            f"this process runs jax {jax.__version__} on "
+            f"{', '.join(f'{p}: {k}' for p, k in sorted(kinds.items()) if k)}. Re-run "
+            f"`primforge autotune` here to measure them again.",
+            AutotuneMismatchWarning,
+            stacklevel=3,
+        )
+    return usable
+
+
 def applied() -> dict[str, dict[str, str]]:
     """The tuned defaults applied in this process: kernel name -> platform -> backend.
 
@@ -184,6 +245,9 @@ def load(
 ) -> dict[str, dict[str, str]]:
     """Use the stored choices as kernel defaults, now and for kernels defined later.
 
+    Only choices measured on this device kind and JAX version are used; the others are
+    skipped with one :class:`AutotuneMismatchWarning`.
+
     Args:
         path: the cache file (default :func:`cache_path`).
         kernels: restrict to these kernel names.
@@ -200,7 +264,7 @@ def load(
     from primforge import registry
 
     wanted = None if kernels is None else set(kernels)
-    stored = choices(path)
+    stored = _usable(Path(path) if path is not None else None)
     for name, per in stored.items():
         if wanted is None or name in wanted:
             _PENDING.setdefault(name, {}).update(per)
@@ -220,7 +284,7 @@ def _load_from_env() -> None:
         return
     _ENV_LOADED = True
     try:
-        stored = choices()
+        stored = _usable(None)
     except (TypeError, ValueError):
         return  # a damaged cache must not break kernel creation; the CLI reports it
     for name, per in stored.items():

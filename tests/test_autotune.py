@@ -91,9 +91,10 @@ def test_tune_skips_kernels_it_cannot_benchmark():
 
 def test_load_applies_now_and_to_kernels_defined_later(cache_dir, hooked):
     cache_dir.mkdir()
+    here = {"device": jax.devices("cpu")[0].device_kind, "jax_version": jax.__version__}
     (cache_dir / "autotune.json").write_text(json.dumps(
-        {"kernels": {"at_t_now": {"cpu": {"backend": "alt"}},
-                     "at_t_later": {"cpu": {"backend": "alt"}}}}))
+        {"kernels": {"at_t_now": {"cpu": {"backend": "alt", **here}},
+                     "at_t_later": {"cpu": {"backend": "alt", **here}}}}))
     now = primforge.XLACustomKernel("at_t_now", replace=True)
     try:
         now.def_kernel("jax", "cpu", lambda **kw: lambda x: x)
@@ -112,6 +113,34 @@ def test_load_applies_now_and_to_kernels_defined_later(cache_dir, hooked):
     finally:
         registry.unregister_kernel("at_t_now")
         registry.unregister_kernel("at_t_later")
+
+
+def test_choices_measured_elsewhere_are_skipped_with_one_warning(cache_dir):
+    cache_dir.mkdir()
+    kind = jax.devices("cpu")[0].device_kind
+    entries = {
+        "at_t_ok": {"backend": "alt", "device": kind, "jax_version": jax.__version__},
+        "at_t_dev": {"backend": "alt", "device": "Some Other GPU", "jax_version": jax.__version__},
+        "at_t_ver": {"backend": "alt", "device": kind, "jax_version": "0.0.1"},
+        "at_t_none": {"backend": "alt"},
+    }
+    (cache_dir / "autotune.json").write_text(json.dumps(
+        {"kernels": {name: {"cpu": e} for name, e in entries.items()}}))
+    ks = {}
+    try:
+        for name in entries:
+            ks[name] = primforge.XLACustomKernel(name, replace=True)
+            ks[name].def_kernel("jax", "cpu", lambda **kw: lambda x: x)
+            ks[name].def_kernel("alt", "cpu", lambda **kw: lambda x: x)
+        with pytest.warns(autotune.AutotuneMismatchWarning) as record:
+            assert autotune.load() == {"at_t_ok": {"cpu": "alt"}}
+        assert len(record) == 1
+        msg = str(record[0].message)
+        assert "Some Other GPU" in msg and "0.0.1" in msg and "at_t_none/cpu" in msg
+        assert [k.get_default("cpu") for k in ks.values()] == ["alt", "jax", "jax", "jax"]
+    finally:
+        for name in ks:
+            registry.unregister_kernel(name)
 
 
 def test_clear_and_damaged_cache(cache_dir):

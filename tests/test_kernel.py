@@ -90,9 +90,14 @@ def test_wrong_outs_are_clear_errors_at_trace_time():
         k(x)
     with pytest.raises(ValueError, match="at least one output"):
         k(x, outs=[])
-    # The kernel produces (3,) but outs declares (4,): caught when lowering, before running.
+    # With a 'jax' reference, outs is checked against its jax.eval_shape when traced.
+    with pytest.raises(ValueError, match=r"outs\[0\] is float32\[4\] .* reference .* float32\[3\]"):
+        jax.jit(lambda x: k(x, outs=f32(4))).trace(x)
+    # Without one, the kernel producing (3,) for outs (4,) is caught when lowering.
+    k2 = fresh()
+    k2.def_kernel("plain", "cpu", lambda **kw: lambda x: x + 1)
     with pytest.raises(KernelError, match=r"returned outputs .*\(3,\).* but outs declares .*\(4,\)"):
-        jax.jit(lambda x: k(x, outs=f32(4))).trace(x).lower()
+        jax.jit(lambda x: k2(x, outs=f32(4))).trace(x).lower()
 
 
 def test_shape_rule_infers_and_checks_outs():
@@ -165,7 +170,8 @@ def test_backend_per_call_per_context_and_default():
         assert k(x, outs=f32(1), backend="jax")[0] == 1  # per call beats context
     with k.use_backend("cpu", "alt"):
         assert k(x, outs=f32(1))[0] == 100
-    with primforge.use_backend("cpu", "alt", kernel="some_other_kernel"):
+    other = _two_backend_kernel()
+    with primforge.use_backend("cpu", "alt", kernel=other.name):
         assert k(x, outs=f32(1))[0] == 1
     with pytest.raises(ValueError, match="has no backend 'nope'"):
         k(x, outs=f32(1), backend="nope")

@@ -9,8 +9,11 @@ Design:
       levels; any other backend's traceable callable is wrapped in one ``jax.vmap`` per
       level, which hands the batch to that backend's own batching (Pallas grids, FFI
       ``vmap_method``, plain JAX).
-    * :func:`general_batching_rule` is the spec's portable fallback: move batch axes to the
-      front and ``lax.scan`` over the batch, one kernel call per element.
+    * :func:`general_batching_rule` is the portable fallback: move batch axes to the
+      front and ``lax.scan`` over the batch, one kernel call per element. It serves single-
+      and multiple-result primitives alike; with no mapped argument it just binds.
+    * Sizes are always given explicitly (never a ``-1`` in a reshape), so zero-size
+      batches and zero-size core dimensions work.
 """
 
 from __future__ import annotations
@@ -38,13 +41,15 @@ def general_batching_rule(prim, args: Sequence[Any], axes: Sequence[Any], **para
     over. The primitive is bound once per batch element inside ``lax.scan``.
 
     Args:
-        prim: a multiple-results primitive.
+        prim: a primitive (single or multiple results).
         args: the batched arguments.
         axes: batch axis per argument (``None`` when not mapped).
         **params: the primitive's parameters, passed through unchanged.
 
     Returns:
-        ``(outputs, out_axes)`` with every output batched along axis 0.
+        ``(outputs, out_axes)`` with every output batched along axis 0, in the form the
+        primitive returns them (a list for multiple results, one array otherwise); with no
+        mapped argument, the plain bind and ``None`` axes.
 
     Example:
         >>> import jax, jax.numpy as jnp, primforge
@@ -55,17 +60,24 @@ def general_batching_rule(prim, args: Sequence[Any], axes: Sequence[Any], **para
         >>> jax.vmap(f)(jnp.ones((4, 2))).shape
         (4, 2)
     """
-    size = next(a.shape[ax] for a, ax in zip(args, axes) if _is_mapped(ax))
     mapped = [_is_mapped(ax) for ax in axes]
+    multiple = bool(getattr(prim, "multiple_results", False))
+    if not any(mapped):
+        out = prim.bind(*args, **params)
+        return (list(out), [None] * len(out)) if multiple else (out, None)
+    size = next(a.shape[ax] for a, ax in zip(args, axes) if _is_mapped(ax))
     xs = [jnp.moveaxis(a, ax, 0) for a, ax, m in zip(args, axes, mapped) if m]
     consts = [a for a, m in zip(args, mapped) if not m]
 
     def body(carry, sliced):
         it_x, it_c = iter(sliced), iter(consts)
         full = [next(it_x) if m else next(it_c) for m in mapped]
-        return carry, tuple(prim.bind(*full, **params))
+        out = prim.bind(*full, **params)
+        return carry, (tuple(out) if multiple else out)
 
     _, outs = jax.lax.scan(body, None, tuple(xs), length=size)
+    if not multiple:
+        return outs, 0
     return list(outs), [0] * len(outs)
 
 
@@ -81,6 +93,9 @@ def native_batching_rule(prim, args, axes, *, batch: BatchLevels = (), **params)
         ((4, (True, False)),)
     """
     mapped = tuple(_is_mapped(ax) for ax in axes)
+    if not any(mapped):
+        outs = prim.bind(*args, batch=tuple(batch), **params)
+        return list(outs), [None] * len(outs)
     size = next(a.shape[ax] for a, ax in zip(args, axes) if _is_mapped(ax))
     moved = [jnp.moveaxis(a, ax, 0) if m else a for a, ax, m in zip(args, axes, mapped)]
     outs = prim.bind(*moved, batch=((size, mapped),) + tuple(batch), **params)

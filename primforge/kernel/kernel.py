@@ -4,7 +4,16 @@ Design:
     * One multiple-results primitive per kernel. ``kernel(*inputs, outs=..., **params)``
       binds it with static params ``outs`` (core output structs), ``backend`` (a per-call
       choice or None), ``context`` (the :func:`use_backend` overrides active at trace time),
-      ``batch`` (native batch levels, see ``batching.py``) and the user's own params.
+      ``batch`` (native batch levels, see ``batching.py``), ``debug`` (whether debug mode
+      was on at trace time) and the user's own params. A bind that omits the internal
+      params (a user rule calling ``kernel.primitive.bind``) gets the ones in force.
+    * Every rule primforge runs for a call (JVP, transpose, custom batching) runs with the
+      call's ``context`` and ``debug`` re-established (replacing those in force there), so the call's backend selection and
+      debug mode follow it through every transformation, to the kernels the rule calls.
+    * Registration is checked when it happens: a backend only on its platforms, static
+      params against what the generators accept, ``outs`` against the ``jax`` reference's
+      ``jax.eval_shape`` when there is one. Any change to a kernel's kernels, defaults or
+      rules drops its build caches and re-lowers the jitted functions that call it.
     * Abstract evaluation comes from ``outs`` (and an optional shape rule that checks the
       inputs or infers ``outs``). The lowering rule, registered per platform, selects a
       backend, calls the kernel generator once per signature (cached), turns its product
@@ -19,9 +28,11 @@ Design:
 
 from __future__ import annotations
 
+import contextlib
 import dataclasses
 import functools
 import inspect
+import operator
 import warnings
 from collections.abc import Callable, Sequence
 from typing import Any
@@ -31,10 +42,12 @@ import jax.numpy as jnp
 import numpy as np
 
 from primforge import _compat
+from primforge import debug as _debug
+from primforge.kernel import _debug_checks
 from primforge.kernel import batching as _batching
 from primforge.kernel import selection as _selection
 from primforge.kernel import sharding as _sharding
-from primforge.kernel.backends import get_backend, is_available_on
+from primforge.kernel.backends import KNOWN_BACKENDS, get_backend, is_available_on
 from primforge.primitive import static_param
 
 __all__ = [
@@ -44,7 +57,29 @@ __all__ = [
     "XLACustomKernel",
 ]
 
-_INTERNAL_PARAMS = ("outs", "backend", "context", "batch")
+_INTERNAL_PARAMS = ("outs", "backend", "context", "batch", "debug")
+
+# Keyword arguments primforge itself passes to kernel generators (never user params).
+_GENERATOR_ARGS = frozenset({"ins", "outs", "platform", "batch_shape"})
+
+
+class _KernelPrimitive(_compat.Primitive):
+    """The kernel's primitive: a bind without the internal params gets the ones in force.
+
+    User rules may call ``kernel.primitive.bind(*args, **params)`` with the params they
+    were given (their own, ``outs`` and ``backend``); the call's backend overrides and
+    debug mode are then taken from the rule's surroundings, which primforge set to the
+    original call's.
+    """
+
+    def bind(self, *args, **params):
+        if "context" not in params:
+            params["context"] = _selection.current_overrides()
+        if "debug" not in params:
+            params["debug"] = _debug.enabled()
+        params.setdefault("batch", ())
+        params.setdefault("backend", None)
+        return super().bind(*args, **params)
 
 
 class KernelError(RuntimeError):
@@ -110,9 +145,12 @@ def _as_struct(x, what: str) -> jax.ShapeDtypeStruct:
             f"{type(x).__name__}: {x!r}"
         )
     try:
-        shape = tuple(int(d) for d in x.shape)
+        shape = tuple(operator.index(d) for d in x.shape)
     except TypeError:
-        raise TypeError(f"{what} has a non-integer shape {x.shape!r}") from None
+        raise TypeError(
+            f"{what} has a non-integer shape {tuple(x.shape)!r}: every dimension must be an "
+            f"int"
+        ) from None
     if any(d < 0 for d in shape):
         raise ValueError(f"{what} has a negative dimension: {shape}")
     try:
@@ -141,7 +179,7 @@ def _n_mapped(batch, i: int) -> int:
 
 def _user_params(params: dict) -> dict:
     """The params a user rule sees: their own, plus ``outs`` and ``backend``."""
-    return {k: v for k, v in params.items() if k not in ("context", "batch")}
+    return {k: v for k, v in params.items() if k not in ("context", "batch", "debug")}
 
 
 class XLACustomKernel:
@@ -173,7 +211,7 @@ class XLACustomKernel:
             raise TypeError(f"XLACustomKernel: 'name' must be a non-empty str, got {name!r}")
         self.name = name
         self.doc = doc
-        self.primitive = _compat.Primitive(name)
+        self.primitive = _KernelPrimitive(name)
         self.primitive.multiple_results = True
         self._entries: dict[str, dict[str, KernelEntry]] = {}
         self._defaults: dict[str, str] = {}
@@ -184,6 +222,10 @@ class XLACustomKernel:
         self._custom_batching: Callable | None = None
         self._impl_cache: dict[Any, Callable] = {}
         self._build_cache: dict[Any, Callable] = {}
+        self._ref_cache: dict[Any, Any] = {}
+        self._product_cache: dict[Any, Any] = {}
+        self._memo: dict[str, Any] = {}  # derived from the registration, dropped on change
+        self._per_input_rules: tuple[Callable, ...] = ()
         self._warned: set[tuple[str, str]] = set()
         self.tags: set[str] = set()
         self._call_fn: Callable | None = None
@@ -205,12 +247,22 @@ class XLACustomKernel:
         from primforge import registry
 
         registry.register_kernel(self, replace=replace)
+        _selection.note_kernel(self)
 
     def __repr__(self) -> str:
         return f"XLACustomKernel({self.name!r}, backends={self._backend_table()})"
 
     def _backend_table(self) -> dict[str, list[str]]:
         return {p: list(e) for p, e in self._entries.items()}
+
+    def _changed(self) -> None:
+        """Registration changed: drop what was built from it, re-lower jitted callers."""
+        self._build_cache.clear()
+        self._impl_cache.clear()
+        self._ref_cache.clear()
+        self._product_cache.clear()
+        self._memo.clear()
+        _selection.defaults_changed()
 
     # ------------------------------------------------------------------ registration
     def def_kernel(
@@ -244,11 +296,21 @@ class XLACustomKernel:
                 f"def_kernel: 'kg' (the kernel generator) must be callable, got "
                 f"{type(kg).__name__}"
             )
+        if backend in KNOWN_BACKENDS:
+            served = get_backend(backend).PLATFORMS
+            if platform not in served:
+                raise ValueError(
+                    f"def_kernel: kernel {self.name!r}: the {backend!r} backend serves "
+                    f"{list(served)}, not {platform!r}. Register it for one of those, or give "
+                    f"a traceable JAX function for {platform!r} under another name (e.g. "
+                    f"'jax')."
+                )
         self._entries.setdefault(platform, {})[backend] = KernelEntry(backend, platform, kg)
         if asdefault or platform not in self._defaults:
             self._defaults[platform] = backend
-            _selection.defaults_changed()
-        self._build_cache.clear()
+        # Re-registering replaces the generator: whatever was built or compiled from the
+        # old one (build cache, eager jit, jitted callers) must not be served again.
+        self._changed()
         from primforge import registry
 
         registry.notify_backend_defined(self, platform, backend)  # applies autotuned choices
@@ -387,7 +449,7 @@ class XLACustomKernel:
                 f"available: {list(entries)}"
             )
         self._defaults[platform] = backend
-        _selection.defaults_changed()
+        self._changed()
 
     def available_backends(self, platform: str) -> list[str]:
         """Backend names registered for ``platform`` (empty list if none).
@@ -437,6 +499,7 @@ class XLACustomKernel:
         if not callable(fn):
             raise TypeError("def_abstract_eval: fn must be callable")
         self._shape_rule = fn
+        self._changed()
         return fn
 
     # ------------------------------------------------------------------ rules
@@ -462,6 +525,7 @@ class XLACustomKernel:
             raise TypeError("def_batching_rule: fun must be callable")
         self._batching_mode = "custom"
         self._custom_batching = fun
+        self._changed()
         return fun
 
     def register_general_batching(self) -> None:
@@ -473,6 +537,7 @@ class XLACustomKernel:
             >>> k.register_general_batching()
         """
         self._batching_mode = "general"
+        self._changed()
 
     def register_native_batching(self) -> None:
         """Batch natively (the default): ``vmap`` makes one kernel call for the whole batch.
@@ -487,6 +552,7 @@ class XLACustomKernel:
             >>> k.register_native_batching()
         """
         self._batching_mode = "native"
+        self._changed()
 
     def def_jvp_rule(self, fun: Callable[..., Any]) -> Callable[..., Any]:
         """Register a whole JVP rule ``fun(primals, tangents, **params) -> (outs, tangents)``.
@@ -509,11 +575,13 @@ class XLACustomKernel:
         if not callable(fun):
             raise TypeError("def_jvp_rule: fun must be callable")
         self._jvp_rule = fun
+        self._changed()
         return fun
 
     def _install_jvp(self, jvp_fn: Callable[..., Any]) -> None:
         # Hook used by primforge.defjvp: the kernel layers batching around any JVP rule.
         self._jvp_rule = jvp_fn
+        self._changed()
 
     def def_jvp_rule2(self, *jvp_rules: Callable[..., Any] | None) -> None:
         """Register per-input JVP rules ``rule(tangent, *primals, **params)`` (see ``defjvp``).
@@ -530,6 +598,7 @@ class XLACustomKernel:
         from primforge.primitive import defjvp
 
         defjvp(self, *jvp_rules)
+        self._per_input_rules = tuple(r for r in jvp_rules if r is not None)
 
     def def_transpose_rule(self, fun: Callable[..., Any]) -> Callable[..., Any]:
         """Register a transpose rule ``fun(cts, *args, **params) -> cotangents per input``.
@@ -552,6 +621,7 @@ class XLACustomKernel:
         if not callable(fun):
             raise TypeError("def_transpose_rule: fun must be callable")
         self._transpose_rule = fun
+        self._changed()
         return fun
 
     # ------------------------------------------------------------------ calling
@@ -565,6 +635,13 @@ class XLACustomKernel:
                 shape rule is registered.
             backend: use this backend for this call.
             **params: static (hashable) params passed to the kernel generator.
+
+        Raises:
+            TypeError: a param the kernel does not declare (see :meth:`accepted_params`),
+                a non-integer ``outs`` shape.
+            ValueError: ``outs`` that differ from what the kernel's ``jax`` reference
+                backend (when it has one) returns for these inputs, per ``jax.eval_shape``
+                (checked when the call is traced).
         """
         arrays = []
         for i, x in enumerate(inputs):
@@ -590,10 +667,11 @@ class XLACustomKernel:
         clash = set(params) & set(_INTERNAL_PARAMS)
         if clash:
             raise TypeError(f"kernel {self.name!r}: reserved param name(s) {sorted(clash)}")
+        self._check_params(params)
         structs, container = self._resolve_outs(arrays, outs, params)
-        context = self._context_choice()
         flat = self.primitive.bind(
-            *arrays, outs=structs, backend=backend, context=context, batch=(), **params
+            *arrays, outs=structs, backend=backend, context=_selection.current_overrides(),
+            batch=(), debug=_debug.enabled(), **params,
         )
         if container is None:
             return flat[0]
@@ -620,12 +698,129 @@ class XLACustomKernel:
             )
         return _normalize_outs(outs)
 
-    def _context_choice(self) -> tuple[tuple[str, str], ...]:
-        chosen: dict[str, str] = {}
-        for name, platform, backend in _selection.current_overrides():
-            if name in (None, self.name) and backend in self._entries.get(platform, {}):
-                chosen[platform] = backend
-        return tuple(sorted(chosen.items()))
+    def accepted_params(self) -> tuple[frozenset[str], bool]:
+        """The static params this kernel declares, and whether any others pass.
+
+        Declared: the keyword parameters its generators name, and the keyword-only ones of
+        its shape, JVP, transpose and batching rules. Others pass only when nothing is
+        declared and a generator takes ``**kwargs``.
+
+        Example:
+            >>> import primforge
+            >>> k = primforge.XLACustomKernel('doc_accepted_params')
+            >>> k.def_kernel('jax', 'cpu', lambda factor=1.0, **kw: lambda x: factor * x)
+            >>> k.accepted_params()
+            (frozenset({'factor'}), False)
+        """
+        declared: set[str] = set()
+        var_kw = False
+        for entries in self._entries.values():
+            for entry in entries.values():
+                takes_any, named = entry._accepted
+                var_kw = var_kw or takes_any
+                declared.update(named - _GENERATOR_ARGS)
+        rules = (self._shape_rule, self._jvp_rule, self._transpose_rule,
+                 self._custom_batching, *self._per_input_rules)
+        for rule in rules:
+            declared.update(_keyword_only(rule) - set(_INTERNAL_PARAMS))
+        return frozenset(declared), var_kw and not declared
+
+    def _check_params(self, params: dict) -> None:
+        if not self._entries or not params:
+            return
+        accepted = self._memo.get("params")
+        if accepted is None:
+            accepted = self._memo["params"] = self.accepted_params()
+        declared, open_ = accepted
+        unknown = sorted(set(params) - declared)
+        if unknown and not open_:
+            raise TypeError(
+                f"kernel {self.name!r}: unknown static param(s) {unknown}; it declares "
+                f"{sorted(declared) or 'no params'} (named by its kernel generators or, "
+                f"keyword-only, by its rules)"
+            )
+
+    def _reference_entry(self) -> KernelEntry | None:
+        cached = self._memo.get("reference")
+        if cached is not None:
+            return cached or None
+        refs = [e["jax"] for e in self._entries.values() if "jax" in e]
+        if not refs:
+            self._memo["reference"] = False
+            return None
+        try:
+            here = _selection.canonical_platform(jax.default_backend())
+        except ValueError:
+            here = None
+        found = next((r for r in refs if r.platform == here), refs[0])
+        self._memo["reference"] = found
+        return found
+
+    def _generate(self, entry: KernelEntry, **kwargs) -> Any:
+        """Call ``entry``'s generator, once per signature (shared by lowering and checks)."""
+        key = (entry.platform, entry.backend, tuple(sorted(kwargs.items())))
+        try:
+            return self._product_cache[key]
+        except KeyError:
+            pass
+        except TypeError:  # an unhashable argument: do not cache
+            return entry.generate(**kwargs)
+        product = self._product_cache[key] = entry.generate(**kwargs)
+        return product
+
+    def _reference_structs(self, entry, ins, outs, params):
+        """What the ``jax`` reference returns for ``ins`` (structs), or the error to raise."""
+        extra = {"batch_shape": ()} if entry.wants_batch_shape else {}
+        try:
+            product = self._generate(
+                entry, ins=ins, outs=outs, platform=entry.platform, **extra, **params
+            )
+            fn = get_backend("jax").make_callable(
+                product, ins=ins, outs=outs, platform=entry.platform, name=self.name
+            )
+            got = jax.eval_shape(fn, *ins)
+        except Exception as e:  # noqa: BLE001 - reported to the caller with the kernel's name
+            err = KernelError(
+                f"kernel {self.name!r}: its 'jax' reference backend, used to check outs, "
+                f"failed on inputs {_fmt(ins)}: {type(e).__name__}: {e}"
+            )
+            err.__cause__ = e
+            return err
+        return tuple(jax.ShapeDtypeStruct(tuple(g.shape), jnp.dtype(g.dtype)) for g in got)
+
+    def _check_against_reference(self, sig, structs, params) -> None:
+        """``outs`` must be what the ``jax`` reference returns (``jax.eval_shape``).
+
+        ``sig`` holds each input's per-example ``(shape, dtype)``. Runs when the call is
+        traced (abstract evaluation), once per signature.
+        """
+        entry = self._reference_entry()
+        if entry is None:
+            return
+        key = (sig, structs, tuple(sorted(params.items())) if params else ())
+        got = self._ref_cache.get(key)
+        if got is None:
+            ins = tuple(jax.ShapeDtypeStruct(tuple(shape), dtype) for shape, dtype in sig)
+            got = self._reference_structs(entry, ins, structs, params)
+            self._ref_cache[key] = got
+        if isinstance(got, Exception):
+            raise got
+        if got is _MATCHES:
+            return
+        ins = tuple(jax.ShapeDtypeStruct(tuple(shape), dtype) for shape, dtype in sig)
+        if len(got) != len(structs):
+            raise ValueError(
+                f"kernel {self.name!r}: outs describes {len(structs)} output(s) but its 'jax' "
+                f"reference backend returns {len(got)} for inputs {_fmt(ins)}: {_fmt(got)}"
+            )
+        for i, (want, have) in enumerate(zip(got, structs)):
+            if (tuple(want.shape), jnp.dtype(want.dtype)) != (tuple(have.shape), have.dtype):
+                raise ValueError(
+                    f"kernel {self.name!r}: outs[{i}] is {_fmt([have])[1:-1]} but its 'jax' "
+                    f"reference backend returns {_fmt([want])[1:-1]} for inputs {_fmt(ins)} "
+                    f"(jax.eval_shape); fix outs (or the reference)"
+                )
+        self._ref_cache[key] = _MATCHES  # checked once per signature
 
     # ------------------------------------------------------------------ primitive rules
     def _impl(self, *args, **params):
@@ -634,18 +829,30 @@ class XLACustomKernel:
         if fn is None:
             fn = jax.jit(functools.partial(self.primitive.bind, **params))
             self._impl_cache[key] = fn
-        return fn(*args)
+        if not params.get("debug"):
+            return fn(*args)
+        try:
+            return jax.block_until_ready(fn(*args))
+        except jax.errors.JaxRuntimeError as e:
+            _debug_checks.reraise(e)  # the debug check's own KernelError, not XLA's wrapper
+            raise
 
-    def _abstract_eval(self, *avals, outs, backend=None, context=(), batch=(), **params):
+    def _abstract_eval(
+        self, *avals, outs, backend=None, context=(), batch=(), debug=False, **params
+    ):
         sizes = tuple(size for size, _ in batch)
+        sig = []
         for i, aval in enumerate(avals):
-            lead = aval.shape[: _n_mapped(batch, i)]
+            n_lead = _n_mapped(batch, i)
+            lead = aval.shape[:n_lead]
             expected = tuple(s for s, m in batch if m[i])
             if tuple(lead) != expected:
                 raise ValueError(
                     f"kernel {self.name!r}: input {i} of shape {aval.shape} does not carry the "
                     f"batch dimensions {expected} its batch levels require"
                 )
+            sig.append((tuple(aval.shape[n_lead:]), aval.dtype))
+        self._check_against_reference(tuple(sig), outs, params)
         result = [_compat.ShapedArray(sizes + tuple(o.shape), o.dtype) for o in outs]
         # Rebuilt from an input aval so shard_map's varying-axes types and explicit-mesh
         # shardings carry over to the results.
@@ -661,7 +868,11 @@ class XLACustomKernel:
                 f"everywhere)."
             )
         explicit = backend is not None
-        choice = backend or dict(context).get(platform) or self._defaults[platform]
+        choice = (
+            backend
+            or _selection.resolve(context, self.name, platform, entries)
+            or self._defaults[platform]
+        )
         if choice not in entries:
             raise KernelError(
                 f"kernel {self.name!r} has no {choice!r} backend on {platform!r}; available "
@@ -703,20 +914,30 @@ class XLACustomKernel:
             f"kernel.set_default({platform!r}, {others[0]!r})."
         )
 
-    def build(self, platform: str, *, ins, outs, batch=(), backend=None, context=(), **params):
+    def build(
+        self, platform: str, *, ins, outs, batch=(), backend=None, context=(), debug=False,
+        **params,
+    ):
         """The traceable callable that lowers this kernel on ``platform`` (cached).
 
         It takes the physical (batched) input arrays and returns a tuple of outputs.
-        Mostly internal; useful to inspect what a backend produces.
+        Mostly internal; useful to inspect what a backend produces. ``context`` is a tuple
+        of :func:`use_backend` overrides ``(kernel name or None, platform, backend)``.
         """
         entry = self._select(platform, backend, context)
-        key = (platform, entry.backend, ins, outs, batch, tuple(sorted(params.items())))
+        key = (platform, entry.backend, ins, outs, batch, debug, tuple(sorted(params.items())))
         fn = self._build_cache.get(key)
         if fn is not None:
             return fn
         module = get_backend(entry.backend)
         try:
-            fn = self._make(entry, module, platform, ins, outs, batch, params)
+            # Backends read debug mode while building (e.g. Numba's bounds checking): give
+            # them the call's, whatever is in force where the lowering happens.
+            with _debug.debug_mode(debug):
+                fn = self._make(entry, module, platform, ins, outs, batch, params)
+                if debug:
+                    fn = self._debug_checked(entry, module, platform, ins, outs, batch,
+                                             context, params, fn)
         except KernelError:
             raise
         except Exception as e:
@@ -727,21 +948,48 @@ class XLACustomKernel:
         self._build_cache[key] = fn
         return fn
 
+    def _debug_checked(self, entry, module, platform, ins, outs, batch, context, params, fn):
+        """``fn`` with debug mode's output-coverage and reference checks around it."""
+        prefilled_run, prefilled = None, []
+        if entry.backend == "numba" and not (batch and entry.wants_batch_shape):
+            extra = {"batch_shape": ()} if entry.wants_batch_shape else {}
+            product = self._generate(entry, ins=ins, outs=outs, platform=platform, **extra,
+                                     **params)
+            wrapped = _debug_checks.prefilled_numba(product, len(ins), outs, self.name)
+            if wrapped is not None:
+                new, prefilled = wrapped
+                ext_ins = tuple(ins) + tuple(outs[j] for j in prefilled)
+                ext_batch = tuple((s, tuple(m) + (False,) * len(prefilled)) for s, m in batch)
+                core = module.make_callable(new, ins=ext_ins, outs=outs, platform=platform,
+                                            name=self.name, batch=ext_batch)
+
+                def prefilled_run(arrays, pattern, core=core, prefilled=tuple(prefilled)):
+                    fills = [_debug_checks.fill(outs[j], pattern) for j in prefilled]
+                    return core(*arrays, *fills)
+        reference = None
+        if entry.backend != "jax" and "jax" in self._entries.get(platform, {}):
+            reference = self.build(platform, ins=ins, outs=outs, batch=batch, backend="jax",
+                                   context=context, debug=False, **params)
+        if prefilled_run is None and reference is None:
+            return fn
+        return _debug_checks.checked_call(self.name, entry.backend, outs, fn, prefilled_run,
+                                          prefilled, reference)
+
     def _make(self, entry, module, platform, ins, outs, batch, params):
         name = self.name
         if batch and entry.wants_batch_shape:
             sizes = tuple(s for s, _ in batch)
             big_ins = tuple(jax.ShapeDtypeStruct(sizes + i.shape, i.dtype) for i in ins)
             big_outs = tuple(jax.ShapeDtypeStruct(sizes + o.shape, o.dtype) for o in outs)
-            product = entry.generate(
-                ins=big_ins, outs=big_outs, batch_shape=sizes, platform=platform, **params
+            product = self._generate(
+                entry, ins=big_ins, outs=big_outs, batch_shape=sizes, platform=platform, **params
             )
             core = module.make_callable(
                 product, ins=big_ins, outs=big_outs, platform=platform, name=name
             )
             return lambda *arrays: core(*_batching.broadcast_levels(arrays, batch))
         extra = {"batch_shape": ()} if entry.wants_batch_shape else {}
-        product = entry.generate(ins=ins, outs=outs, platform=platform, **extra, **params)
+        product = self._generate(entry, ins=ins, outs=outs, platform=platform, **extra, **params)
         if batch and _accepts_batch(module.make_callable):
             return module.make_callable(
                 product, ins=ins, outs=outs, platform=platform, name=name, batch=batch
@@ -749,17 +997,22 @@ class XLACustomKernel:
         core = module.make_callable(product, ins=ins, outs=outs, platform=platform, name=name)
         return _batching.vmap_levels(core, batch) if batch else core
 
-    def _lower(self, ctx, *args, platform, outs, backend=None, context=(), batch=(), **params):
+    def _lower(
+        self, ctx, *args, platform, outs, backend=None, context=(), batch=(), debug=False,
+        **params,
+    ):
         ins = tuple(
             _core_struct(aval, _n_mapped(batch, i)) for i, aval in enumerate(ctx.avals_in)
         )
         fn = self.build(
-            platform, ins=ins, outs=outs, batch=batch, backend=backend, context=context, **params
+            platform, ins=ins, outs=outs, batch=batch, backend=backend, context=context,
+            debug=debug, **params,
         )
-        fn = _sharding.partition_lowering(
-            self, fn, platform=platform, ins=ins, outs=outs, batch=batch, backend=backend,
-            context=context, params=params,
-        )
+        if not debug:  # debug mode checks whole arrays: a sharded call runs gathered
+            fn = _sharding.partition_lowering(
+                self, fn, platform=platform, ins=ins, outs=outs, batch=batch, backend=backend,
+                context=context, params=params,
+            )
 
         def checked(*arrays):
             results = tuple(fn(*arrays))
@@ -778,20 +1031,27 @@ class XLACustomKernel:
         except KernelError:
             raise
         except Exception as e:
+            try:
+                used = self._select(platform, backend, context).backend
+            except Exception:  # noqa: BLE001 - the hint must not hide the real error
+                used = backend or ""
             raise KernelError(
-                f"kernel {self.name!r} failed to lower on {platform!r}: {type(e).__name__}: "
-                f"{e}\n{self._switch_hint(platform, backend or '')}"
+                f"kernel {self.name!r} failed to lower with backend {used!r} on {platform!r}: "
+                f"{type(e).__name__}: {e}\n{self._switch_hint(platform, used)}"
             ) from e
 
     # -- batching
     def _batch(self, args, axes, **params):
+        if not any(_batching._is_mapped(ax) for ax in axes):
+            return self.primitive.bind(*args, **params), [None] * len(params["outs"])
         if self._batching_mode == "native":
             return _batching.native_batching_rule(self.primitive, args, axes, **params)
         if self._batching_mode == "general":
             return _batching.general_batching_rule(self.primitive, args, axes, **params)
         if params.get("batch"):
             raise KernelError(f"kernel {self.name!r}: custom batching met a native batch level")
-        return self._custom_batching(args, axes, **_user_params(params))
+        with _following(params):
+            return self._custom_batching(args, axes, **_user_params(params))
 
     # -- JVP (user rules always see per-example shapes)
     def _jvp(self, primals, tangents, *, batch=(), **params):
@@ -802,7 +1062,8 @@ class XLACustomKernel:
                 f"or primforge.defjvp(kernel, ...)."
             )
         if not batch:
-            out, tan = self._jvp_rule(primals, tangents, **_user_params(params))
+            with _following(params):
+                out, tan = self._jvp_rule(primals, tangents, **_user_params(params))
             return list(out), [_instantiate_like(t, o) for t, o in zip(tan, out)]
         (size, mapped), inner = batch[0], batch[1:]
         zero = [type(t) is _compat.Zero for t in tangents]
@@ -832,7 +1093,8 @@ class XLACustomKernel:
                 f"kernel.def_transpose_rule(fn)."
             )
         if not batch:
-            res = self._transpose_rule(list(cts), *args, **_user_params(params))
+            with _following(params):
+                res = self._transpose_rule(list(cts), *args, **_user_params(params))
             res = list(res) if isinstance(res, (list, tuple)) else [res]
             if len(res) != len(args):
                 raise ValueError(
@@ -894,10 +1156,12 @@ class XLACustomKernel:
             >>> type(rule).__name__
             'ShardingRule'
         """
-        return _sharding.def_sharding_rule(
+        result = _sharding.def_sharding_rule(
             self, rule, reduction_factors=reduction_factors,
             need_replication_factors=need_replication_factors,
         )
+        self._changed()  # jitted callers re-lower with the rule
+        return result
 
     # ------------------------------------------------------------------ call / benchmark hooks
     def def_tags(self, *tags: str) -> None:
@@ -1003,6 +1267,29 @@ class XLACustomKernel:
             raise TypeError("def_benchmark_data: fn must be callable")
         self._benchmark_data_fn = fn
         return fn
+
+
+_MATCHES = object()  # _ref_cache value: outs agreed with the reference
+
+
+def _keyword_only(fn) -> set[str]:
+    if fn is None:
+        return set()
+    try:
+        params = inspect.signature(fn).parameters.values()
+    except (TypeError, ValueError):
+        return set()
+    return {p.name for p in params if p.kind is p.KEYWORD_ONLY}
+
+
+@contextlib.contextmanager
+def _following(params: dict):
+    """Run a rule with the backend overrides and debug mode of the call it serves."""
+    with _selection.restored(params.get("context", ())), _debug.debug_mode(
+        bool(params.get("debug", False))
+    ):
+        yield
+
 
 
 def _fmt(structs) -> str:

@@ -16,11 +16,15 @@ from __future__ import annotations
 
 import contextlib
 import itertools
+import weakref
 from collections.abc import Iterator
 
 from primforge import _compat
+from primforge.kernel.backends import KNOWN_BACKENDS
 
-__all__ = ["current_overrides", "use_backend"]
+__all__ = ["current_overrides", "restored", "use_backend"]
+
+Override = tuple  # (kernel_name | None, platform, backend)
 
 # Value: (generation, overrides); overrides is a tuple of (kernel_name | None, platform,
 # backend), innermost last. The generation changes whenever a default changes.
@@ -45,8 +49,34 @@ def canonical_platform(platform: str) -> str:
         ) from None
 
 
+# Live kernels by name: what use_backend checks kernel and backend names against.
+_KERNELS: weakref.WeakValueDictionary = weakref.WeakValueDictionary()
+
+
+def note_kernel(kernel) -> None:
+    """Record a live kernel (called by ``XLACustomKernel.__init__``) for name checks."""
+    _KERNELS[kernel.name] = kernel
+
+
+def known_backend_names() -> list[str]:
+    """Every backend name ``use_backend`` accepts: the backend modules' and the registered.
+
+    Example:
+        >>> 'numba' in known_backend_names()
+        True
+    """
+    names = set(KNOWN_BACKENDS)
+    for kernel in list(_KERNELS.values()):
+        names.update(b for entries in kernel._entries.values() for b in entries)
+    return sorted(names)
+
+
 def defaults_changed() -> None:
-    """Invalidate jit caches that depend on a kernel default (called by ``set_default``)."""
+    """Invalidate jit caches that depend on a kernel's kernels, defaults or rules.
+
+    Called whenever a kernel's registration changes (``def_kernel``, ``set_default``, a
+    rule setter): jitted functions that call it are re-traced and re-lowered.
+    """
     _, overrides = _STATE.get_global()
     _STATE.set_global((next(_GENERATION), overrides))
 
@@ -62,6 +92,70 @@ def current_overrides() -> tuple[tuple[str | None, str, str], ...]:
     return _STATE.value[1]
 
 
+def resolve(overrides, kernel_name: str, platform: str, available) -> str | None:
+    """The backend ``overrides`` pick for one kernel on ``platform`` (None: no choice).
+
+    The innermost override that names this kernel (or no kernel) and a backend the kernel
+    has on ``platform`` wins; an override for a backend the kernel lacks is skipped.
+
+    Example:
+        >>> resolve(((None, 'cpu', 'numba'), ('k', 'cpu', 'jax')), 'k', 'cpu', ['jax'])
+        'jax'
+    """
+    for name, plat, backend in reversed(tuple(overrides)):
+        if name in (None, kernel_name) and plat == platform and backend in available:
+            return backend
+    return None
+
+
+@contextlib.contextmanager
+def restored(overrides) -> Iterator[None]:
+    """Re-establish exactly the overrides captured at a call, e.g. around its rules.
+
+    The overrides active where the rule happens to run do not apply: a call's JVP,
+    transpose and batching use the selection the call was made with.
+
+    Example:
+        >>> with use_backend('cpu', 'numba'):
+        ...     with restored(((None, 'cpu', 'jax'),)):
+        ...         current_overrides()
+        ((None, 'cpu', 'jax'),)
+    """
+    overrides = tuple(overrides)
+    generation, current = _STATE.value
+    if current == overrides:  # already in force
+        yield
+        return
+    with _STATE((generation, overrides)):
+        yield
+
+
+def _check_names(platform: str, backend: str, kernel_name: str | None) -> None:
+    if kernel_name is not None and kernel_name not in _KERNELS:
+        raise ValueError(
+            f"use_backend: no kernel named {kernel_name!r}; known kernels: "
+            f"{sorted(_KERNELS) or 'none'}"
+        )
+    if backend in KNOWN_BACKENDS:
+        return
+    if kernel_name is not None:
+        kernel = _KERNELS[kernel_name]
+        has = {b for entries in kernel._entries.values() for b in entries}
+        if backend not in has:
+            raise ValueError(
+                f"use_backend: kernel {kernel_name!r} has no backend {backend!r} on any "
+                f"platform; its backends: {kernel._backend_table()}; backend modules: "
+                f"{sorted(KNOWN_BACKENDS)}"
+            )
+        return
+    known = known_backend_names()
+    if backend not in known:
+        raise ValueError(
+            f"use_backend: unknown backend {backend!r}: no registered kernel has it and it "
+            f"is not a backend module's name; known backends: {known}"
+        )
+
+
 @contextlib.contextmanager
 def use_backend(platform: str, backend: str, kernel=None) -> Iterator[None]:
     """Within the block, kernels called on ``platform`` use ``backend`` where they have it.
@@ -71,6 +165,11 @@ def use_backend(platform: str, backend: str, kernel=None) -> Iterator[None]:
         backend: backend name, e.g. 'jax' or 'numba'. Kernels that have no such backend
             registered for the platform keep their own choice.
         kernel: restrict the override to one kernel (an ``XLACustomKernel`` or its name).
+
+    Raises:
+        ValueError: on entering the block, when ``backend`` is neither a backend module's
+            name nor registered by any kernel (by ``kernel``, when given), or when no
+            kernel is named ``kernel``.
 
     Example:
         >>> import jax, jax.numpy as jnp, primforge
@@ -84,7 +183,14 @@ def use_backend(platform: str, backend: str, kernel=None) -> Iterator[None]:
     """
     if not isinstance(backend, str):
         raise TypeError(f"use_backend: 'backend' must be a str, got {type(backend).__name__}")
+    if kernel is not None and not isinstance(kernel, str) and not hasattr(kernel, "name"):
+        raise TypeError(
+            f"use_backend: 'kernel' must be an XLACustomKernel, its name or None, got "
+            f"{type(kernel).__name__}"
+        )
     name = kernel if kernel is None or isinstance(kernel, str) else kernel.name
+    platform = canonical_platform(platform)
+    _check_names(platform, backend, name)
     generation, overrides = _STATE.value
-    with _STATE((generation, overrides + ((name, canonical_platform(platform), backend),))):
+    with _STATE((generation, overrides + ((name, platform, backend),))):
         yield

@@ -29,6 +29,7 @@ Design:
 
 from __future__ import annotations
 
+import math
 from typing import Any
 
 import jax
@@ -215,7 +216,8 @@ def _batching_rule(binary: bool, matrix: bool):
             # Only the input is batched: the batch becomes extra columns of one matmat call.
             xb = jnp.moveaxis(x, ax_x, 1)  # (rows_in, batch) or (rows_in, batch, k)
             size = xb.shape[1]
-            flat = xb.reshape(xb.shape[0], -1)
+            # Explicit sizes: a reshape with -1 is undefined when a dimension is zero.
+            flat = xb.reshape(xb.shape[0], math.prod(xb.shape[1:]))
             y = _call(binary, True, data, indices, indptr, flat, shape=shape,
                       transpose=transpose, backend=backend)
             y = y.reshape((y.shape[0], size) + tuple(xb.shape[2:]))

@@ -45,8 +45,21 @@ def _product(mat, x: jax.Array, *, transpose: bool, backend: str | None) -> jax.
         raise ValueError(
             f"sparse @ operand must be a vector or a matrix, got shape {x.shape}"
         )
-    return fn(mat.data, mat.indices, mat.indptr, x, shape=mat._csr_shape, transpose=transpose,
+    indices, indptr = _structure(mat)
+    return fn(mat.data, indices, indptr, x, shape=mat._csr_shape, transpose=transpose,
               backend=backend)
+
+
+def _structure(mat) -> tuple[jax.Array, jax.Array]:
+    """The matrix's index arrays, kept opaque to XLA's constant folding.
+
+    A matrix captured by a jitted function (not passed as an argument) makes its index
+    arrays compile-time constants; XLA then evaluates every index computation of the
+    product and its gradient (row ids, structure checks) while compiling, which takes tens
+    of seconds for millions of non-zeros. An optimization barrier leaves those to run
+    time, as when the matrix is an argument.
+    """
+    return tuple(jax.lax.optimization_barrier((mat.indices, mat.indptr)))
 
 
 class _Compressed:
