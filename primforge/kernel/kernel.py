@@ -44,6 +44,7 @@ import numpy as np
 from primforge import _compat
 from primforge import debug as _debug
 from primforge.kernel import _debug_checks
+from primforge.kernel import _lru
 from primforge.kernel import batching as _batching
 from primforge.kernel import selection as _selection
 from primforge.kernel import sharding as _sharding
@@ -220,10 +221,11 @@ class XLACustomKernel:
         self._transpose_rule: Callable | None = None
         self._batching_mode = "native"
         self._custom_batching: Callable | None = None
-        self._impl_cache: dict[Any, Callable] = {}
-        self._build_cache: dict[Any, Callable] = {}
-        self._ref_cache: dict[Any, Any] = {}
-        self._product_cache: dict[Any, Any] = {}
+        # Per-signature caches, bounded (least recently used dropped; see kernel._lru).
+        self._impl_cache: dict[Any, Callable] = _lru.LRUCache()
+        self._build_cache: dict[Any, Callable] = _lru.LRUCache()
+        self._ref_cache: dict[Any, Any] = _lru.LRUCache()
+        self._product_cache: dict[Any, Any] = _lru.LRUCache()
         self._memo: dict[str, Any] = {}  # derived from the registration, dropped on change
         self._per_input_rules: tuple[Callable, ...] = ()
         self._warned: set[tuple[str, str]] = set()
@@ -254,6 +256,37 @@ class XLACustomKernel:
 
     def _backend_table(self) -> dict[str, list[str]]:
         return {p: list(e) for p, e in self._entries.items()}
+
+    def clear_cache(self) -> None:
+        """Drop everything this kernel built: callables, generated kernels, compiled code.
+
+        The per-signature caches are already bounded (``PRIMFORGE_KERNEL_CACHE_SIZE``,
+        least recently used dropped first); this empties them now, releases the compiled
+        code the Numba backend holds for the kernels this one generated (see
+        :func:`primforge.kernel.backends.numba.clear`), and makes functions compiled by
+        ``jax.jit`` that call this kernel trace again. The next call rebuilds what it needs.
+
+        Example:
+            >>> import jax, jax.numpy as jnp, primforge
+            >>> k = primforge.XLACustomKernel("doc_clear_cache")
+            >>> k.def_kernel("jax", "cpu", lambda **kw: lambda x: x + 1)
+            >>> spec = jax.ShapeDtypeStruct((2,), jnp.float32)
+            >>> _ = k(jnp.zeros(2), outs=spec)
+            >>> k.clear_cache()
+            >>> k(jnp.zeros(2), outs=spec)
+            Array([1., 1.], dtype=float32)
+        """
+        products = [
+            product
+            for (_platform, backend, _params), product in list(self._product_cache.items())
+            if backend == "numba"
+        ]
+        self._changed()
+        if products:
+            from primforge.kernel.backends import numba as _numba
+
+            for product in products:
+                _numba.clear(product)
 
     def _changed(self) -> None:
         """Registration changed: drop what was built from it, re-lower jitted callers."""
