@@ -216,11 +216,14 @@ def _cuda_dirs() -> list[str]:
 
 @functools.cache
 def _cuda_dir() -> str | None:
-    """The first folder whose ``bin/ptxas`` exists (XLA's ``xla_gpu_cuda_data_dir``)."""
-    for d in _cuda_dirs():
-        if os.access(os.path.join(d, "bin", "ptxas"), os.X_OK):
+    """The folder handed to XLA as ``xla_gpu_cuda_data_dir``: the first with ``bin/ptxas``
+    and ``nvvm/libdevice`` (what XLA looks for there), else the first with ``bin/ptxas``."""
+    dirs = _cuda_dirs()
+    has_ptxas = [d for d in dirs if os.access(os.path.join(d, "bin", "ptxas"), os.X_OK)]
+    for d in has_ptxas:
+        if os.path.isdir(os.path.join(d, "nvvm", "libdevice")):
             return d
-    return None
+    return has_ptxas[0] if has_ptxas else None
 
 
 def unavailable_reason() -> str | None:

@@ -79,6 +79,27 @@ def test_missing_ptxas_is_named_with_the_extra(monkeypatch):
     assert "needs ptxas" in reason and "primforge[gpu-compile]" in reason
 
 
+def test_xla_gets_a_cuda_folder_with_ptxas_and_libdevice(tmp_path, monkeypatch):
+    def folder(name, libdevice):
+        (tmp_path / name / "bin").mkdir(parents=True)
+        ptxas = tmp_path / name / "bin" / "ptxas"
+        ptxas.write_text("#!/bin/sh\n")
+        ptxas.chmod(0o755)
+        if libdevice:
+            (tmp_path / name / "nvvm" / "libdevice").mkdir(parents=True)
+        return str(tmp_path / name)
+
+    bare, full = folder("bare", False), folder("full", True)
+    for dirs, want in [([str(tmp_path / "none"), bare, full], full), ([bare], bare),
+                       ([str(tmp_path / "none")], None)]:
+        monkeypatch.setattr(testing, "_cuda_dirs", lambda dirs=dirs: dirs)
+        testing._cuda_dir.cache_clear()
+        try:
+            assert testing._cuda_dir() == want
+        finally:
+            testing._cuda_dir.cache_clear()
+
+
 # ----------------------------------------------------------------------------- with the plugin
 @requires_gpu_compiler
 @pytest.mark.parametrize("target,sm", [("h100", "sm_90"), ("a100", "sm_80")])
