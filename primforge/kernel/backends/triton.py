@@ -271,6 +271,12 @@ _UNSUPPORTED: tuple[tuple[str, int, str, str], ...] = (
      "XLA:GPU's Triton custom call passes a null pointer for it, so the kernel would fault "
      "at run time. Use pointer arithmetic with tl.load/tl.store (below sm_90 Triton "
      "rewrites descriptors to exactly that, and they compile)."),
+    (r"\btt\.warp_specialize\b", 90,
+     "a warp-specialised loop (tl.range(..., warp_specialize=True))",
+     "from sm_90 on XLA:GPU's warp-specialisation pass stops the whole process with an "
+     "LLVM fatal error on it (Triton's own compile refuses it too without device-side "
+     "tensor descriptors, which XLA cannot give). Drop warp_specialize=True (below sm_90 "
+     "it is ignored)."),
 )
 
 
