@@ -86,6 +86,23 @@ def test_wrong_number_of_pointers_is_explained():
 def test_launch_config_is_validated():
     with pytest.raises(ValueError, match="num_warps"):
         ptriton.triton_kernel(_add, grid=1, num_warps=3)
+    # XLA:GPU compiles 64 warps (2048 threads a block); only the launch would fail
+    with pytest.raises(ValueError, match="2048 threads per program"):
+        ptriton.triton_kernel(_add, grid=1, num_warps=64)
+    k = primforge.XLACustomKernel("t_triton_warps", replace=True)
+    k.def_triton_kernel(lambda **kw: ptriton.TritonKernel(_add, (1,), 64, 1, {"N": 4, "BLOCK": 4}))
+    with pytest.raises(primforge.KernelError, match="2048 threads per program"):
+        lower_for_cuda(lambda x: k(x, x, outs=jax.ShapeDtypeStruct((4,), jnp.float32)),
+                       jnp.ones(4, jnp.float32))
+
+
+@pytest.mark.parametrize("grid", [(1, 70000), (1, 1, 65536), (2**31,)])
+def test_grid_beyond_cuda_limits_is_refused_at_lowering(grid):
+    k = primforge.XLACustomKernel("t_triton_grid", replace=True)
+    k.def_triton_kernel(lambda **kw: ptriton.triton_kernel(_add, grid=grid, N=4, BLOCK=4))
+    with pytest.raises(primforge.KernelError, match="exceeds CUDA's limits"):
+        lower_for_cuda(lambda x: k(x, x, outs=jax.ShapeDtypeStruct((4,), jnp.float32)),
+                       jnp.ones(4, jnp.float32))
 
 
 @requires_gpu

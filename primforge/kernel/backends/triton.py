@@ -122,11 +122,27 @@ def triton_kernel(
         >>> tk.constexprs
         {'BLOCK': 250}
     """
-    if not isinstance(num_warps, int) or num_warps <= 0 or num_warps & (num_warps - 1):
-        raise ValueError(f"triton_kernel: num_warps must be a power of two, got {num_warps!r}")
-    if not isinstance(num_stages, int) or num_stages <= 0:
-        raise ValueError(f"triton_kernel: num_stages must be a positive int, got {num_stages!r}")
-    return TritonKernel(fn, grid, num_warps, num_stages, dict(constexprs))
+    spec = TritonKernel(fn, grid, num_warps, num_stages, dict(constexprs))
+    _check_launch(spec, "triton_kernel")
+    return spec
+
+
+#: CUDA's limits on a launch, the same on every GPU Triton targets.
+_MAX_THREADS_PER_BLOCK = 1024
+_MAX_GRID = (2**31 - 1, 65535, 65535)
+
+
+def _check_launch(spec: TritonKernel, who: str) -> None:
+    nw, ns = spec.num_warps, spec.num_stages
+    if not isinstance(nw, int) or nw <= 0 or nw & (nw - 1):
+        raise ValueError(f"{who}: num_warps must be a power of two, got {nw!r}")
+    if nw * 32 > _MAX_THREADS_PER_BLOCK:
+        raise ValueError(
+            f"{who}: num_warps={nw} makes {nw * 32} threads per program, more than the "
+            f"{_MAX_THREADS_PER_BLOCK} a CUDA block may have (XLA:GPU compiles it, the "
+            f"launch would fail): use at most {_MAX_THREADS_PER_BLOCK // 32}")
+    if not isinstance(ns, int) or ns <= 0:
+        raise ValueError(f"{who}: num_stages must be a positive int, got {ns!r}")
 
 
 def _grid3(grid, constexprs) -> tuple[int, int, int]:
@@ -134,7 +150,11 @@ def _grid3(grid, constexprs) -> tuple[int, int, int]:
     dims = (g,) if isinstance(g, (int, np.integer)) else tuple(g)
     if not 1 <= len(dims) <= 3 or not all(int(d) >= 1 for d in dims):
         raise ValueError(f"Triton grid must be 1 to 3 positive ints, got {g!r}")
-    return tuple(int(d) for d in dims) + (1,) * (3 - len(dims))
+    dims = tuple(int(d) for d in dims) + (1,) * (3 - len(dims))
+    if any(d > m for d, m in zip(dims, _MAX_GRID)):
+        raise ValueError(f"Triton grid {g!r} exceeds CUDA's limits of {_MAX_GRID} programs "
+                         f"per axis (x, y, z): put the large count on the first axis")
+    return dims
 
 
 def to_ttir(fn, pointer_dtypes: Sequence[Any], constexprs: Mapping[str, Any], *,
@@ -446,6 +466,7 @@ def make_callable(
             "the 'triton' backend needs the triton package and a jaxlib with the Triton "
             "dialect: pip install 'primforge[triton]'"
         )
+    _check_launch(spec, f"kernel {name!r}")
     dtype_names = tuple(np.dtype(s.dtype).name for s in (*ins, *outs))
     _signature(spec.fn, dtype_names, spec.constexprs)  # parameter errors at trace time
     launch = _Launch(spec.fn, name, dtype_names, tuple(spec.constexprs.items()),
