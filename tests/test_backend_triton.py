@@ -239,3 +239,18 @@ def test_host_buffer_dtypes_survive_buffers_coming_and_going():
         buf = HostBuffer(np.zeros(4, dt))
         assert native_specialize_impl(BaseBackend, buf, False, False, True)[0] == want[dt]
         del buf  # freed at once: the next buffer's dtype may land at the same address
+
+
+@triton.jit(noinline=True)
+def _tile_and_twice(a, N: tl.constexpr):
+    return tl.zeros((N,), tl.float32) + a, a * 2
+
+
+def test_a_noinline_helper_returning_a_tensor_among_others_is_refused():
+    @triton.jit
+    def uses_it(o_ptr, N: tl.constexpr):
+        t, s = _tile_and_twice(1.0, N)
+        tl.store(o_ptr + tl.arange(0, N), t + s)
+
+    with pytest.raises(ptriton.UnsupportedTritonFeature, match="noinline=True"):
+        ptriton.to_ttir(uses_it, ["float32"], {"N": 16}, cc=80)

@@ -280,7 +280,7 @@ def _check_for_xla(ir_text: str, kernel: str, cc: int) -> None:
 
 #: (regex on the prepared IR, lowest compute capability it applies to, feature, why).
 _UNSUPPORTED: tuple[tuple[str, int, str, str], ...] = (
-    (r"tt\.call @[^\n]*->\s*tensor<", 0,
+    (r"tt\.call @[^\n]*->[^\n]*tensor<", 0,
      "a helper kept out of line (@triton.jit(noinline=True)) that returns a tensor",
      "the call's result and the helper's return type get different layouts, and the "
      "compile fails ('tt.call' op result type mismatch). Drop noinline=True (helpers "
