@@ -110,6 +110,16 @@ def row_scans(x_ptr, cumsum_ptr, cumprod_ptr, C: tl.constexpr):
 
 
 @triton.jit
+def bf16_arithmetic(x_ptr, y_ptr, mix_ptr, relu_ptr, cumsum_ptr, N: tl.constexpr):
+    offs = tl.arange(0, N)
+    x = tl.load(x_ptr + offs)
+    y = tl.load(y_ptr + offs)
+    tl.store(mix_ptr + offs, x * y + x - y / 2 + tl.sum(x, axis=0))
+    tl.store(relu_ptr + offs, tl.where(x > 0, tl.maximum(x, 0.5), -x))
+    tl.store(cumsum_ptr + offs, tl.cumsum(x, axis=0))
+
+
+@triton.jit
 def libdevice_math(x_ptr, o_ptr, BLOCK: tl.constexpr):
     offs = tl.program_id(0) * BLOCK + tl.arange(0, BLOCK)
     x = tl.load(x_ptr + offs)
@@ -222,6 +232,10 @@ def _matmul_case(name, fn, dtype, out_dtype, rtol, atol, m=64, n=64, k=64, refus
                 refused=refused or {})
 
 
+def _bf16_arithmetic(x, y):
+    return (x * y + x - y / 2 + x.sum(), np.where(x > 0, np.maximum(x, 0.5), -x), np.cumsum(x))
+
+
 def _ints(rng, n, hi):
     return rng.integers(0, hi, n).astype(np.int32)
 
@@ -257,6 +271,11 @@ CASES = [
          (S((4, 64), np.float32), S((4, 64), np.float32)),
          lambda x: (np.cumsum(x, 1, dtype=np.float64), np.cumprod(x, 1, dtype=np.float64)),
          rtol=1e-5),
+    Case("bf16_arithmetic", ptriton.triton_kernel(bf16_arithmetic, grid=(1,), N=64),
+         lambda rng: (rng.uniform(-2, 2, 64).astype(BF16), rng.uniform(-2, 2, 64).astype(BF16)),
+         (S((64,), BF16),) * 3,
+         lambda x, y: _bf16_arithmetic(x.astype(np.float64), y.astype(np.float64)),
+         rtol=2e-2, atol=0.25),
     Case("libdevice", ptriton.triton_kernel(libdevice_math, grid=(4,), BLOCK=128),
          lambda rng: (rng.standard_normal(512).astype(np.float32),), (S((512,), np.float32),),
          lambda x: (np.vectorize(__import__("math").erf)(x.astype(np.float64))

@@ -12,8 +12,9 @@ The interpreter wants torch tensors only for a handful of methods (address, dtyp
 strides, host copy); :class:`HostBuffer` answers them for a NumPy array in place, so the
 kernel reads and writes the array's own memory. Two gaps of triton 3.9's interpreter are
 filled where it runs (:func:`install_patches`): libdevice calls (``tl.extra.cuda.libdevice``
-has no interpreter implementation) get NumPy stand-ins, and ``tl.dot`` of bfloat16
-operands, which the interpreter multiplies as raw 16-bit integers, is done in float32.
+has no interpreter implementation) get NumPy stand-ins, and bfloat16 arithmetic, which the
+interpreter does on the raw 16-bit patterns it stores (``tl.dot``, ``+``, ``tl.sum``...),
+is done in float32 and rounded back to bfloat16.
 """
 
 from __future__ import annotations
@@ -30,6 +31,7 @@ import threading
 from collections.abc import Mapping, Sequence
 from typing import Any
 
+import ml_dtypes
 import numpy as np
 
 ENV_INTERPRET = "TRITON_INTERPRET"
@@ -147,13 +149,14 @@ def _libdevice_numpy() -> dict[str, Any]:
 
 
 def install_patches() -> None:
-    """Fill the two gaps of Triton's interpreter primforge's tests meet (idempotent)."""
+    """Fill the gaps of Triton's interpreter named in the module notes (idempotent)."""
     from triton.runtime import interpreter as ti
 
     builder = ti.InterpreterBuilder
     if getattr(builder, "_primforge_patched", False):
         return
     table = _libdevice_numpy()
+    bf16 = ti.tl.bfloat16
 
     def create_extern_elementwise(self, lib_name, lib_path, symbol, args, ret_type, is_pure):
         scalar = getattr(ret_type, "scalar", ret_type)
@@ -166,20 +169,59 @@ def install_patches() -> None:
                 f"libdevice function {symbol} has no NumPy stand-in in primforge's Triton "
                 f"interpreter shim (known: {sorted(table)})")
         data = np.asarray(fn(*(a.data for a in args)))
+        if scalar == bf16:  # computed from widened inputs: narrowed by via_float32
+            return ti.TensorHandle(data.astype(np.float32), ti.tl.float32)
         return ti.TensorHandle(data.astype(ti._get_np_dtype(scalar)), scalar)
+
+    builder.create_extern_elementwise = create_extern_elementwise
+
+    def widen(h):  # bfloat16 is held as its raw upper 16 bits: make it float32
+        if isinstance(h, ti.TensorHandle) and h.dtype.scalar == bf16:
+            return ti.TensorHandle((h.data.astype(np.uint32) << 16).view(np.float32),
+                                   ti.tl.float32), True
+        return h, False
+
+    def narrow(h):  # float32 back to bfloat16 bits, rounded to nearest even
+        bits = np.asarray(h.data, np.float32).astype(ml_dtypes.bfloat16).view(np.uint16)
+        return ti.TensorHandle(bits, bf16)
+
+    def via_float32(method):
+        def wrapped(self, *args, **kwargs):
+            args, was = zip(*(widen(a) for a in args)) if args else ((), ())
+            out = method(self, *args, **kwargs)
+            if any(was) and isinstance(out, ti.TensorHandle):
+                if np.asarray(out.data).dtype == np.float32:
+                    return narrow(out)
+                return ti.TensorHandle(out.data, bf16)  # a comparison: keep its quirk
+            return out
+        return wrapped
+
+    # The arithmetic entry points that compute on the data; the rest only move bits.
+    for name in ("binary_op", "unary_op", "ternary_op", "create_fma", "create_erf",
+                 "create_rsqrt", "create_extern_elementwise"):
+        setattr(builder, name, via_float32(getattr(builder, name)))
 
     plain_dot = builder.create_dot
 
     def create_dot(self, a, b, d, input_precision, max_num_imprecise_acc):
-        def as_f32(h):
-            if h.dtype.scalar == ti.tl.bfloat16:  # stored as the raw upper 16 bits
-                bits = (h.data.astype(np.uint32) << 16).view(np.float32)
-                return ti.TensorHandle(bits, ti.tl.float32)
-            return h
-        return plain_dot(self, as_f32(a), as_f32(b), d, input_precision,
+        return plain_dot(self, widen(a)[0], widen(b)[0], d, input_precision,
                          max_num_imprecise_acc)
 
-    builder.create_extern_elementwise = create_extern_elementwise
+    plain_apply = ti.ReduceScanOpInterface.apply
+
+    def apply(self, input):  # reductions and scans (tl.sum, tl.max, tl.cumsum...)
+        if not isinstance(input, tuple):
+            return apply(self, (input,))[0]
+        was = [t.dtype == bf16 for t in input]
+        if not any(was):
+            return plain_apply(self, input)
+        wide = tuple(ti.tl.core.tensor(widen(t.handle)[0], t.type.with_element_ty(ti.tl.float32))
+                     if w else t for t, w in zip(input, was))
+        outs = plain_apply(self, wide)
+        return tuple(ti.tl.core.tensor(narrow(o.handle), o.type.with_element_ty(bf16))
+                     if o.dtype == ti.tl.float32 else o for o in outs)
+
+    ti.ReduceScanOpInterface.apply = apply
     builder.create_dot = create_dot
     # libdevice functions need the interpreter's semantic passed in, like tl.* builtins.
     import triton.language.extra.cuda.libdevice as cuda_libdevice
