@@ -138,3 +138,20 @@ def test_vmap_compiles(backend, kind, transpose, dtype, index_dtype):
                                           xx, backend=backend)
             for result in results.values():
                 assert _kernel_present(result, backend), (in_axes, result.describe())
+
+
+@pytest.mark.parametrize("transpose", [False, True], ids=["W", "WT"])
+@pytest.mark.parametrize("kind", list(FUNCS), ids=kind_id)
+@pytest.mark.parametrize("backend", BACKENDS)
+def test_the_real_gpu_tests_shapes_compile(backend, kind, transpose):
+    """The largest shapes the real-GPU tests use: more rows than 65535 blocks x 8 warps, and
+    more columns than one column block."""
+    binary, matrix = kind
+    m, n, nnz, k = 600_000, 64, 1_200_000, 128
+    rows_in = m if transpose else n
+    sds = jax.ShapeDtypeStruct
+    x = sds((rows_in, k) if matrix else (rows_in,), "bool" if binary else "float32")
+    args = (sds((nnz,), "float32"), sds((nnz,), "int32"), sds((m + 1,), "int32"), x)
+    f = functools.partial(FUNCS[kind], shape=(m, n), transpose=transpose, backend=backend)
+    for result in compile_for_targets(f, *args, backend=backend).values():
+        assert _kernel_present(result, backend), result.describe()
