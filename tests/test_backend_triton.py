@@ -200,6 +200,31 @@ def test_interpret_matches_numpy():
     np.testing.assert_array_equal(out, 3 * x)
 
 
+def test_interpret_runs_in_process_when_this_process_interprets(tmp_path):
+    """With TRITON_INTERPRET=1 from the start, no worker: the kernel runs right here."""
+    import os
+    import pathlib
+    import subprocess
+    import sys
+
+    script = tmp_path / "run.py"
+    script.write_text(
+        "import jax, numpy as np\n"
+        "from primforge.kernel.backends import _triton_interpret as runner, triton as pt\n"
+        "import test_backend_triton as t\n"
+        "runner.run_in_worker = None  # must not be needed\n"
+        "x = np.arange(100, dtype=np.float32)\n"
+        "(out,) = pt.interpret(t._gen([jax.ShapeDtypeStruct(x.shape, x.dtype)]), x, 2 * x,\n"
+        "                      outs=jax.ShapeDtypeStruct(x.shape, x.dtype))\n"
+        "assert runner.interpreting_here() and (out == 3 * x).all(), out\n"
+        "print('ok')\n")
+    env = dict(os.environ, TRITON_INTERPRET="1",
+               PYTHONPATH=os.pathsep.join([str(pathlib.Path(__file__).parent), *sys.path]))
+    done = subprocess.run([sys.executable, str(script)], env=env, capture_output=True,
+                          text=True, timeout=300)
+    assert done.returncode == 0 and done.stdout.strip() == "ok", done.stderr[-2000:]
+
+
 def test_interpret_checks_the_pointer_count_before_running():
     with pytest.raises(ValueError, match="takes 3 pointer"):
         ptriton.interpret(ptriton.triton_kernel(_add, grid=1, N=4, BLOCK=4), np.ones(4),

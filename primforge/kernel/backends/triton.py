@@ -18,7 +18,7 @@
   every element. What XLA's pipeline cannot take raises :class:`UnsupportedTritonFeature`
   at lowering; a jaxlib whose dialect cannot read the IR raises there too. Anything else
   XLA:GPU rejects only shows when the function is compiled, which needs no GPU either:
-  compile it for a named target (see ``docs/backends.md``).
+  ``primforge.testing.compile_for_gpu(f, *args, target='h100')``.
 * Debug mode (:func:`primforge.debug_mode`) keeps ``tl.device_assert`` checks.
 * Without a GPU: :func:`interpret` runs the same kernel on NumPy arrays with Triton's
   interpreter (no torch needed) to check its numbers.
