@@ -37,6 +37,7 @@ import os
 import pathlib
 import re
 import shutil
+import subprocess
 import tempfile
 from collections.abc import Callable, Mapping
 from typing import Any
@@ -95,8 +96,11 @@ class GpuKernel:
 
     Attributes:
         name: the kernel's name (a fusion, a Triton kernel, or the custom call's target).
-        kind: XLA's thunk kind, e.g. ``'kKernel'``, ``'kCustomKernel'``, ``'kCustomCall'``.
-        grid: blocks per grid ``(x, y, z)``, or None for a custom call (it launches itself).
+        kind: XLA's thunk kind, e.g. ``'kKernel'``, ``'kCustomKernel'``, ``'kCustomCall'``;
+            ``'embedded-ptx'`` for a kernel whose PTX a custom call launches itself
+            (primforge's PTX launcher), assembled by ptxas for the target.
+        grid: blocks per grid ``(x, y, z)``, or None for a custom call (it launches itself;
+            for ``'embedded-ptx'``, the grid primforge's launcher will use).
         block: threads per block ``(x, y, z)``, or None for a custom call.
         shared_memory: dynamic shared memory in bytes, or None for a custom call.
 
@@ -131,7 +135,8 @@ class GpuCompileResult:
         ok: whether XLA:GPU compiled the function.
         error: XLA's error text when it did not, else None.
         failed_kernel: the kernel or custom call the error names, when it names one.
-        kernels: every launch of the compiled program, in order (empty on failure).
+        kernels: every launch of the compiled program, in order, then the PTX kernels that
+            custom calls launch themselves (empty on failure).
         custom_calls: the custom-call targets of the lowered program (FFI handlers, Triton).
         ptx: kernel entry name -> the PTX module holding it (only with ``ptx=True``).
         hlo: XLA's optimised HLO text (on success).
@@ -203,7 +208,8 @@ def _cuda_dirs() -> list[str]:
             spec = importlib.util.find_spec(mod)
         except (ImportError, ValueError):
             spec = None
-        dirs.extend(spec.submodule_search_locations or [] if spec else [])
+        if spec is not None and spec.submodule_search_locations:
+            dirs.extend(spec.submodule_search_locations)
     for var in ("CUDA_HOME", "CUDA_PATH"):
         if os.environ.get(var):
             dirs.append(os.environ[var])
@@ -238,14 +244,16 @@ def unavailable_reason() -> str | None:
         >>> r is None or isinstance(r, str)
         True
     """
+    import jaxlib
+
     plugin = _plugin_version()
     if plugin is None:
         return (f"compiling for a GPU target needs JAX's CUDA plugin (jax-cuda12-plugin of "
-                f"the installed jax version, {jax.__version__}) and ptxas: {_INSTALL}")
+                f"the installed jaxlib version, {jaxlib.__version__}) and ptxas: {_INSTALL}")
     dist, version = plugin
-    if version != jax.__version__:
-        return (f"{dist} {version} does not match jax {jax.__version__}: install the same "
-                f"version (pip install '{dist}=={jax.__version__}' or {_INSTALL})")
+    if version != jaxlib.__version__:
+        return (f"{dist} {version} does not match jaxlib {jaxlib.__version__}: install the "
+                f"same version (pip install '{dist}=={jaxlib.__version__}' or {_INSTALL})")
     if _cuda_dir() is None:
         return ("compiling for a GPU target needs ptxas (not found on PATH, in CUDA_ROOT, "
                 f"CUDA_HOME or /usr/local/cuda, nor from pip's nvidia-cuda-nvcc): {_INSTALL}")
@@ -299,6 +307,132 @@ def _require() -> None:
     reason = unavailable_reason()
     if reason is not None:
         raise GpuCompilerUnavailable(reason)
+
+
+# --------------------------------------------------------------------------- compile
+def _place(args, sharding):
+    """Every array-like leaf as a ShapeDtypeStruct on the compile-only device."""
+
+    def leaf(x):
+        if isinstance(x, jax.ShapeDtypeStruct):
+            return jax.ShapeDtypeStruct(x.shape, x.dtype, weak_type=x.weak_type,
+                                        sharding=sharding)
+        aval = jax.typeof(x)
+        return jax.ShapeDtypeStruct(aval.shape, aval.dtype, weak_type=aval.weak_type,
+                                    sharding=sharding)
+
+    return jax.tree.map(leaf, args, is_leaf=lambda x: isinstance(x, jax.ShapeDtypeStruct))
+
+
+_THUNK = re.compile(
+    r"^(?P<id>\d+):\s+(?P<kind>k\w+)\s+\[[^\]]*\]\s+(?P<name>\S+)"
+    r"(?:\s+grid:\s*\[(?P<grid>[\d,\s]+)\]\s+threads:\s*\[(?P<block>[\d,\s]+)\]"
+    r"\s+shared_memory:\s*(?P<smem>\d+))?")
+_THUNK_META = re.compile(
+    r'profile_annotation:\s*"(?P<name>[^"]*)"\s*thunk_id:\s*(?P<id>\d+)\s*\}\s*'
+    r'thunk_kind:\s*"(?P<kind>\w+)"')
+_CUSTOM_CALL_HLO = re.compile(r'%(?P<inst>[\w.\-]+) = [^\n]*?custom-call\([^\n]*?'
+                              r'custom_call_target="(?P<target>[^"]+)"')
+_CUSTOM_CALL_MLIR = re.compile(r"stablehlo\.custom_call @([\w.$\-]+)")
+_TRITON_NAME = re.compile(r'name\s*=\s*"([^"]+)"')
+
+
+def _dims(text: str) -> tuple[int, int, int]:
+    vals = [int(v) for v in text.replace(" ", "").split(",") if v]
+    return tuple((vals + [1, 1, 1])[:3])  # type: ignore[return-value]
+
+
+def _parse_thunks(sequence: str, metadata: str, hlo: str) -> tuple[GpuKernel, ...]:
+    """Launches from XLA's thunk sequence; custom calls named by their target."""
+    annotation = {m["id"]: m["name"] for m in _THUNK_META.finditer(metadata)}
+    targets = {m["inst"]: m["target"] for m in _CUSTOM_CALL_HLO.finditer(hlo)}
+    kernels = []
+    for line in sequence.splitlines():
+        m = _THUNK.match(line.strip())
+        if m is None:
+            continue
+        if m["grid"] is not None:
+            kernels.append(GpuKernel(m["name"], m["kind"], _dims(m["grid"]), _dims(m["block"]),
+                                     int(m["smem"])))
+            continue
+        inst = annotation.get(str(int(m["id"])), m["name"])
+        kernels.append(GpuKernel(targets.get(inst, inst), m["kind"]))
+    return tuple(kernels)
+
+
+def _read_dump(folder: str, hlo: str, want_ptx: bool):
+    files = {name: pathlib.Path(folder, name) for name in sorted(os.listdir(folder))}
+    kernels: tuple[GpuKernel, ...] = ()
+    ptx: dict[str, str] = {}
+    for name, path in files.items():
+        if name.endswith(".thunk_sequence.txt"):
+            meta = files.get(name.replace(".thunk_sequence.txt", ".thunk_metadata.txt"))
+            kernels += _parse_thunks(path.read_text(), meta.read_text() if meta else "", hlo)
+        elif want_ptx and name.endswith(".ptx"):
+            text = path.read_text()
+            for entry in re.findall(r"\.entry\s+([\w$]+)\s*\(", text):
+                ptx[entry] = text
+    return kernels, ptx
+
+
+def _named_in(error: str, names) -> str | None:
+    hits = [n for n in names if n and n in error]
+    return max(hits, key=len) if hits else None
+
+
+# --------------------------------------------------------------------------- PTX in attributes
+def _custom_calls(module) -> list[tuple[str, dict[str, Any]]]:
+    """(target, backend_config attributes) of every custom call in a lowered module."""
+    found: list[tuple[str, dict[str, Any]]] = []
+
+    def walk(op):
+        for region in op.regions:
+            for block in region.blocks:
+                for inner in block.operations:
+                    o = inner.operation
+                    if o.name == "stablehlo.custom_call":
+                        attrs = o.attributes
+                        target = attrs["call_target_name"].value
+                        config = {}
+                        if "mhlo.backend_config" in attrs:
+                            try:
+                                config = {a.name: a.attr for a in attrs["mhlo.backend_config"]}
+                            except TypeError:  # a string backend_config (e.g. Triton's)
+                                config = {}
+                        found.append((target, config))
+                    walk(o)
+
+    walk(module.operation)
+    return found
+
+
+def _assemble_embedded_ptx(module, sm: str) -> tuple[list[GpuKernel], str | None, str | None]:
+    """Assemble, with ptxas for ``sm``, the PTX that custom calls carry as an attribute.
+
+    primforge's PTX launcher (the numba_cuda backend) hands the driver PTX at run time; XLA
+    never looks inside it, so ptxas is what proves it assembles for the target. Returns the
+    launches found, and the kernel and error of the first PTX that does not assemble.
+    """
+    kernels, ptxas = [], os.path.join(_cuda_dir() or "", "bin", "ptxas")
+    for target, config in _custom_calls(module):
+        if "ptx" not in config or "kernel" not in config:
+            continue
+        name = config["kernel"].value
+        dims = {key: tuple(int(v) for v in np.asarray(config[key]))
+                for key in ("grid", "block") if key in config}
+        smem = int(config["shared_mem"].value) if "shared_mem" in config else None
+        with tempfile.TemporaryDirectory(prefix="primforge-ptxas-") as tmp:
+            src = pathlib.Path(tmp, "kernel.ptx")
+            src.write_text(config["ptx"].value)
+            proc = subprocess.run([ptxas, f"-arch={sm}", str(src), "-o",
+                                   str(pathlib.Path(tmp, "kernel.cubin"))],
+                                  capture_output=True, text=True, check=False)
+        if proc.returncode != 0:
+            return kernels, name, (f"ptxas -arch={sm} rejected the PTX of {name!r} "
+                                   f"(custom call {target}):\n{proc.stderr.strip()}")
+        kernels.append(GpuKernel(name, "embedded-ptx", dims.get("grid"), dims.get("block"),
+                                 smem))
+    return kernels, None, None
 
 
 # --------------------------------------------------------------------------- compile

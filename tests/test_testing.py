@@ -63,13 +63,17 @@ def test_missing_plugin_is_named_with_the_extra(monkeypatch):
 
 def test_a_plugin_of_another_jax_version_is_refused(monkeypatch):
     monkeypatch.setattr(importlib.metadata, "version", lambda dist: "0.0.1")
+    import jaxlib
+
     reason = testing.unavailable_reason()
-    assert "0.0.1 does not match jax " + jax.__version__ in reason
-    assert f"jax-cuda12-plugin=={jax.__version__}" in reason
+    assert "0.0.1 does not match jaxlib " + jaxlib.__version__ in reason
+    assert f"jax-cuda12-plugin=={jaxlib.__version__}" in reason
 
 
 def test_missing_ptxas_is_named_with_the_extra(monkeypatch):
-    monkeypatch.setattr(importlib.metadata, "version", lambda dist: jax.__version__)
+    import jaxlib
+
+    monkeypatch.setattr(importlib.metadata, "version", lambda dist: jaxlib.__version__)
     monkeypatch.setattr(testing, "_cuda_dirs", lambda: ["/nonexistent"])
     testing._cuda_dir.cache_clear()
     try:
