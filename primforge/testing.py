@@ -138,7 +138,8 @@ class GpuCompileResult:
         kernels: every launch of the compiled program, in order, then the PTX kernels that
             custom calls launch themselves (empty on failure).
         custom_calls: the custom-call targets of the lowered program (FFI handlers, Triton).
-        ptx: kernel entry name -> the PTX module holding it (only with ``ptx=True``).
+        ptx: kernel entry name -> the PTX module holding it (only with ``ptx=True``), for
+            XLA's kernels and for PTX that custom calls carry.
         hlo: XLA's optimised HLO text (on success).
 
     Example:
@@ -309,7 +310,7 @@ def _require() -> None:
         raise GpuCompilerUnavailable(reason)
 
 
-# --------------------------------------------------------------------------- compile
+# --------------------------------------------------------------------------- arguments, dump
 def _place(args, sharding):
     """Every array-like leaf as a ShapeDtypeStruct on the compile-only device."""
 
@@ -406,12 +407,14 @@ def _custom_calls(module) -> list[tuple[str, dict[str, Any]]]:
     return found
 
 
-def _assemble_embedded_ptx(module, sm: str) -> tuple[list[GpuKernel], str | None, str | None]:
+def _assemble_embedded_ptx(module, sm: str, ptx: dict[str, str]
+                           ) -> tuple[list[GpuKernel], str | None, str | None]:
     """Assemble, with ptxas for ``sm``, the PTX that custom calls carry as an attribute.
 
     primforge's PTX launcher (the numba_cuda backend) hands the driver PTX at run time; XLA
     never looks inside it, so ptxas is what proves it assembles for the target. Returns the
-    launches found, and the kernel and error of the first PTX that does not assemble.
+    launches found, and the kernel and error of the first PTX that does not assemble; fills
+    ``ptx`` (entry name -> PTX).
     """
     kernels, ptxas = [], os.path.join(_cuda_dir() or "", "bin", "ptxas")
     for target, config in _custom_calls(module):
@@ -421,9 +424,10 @@ def _assemble_embedded_ptx(module, sm: str) -> tuple[list[GpuKernel], str | None
         dims = {key: tuple(int(v) for v in np.asarray(config[key]))
                 for key in ("grid", "block") if key in config}
         smem = int(config["shared_mem"].value) if "shared_mem" in config else None
+        ptx[name] = config["ptx"].value
         with tempfile.TemporaryDirectory(prefix="primforge-ptxas-") as tmp:
             src = pathlib.Path(tmp, "kernel.ptx")
-            src.write_text(config["ptx"].value)
+            src.write_text(ptx[name])
             proc = subprocess.run([ptxas, f"-arch={sm}", str(src), "-o",
                                    str(pathlib.Path(tmp, "kernel.cubin"))],
                                   capture_output=True, text=True, check=False)
@@ -436,138 +440,6 @@ def _assemble_embedded_ptx(module, sm: str) -> tuple[list[GpuKernel], str | None
 
 
 # --------------------------------------------------------------------------- compile
-def _place(args, sharding):
-    """Every array-like leaf as a ShapeDtypeStruct on the compile-only device."""
-
-    def leaf(x):
-        if isinstance(x, jax.ShapeDtypeStruct):
-            return jax.ShapeDtypeStruct(x.shape, x.dtype, weak_type=x.weak_type,
-                                        sharding=sharding)
-        aval = jax.typeof(x)
-        return jax.ShapeDtypeStruct(aval.shape, aval.dtype, weak_type=aval.weak_type,
-                                    sharding=sharding)
-
-    return jax.tree.map(leaf, args, is_leaf=lambda x: isinstance(x, jax.ShapeDtypeStruct))
-
-
-_THUNK = re.compile(
-    r"^(?P<id>\d+):\s+(?P<kind>k\w+)\s+\[[^\]]*\]\s+(?P<name>\S+)"
-    r"(?:\s+grid:\s*\[(?P<grid>[\d,\s]+)\]\s+threads:\s*\[(?P<block>[\d,\s]+)\]"
-    r"\s+shared_memory:\s*(?P<smem>\d+))?")
-_THUNK_META = re.compile(
-    r'profile_annotation:\s*"(?P<name>[^"]*)"\s*thunk_id:\s*(?P<id>\d+)\s*\}\s*'
-    r'thunk_kind:\s*"(?P<kind>\w+)"')
-_CUSTOM_CALL_HLO = re.compile(r'%(?P<inst>[\w.\-]+) = [^\n]*?custom-call\([^\n]*?'
-                              r'custom_call_target="(?P<target>[^"]+)"')
-_CUSTOM_CALL_MLIR = re.compile(r"stablehlo\.custom_call @([\w.$\-]+)")
-_TRITON_NAME = re.compile(r'name\s*=\s*"([^"]+)"')
-
-
-def _dims(text: str) -> tuple[int, int, int]:
-    vals = [int(v) for v in text.replace(" ", "").split(",") if v]
-    return tuple((vals + [1, 1, 1])[:3])  # type: ignore[return-value]
-
-
-def _parse_thunks(sequence: str, metadata: str, hlo: str) -> tuple[GpuKernel, ...]:
-    """Launches from XLA's thunk sequence; custom calls named by their target."""
-    annotation = {m["id"]: m["name"] for m in _THUNK_META.finditer(metadata)}
-    targets = {m["inst"]: m["target"] for m in _CUSTOM_CALL_HLO.finditer(hlo)}
-    kernels = []
-    for line in sequence.splitlines():
-        m = _THUNK.match(line.strip())
-        if m is None:
-            continue
-        if m["grid"] is not None:
-            kernels.append(GpuKernel(m["name"], m["kind"], _dims(m["grid"]), _dims(m["block"]),
-                                     int(m["smem"])))
-            continue
-        inst = annotation.get(str(int(m["id"])), m["name"])
-        kernels.append(GpuKernel(targets.get(inst, inst), m["kind"]))
-    return tuple(kernels)
-
-
-def _read_dump(folder: str, hlo: str, want_ptx: bool):
-    files = {name: pathlib.Path(folder, name) for name in sorted(os.listdir(folder))}
-    kernels: tuple[GpuKernel, ...] = ()
-    ptx: dict[str, str] = {}
-    for name, path in files.items():
-        if name.endswith(".thunk_sequence.txt"):
-            meta = files.get(name.replace(".thunk_sequence.txt", ".thunk_metadata.txt"))
-            kernels += _parse_thunks(path.read_text(), meta.read_text() if meta else "", hlo)
-        elif want_ptx and name.endswith(".ptx"):
-            text = path.read_text()
-            for entry in re.findall(r"\.entry\s+([\w$]+)\s*\(", text):
-                ptx[entry] = text
-    return kernels, ptx
-
-
-def _named_in(error: str, names) -> str | None:
-    hits = [n for n in names if n and n in error]
-    return max(hits, key=len) if hits else None
-
-
-# --------------------------------------------------------------------------- PTX in attributes
-def _custom_calls(module) -> list[tuple[str, dict[str, Any]]]:
-    """(target, backend_config attributes) of every custom call in a lowered module."""
-    found: list[tuple[str, dict[str, Any]]] = []
-
-    def walk(op):
-        for region in op.regions:
-            for block in region.blocks:
-                for inner in block.operations:
-                    o = inner.operation
-                    if o.name == "stablehlo.custom_call":
-                        attrs = o.attributes
-                        target = attrs["call_target_name"].value
-                        config = {}
-                        if "mhlo.backend_config" in attrs:
-                            try:
-                                config = {a.name: a.attr for a in attrs["mhlo.backend_config"]}
-                            except TypeError:  # a string backend_config (e.g. Triton's)
-                                config = {}
-                        found.append((target, config))
-                    walk(o)
-
-    walk(module.operation)
-    return found
-
-
-def _attr_value(attr):
-    for getter in ("value",):
-        if hasattr(attr, getter):
-            return getattr(attr, getter)
-    return [int(v) for v in attr] if hasattr(attr, "__iter__") else None
-
-
-def _assemble_embedded_ptx(module, sm: str) -> tuple[list[GpuKernel], str | None, str | None]:
-    """Assemble, with ptxas for ``sm``, the PTX that custom calls carry as an attribute.
-
-    primforge's PTX launcher (the numba_cuda backend) hands the driver PTX at run time; XLA
-    never sees inside it, so ptxas is what proves it assembles for the target.
-    """
-    import subprocess
-
-    kernels, ptxas = [], os.path.join(_cuda_dir() or "", "bin", "ptxas")
-    for target, config in _custom_calls(module):
-        if "ptx" not in config or "kernel" not in config:
-            continue
-        name = _attr_value(config["kernel"])
-        grid = tuple(int(v) for v in np.asarray(config["grid"])) if "grid" in config else None
-        block = tuple(int(v) for v in np.asarray(config["block"])) if "block" in config else None
-        smem = int(_attr_value(config["shared_mem"])) if "shared_mem" in config else None
-        with tempfile.TemporaryDirectory(prefix="primforge-ptxas-") as tmp:
-            src = pathlib.Path(tmp, "k.ptx")
-            src.write_text(_attr_value(config["ptx"]))
-            proc = subprocess.run([ptxas, f"-arch={sm}", str(src), "-o",
-                                   str(pathlib.Path(tmp, "k.cubin"))],
-                                  capture_output=True, text=True, check=False)
-        if proc.returncode != 0:
-            return kernels, name, f"ptxas -arch={sm} rejected the PTX of {name!r} " \
-                                  f"(custom call {target}):\n{proc.stderr.strip()}"
-        kernels.append(GpuKernel(name, "embedded-ptx", grid, block, smem))
-    return kernels, None, None
-
-
 def compile_for_gpu(
     fn: Callable[..., Any],
     *args: Any,
@@ -643,8 +515,12 @@ def compile_for_gpu(
             return failed(error, _named_in(error, kernel_names))
         hlo = compiled.as_text()
         kernels, ptx_map = _read_dump(dump, hlo, ptx)
-    embedded, bad_kernel, error = _assemble_embedded_ptx(lowered.compiler_ir("stablehlo"), sm)
+    embedded_ptx: dict[str, str] = {}
+    embedded, bad_kernel, error = _assemble_embedded_ptx(lowered.compiler_ir("stablehlo"), sm,
+                                                         embedded_ptx)
     if error is not None:
         return failed(error, bad_kernel)
+    if ptx:
+        ptx_map.update(embedded_ptx)
     return GpuCompileResult(ok=True, kernels=kernels + tuple(embedded), ptx=ptx_map, hlo=hlo,
                             **info)

@@ -129,6 +129,30 @@ def test_gpu_compiles_and_the_ptx_assembles_for_every_target():
 
 @needs_ptx
 @requires_gpu_compiler
+@pytest.mark.xfail(strict=True, reason="numba_cuda compiles PTX for the local GPU, else sm_80, "
+                   "whatever the target being compiled for (make_callable has no view of it)")
+def test_ptx_is_built_for_the_target_being_compiled_for():
+    from numba import cuda
+
+    @cuda.jit
+    def copy(x, o):
+        i = cuda.grid(1)
+        if i < o.size:
+            o[i] = x[i]
+
+    k = primforge.XLACustomKernel("t_nc_target_cc", replace=True)
+    k.def_numba_cuda_kernel(lambda **kw: nc.numba_cuda_kernel(copy, block=32))
+    f = lambda x: k(x, outs=jax.ShapeDtypeStruct(x.shape, x.dtype))
+    from primforge import testing
+
+    for target in GPU_TARGETS:
+        result = testing.compile_for_gpu(f, jnp.ones(64, jnp.float32), target=target, ptx=True)
+        (entry,) = [c.name for c in result.kernels if c.kind == "embedded-ptx"]
+        assert f".target {result.sm}" in result.ptx[entry], target
+
+
+@needs_ptx
+@requires_gpu_compiler
 def test_ptx_that_does_not_assemble_fails_the_compile_by_kernel_name():
     """The check can fail: PTX asking for more shared memory than any GPU has."""
     from numba import cuda
