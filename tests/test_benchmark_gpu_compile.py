@@ -38,7 +38,7 @@ OPS = {"jax": ALL, "cuda_raw": ALL, "pallas": ALL[:3], "warp": ALL[:3], "triton"
        "numba_cuda": ALL[:3]}  # the benchmark has no scatter-add for the last four
 KNOWN = {
     ("pallas", "gather"): pytest.mark.xfail(
-        strict=True, reason="the benchmark's Pallas gather indexes a ref with an array, which "
+        strict=True, raises=primforge.KernelError, reason="the benchmark's Pallas gather indexes a ref with an array, which "
         "Pallas' Triton lowering does not implement (gather)"),
     ("pallas", "rowsum"): pytest.mark.xfail(
         run=False, reason="the benchmark's Pallas row sum is one program over the whole "
