@@ -334,8 +334,6 @@ _THUNK_META = re.compile(
     r'thunk_kind:\s*"(?P<kind>\w+)"')
 _CUSTOM_CALL_HLO = re.compile(r'%(?P<inst>[\w.\-]+) = [^\n]*?custom-call\([^\n]*?'
                               r'custom_call_target="(?P<target>[^"]+)"')
-_CUSTOM_CALL_MLIR = re.compile(r"stablehlo\.custom_call @([\w.$\-]+)")
-_TRITON_NAME = re.compile(r'name\s*=\s*"([^"]+)"')
 
 
 def _dims(text: str) -> tuple[int, int, int]:
@@ -407,7 +405,19 @@ def _custom_calls(module) -> list[tuple[str, dict[str, Any]]]:
     return found
 
 
-def _assemble_embedded_ptx(module, sm: str, ptx: dict[str, str]
+def _kernel_names(custom_calls) -> set[str]:
+    """What an XLA error may name: the custom-call targets and the kernels they carry
+    (Triton's ``name``, the PTX launcher's ``kernel``)."""
+    names = {target for target, _ in custom_calls}
+    for _, config in custom_calls:
+        for key in ("name", "kernel"):
+            value = getattr(config.get(key), "value", None)
+            if isinstance(value, str) and value:
+                names.add(value)
+    return names
+
+
+def _assemble_embedded_ptx(custom_calls, sm: str, ptx: dict[str, str]
                            ) -> tuple[list[GpuKernel], str | None, str | None]:
     """Assemble, with ptxas for ``sm``, the PTX that custom calls carry as an attribute.
 
@@ -417,7 +427,7 @@ def _assemble_embedded_ptx(module, sm: str, ptx: dict[str, str]
     ``ptx`` (entry name -> PTX).
     """
     kernels, ptxas = [], os.path.join(_cuda_dir() or "", "bin", "ptxas")
-    for target, config in _custom_calls(module):
+    for target, config in custom_calls:
         if "ptx" not in config or "kernel" not in config:
             continue
         name = config["kernel"].value
@@ -489,10 +499,12 @@ def compile_for_gpu(
     mesh = _topology(config)
     device = mesh.devices.flat[0]
     sharding = jax.sharding.NamedSharding(mesh, jax.sharding.PartitionSpec())
-    lowered = jax.jit(fn).lower(*_place(args, sharding))
-    lowered_text = lowered.as_text()
-    calls = tuple(dict.fromkeys(_CUSTOM_CALL_MLIR.findall(lowered_text)))
-    kernel_names = set(_TRITON_NAME.findall(lowered_text)) | set(calls)
+    # out_shardings too: a function without array arguments must still land on the target.
+    lowered = jax.jit(fn, out_shardings=sharding).lower(*_place(args, sharding))
+    module = lowered.compiler_ir("stablehlo")
+    custom = _custom_calls(module)
+    calls = tuple(dict.fromkeys(target for target, _ in custom))
+    kernel_names = _kernel_names(custom)
     info: dict[str, Any] = dict(
         target=str(target), device_kind=device.device_kind,
         compute_capability=str(getattr(device, "compute_capability", "?")), custom_calls=calls)
@@ -513,11 +525,15 @@ def compile_for_gpu(
                 raise GpuCompilerUnavailable(f"XLA:GPU could not run ptxas: {_INSTALL}\n"
                                              f"{error}") from e
             return failed(error, _named_in(error, kernel_names))
+        if not any(name.endswith("gpu_after_optimizations.txt") for name in os.listdir(dump)):
+            raise ValueError(  # e.g. the function pins its computation to another device
+                f"compile_for_gpu: the function was not compiled by XLA:GPU for {target!r} "
+                "(its computation is placed on another device); pass its inputs as arguments "
+                "instead of committing them to a device inside the function")
         hlo = compiled.as_text()
         kernels, ptx_map = _read_dump(dump, hlo, ptx)
     embedded_ptx: dict[str, str] = {}
-    embedded, bad_kernel, error = _assemble_embedded_ptx(lowered.compiler_ir("stablehlo"), sm,
-                                                         embedded_ptx)
+    embedded, bad_kernel, error = _assemble_embedded_ptx(custom, sm, embedded_ptx)
     if error is not None:
         return failed(error, bad_kernel)
     if ptx:

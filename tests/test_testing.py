@@ -142,6 +142,42 @@ def test_pytrees_scalars_and_shape_dtype_structs_are_accepted():
 
 
 @requires_gpu_compiler
+def test_a_function_without_arguments_is_compiled_for_the_target():
+    result = testing.compile_for_gpu(lambda: jnp.sin(jnp.arange(4096.0)), target="a100")
+    assert result.ok and result.sm == "sm_80"
+    assert any(k.grid is not None and k.threads >= 4096 for k in result.kernels), \
+        result.describe()
+
+
+@requires_gpu_compiler
+def test_a_program_without_kernels_compiles_and_one_pinned_elsewhere_is_refused():
+    result = testing.compile_for_gpu(lambda x: x, jnp.ones(4), target="h100")
+    assert result.ok and [k.kind for k in result.kernels] == ["kCopy"]  # no kernel launch
+    cpu = jax.devices("cpu")[0]
+    with pytest.raises(ValueError, match="not compiled by XLA:GPU for 'h100'"):
+        testing.compile_for_gpu(lambda: jax.device_put(jnp.ones(4), cpu) * 2, target="h100")
+
+
+@requires_gpu_compiler
+def test_errors_are_attributed_only_to_kernel_names():
+    """Candidates are custom-call targets and the kernels they carry, never other attribute
+    strings of the program (such as the mesh axis name 'x')."""
+    from jax.experimental import pallas as pl
+    from jax.experimental.pallas import triton as plgpu
+
+    def body(x_ref, o_ref):
+        o_ref[...] = x_ref[...] + 1
+
+    f = lambda x: pl.pallas_call(body, out_shape=x,
+                                 compiler_params=plgpu.CompilerParams(num_warps=4))(x)
+    mesh = testing._topology(testing.target_config("h100"))
+    sharding = jax.sharding.NamedSharding(mesh, jax.sharding.PartitionSpec())
+    lowered = jax.jit(f).lower(jax.ShapeDtypeStruct((128,), jnp.float32, sharding=sharding))
+    names = testing._kernel_names(testing._custom_calls(lowered.compiler_ir("stablehlo")))
+    assert names == {"__gpu$xla.gpu.triton", "body"}
+
+
+@requires_gpu_compiler
 def test_an_unknown_ffi_target_fails_by_name_and_check_raises():
     f = lambda x: jax.ffi.ffi_call("pf_no_such_handler", jax.ShapeDtypeStruct(x.shape,
                                                                              x.dtype))(x)
