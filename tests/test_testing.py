@@ -150,12 +150,9 @@ def test_a_function_without_arguments_is_compiled_for_the_target():
 
 
 @requires_gpu_compiler
-def test_a_program_without_kernels_compiles_and_one_pinned_elsewhere_is_refused():
+def test_a_program_without_kernels_compiles():
     result = testing.compile_for_gpu(lambda x: x, jnp.ones(4), target="h100")
     assert result.ok and [k.kind for k in result.kernels] == ["kCopy"]  # no kernel launch
-    cpu = jax.devices("cpu")[0]
-    with pytest.raises(ValueError, match="not compiled by XLA:GPU for 'h100'"):
-        testing.compile_for_gpu(lambda: jax.device_put(jnp.ones(4), cpu) * 2, target="h100")
 
 
 @requires_gpu_compiler
