@@ -8,6 +8,7 @@ fusion, Triton, LLVM, ptxas) and stop short of running anything. Each compile is
 into a private temporary folder (compiler option ``xla_dump_to``, read per compile, so no
 global ``XLA_FLAGS``), and the kernel list (XLA's thunk sequence: every launch with its grid,
 block and shared memory) and the PTX are read back from there.
+
 XLA is also handed the CUDA folder to take ``ptxas`` and libdevice from (found here, from
 ``CUDA_ROOT``, pip's ``nvidia-cuda-nvcc``, ``PATH`` or ``/usr/local/cuda``), because jax's own
 guess misses pip's ptxas when another ``nvidia`` wheel is installed beside it.

@@ -38,8 +38,9 @@ OPS = {"jax": ALL, "cuda_raw": ALL, "pallas": ALL[:3], "warp": ALL[:3], "triton"
        "numba_cuda": ALL[:3]}  # the benchmark has no scatter-add for the last four
 KNOWN = {
     ("pallas", "gather"): pytest.mark.xfail(
-        strict=True, raises=primforge.KernelError, reason="the benchmark's Pallas gather indexes a ref with an array, which "
-        "Pallas' Triton lowering does not implement (gather)"),
+        strict=True, raises=primforge.KernelError,
+        reason="the benchmark's Pallas gather indexes a ref with an array, which Pallas' "
+        "Triton lowering does not implement (gather)"),
     ("pallas", "rowsum"): pytest.mark.xfail(
         run=False, reason="the benchmark's Pallas row sum is one program over the whole "
         "matrix (no grid): XLA:GPU takes minutes to compile it (2 min for 512x512 here)"),
