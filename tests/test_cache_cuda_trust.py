@@ -523,8 +523,8 @@ def test_csr_products_on_gpu_fall_back_when_nvcc_is_missing(monkeypatch):
     for kernel in _kernels.KERNELS.values():
         with warnings.catch_warnings(record=True):
             warnings.simplefilter("always")
-            on_gpu = kernel._select("gpu", None, (("gpu", "cuda_raw"),))
-            on_cpu = kernel._select("cpu", None, (("cpu", "cuda_raw"),))
+            on_gpu = kernel._select("gpu", None, ((None, "gpu", "cuda_raw"),))
+            on_cpu = kernel._select("cpu", None, ((None, "cpu", "cuda_raw"),))
         assert on_gpu.backend != "cuda_raw", kernel.name
         assert on_cpu.backend == "cuda_raw", kernel.name
 
