@@ -207,3 +207,28 @@ def test_site_builds_strictly(tmp_path):
     assert (site / "index.html").is_file()
     assert (site / "api" / "kernels" / "index.html").is_file()
     shutil.rmtree(site, ignore_errors=True)
+
+
+# ---- troubleshooting ---------------------------------------------------------------------
+
+CLASS = re.compile(r"^class (?P<name>\w+)\((?P<bases>[^)]*)\)", re.M)
+
+
+def raised_classes():
+    """Every exception or warning class defined in primforge's source."""
+    found = set()
+    for path in (ROOT / "primforge").rglob("*.py"):
+        for m in CLASS.finditer(path.read_text(encoding="utf-8")):
+            if re.search(r"(Error|Warning|Exception)\b", m["bases"]) or re.search(
+                r"(Error|Warning)$", m["name"]
+            ):
+                found.add(m["name"])
+    return found
+
+
+def test_troubleshooting_names_every_error_and_warning_class():
+    classes = raised_classes()
+    assert {"KernelError", "MissingRuleError", "BackendUnavailableWarning"} <= classes
+    page = (DOCS / "troubleshooting.md").read_text(encoding="utf-8")
+    missing = sorted(c for c in classes if f"`{c}`" not in page)
+    assert not missing, f"docs/troubleshooting.md has no entry for: {', '.join(missing)}"
