@@ -175,6 +175,18 @@ def test_every_public_name_has_an_api_entry():
     )
 
 
+def test_every_public_name_has_a_docstring():
+    # mkdocstrings renders an object without a docstring as an empty entry; fail instead.
+    import inspect
+
+    empty = []
+    for path in public_names():
+        modname, _, attr = path.rpartition(".")
+        if not (inspect.getdoc(getattr(importlib.import_module(modname), attr)) or "").strip():
+            empty.append(path)
+    assert not empty, "public names without a docstring: " + ", ".join(empty)
+
+
 def test_api_entries_name_existing_objects():
     # mkdocs --strict checks this too; this version runs without mkdocs installed.
     for path in sorted(api_directives()):
