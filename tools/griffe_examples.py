@@ -10,12 +10,12 @@ import re
 
 import griffe
 
-_TITLE = re.compile(r"^(\s*)Example:\s*$", re.M)
+_TITLE = re.compile(r"^(\s*)Example:\s*$", re.MULTILINE)
 
 
 class ExampleSections(griffe.Extension):
     """Rename every ``Example:`` section title to ``Examples:``."""
 
-    def on_instance(self, *, obj, **kwargs):  # noqa: D102 - griffe hook
+    def on_instance(self, *, obj, **kwargs):
         if obj.docstring is not None:
             obj.docstring.value = _TITLE.sub(r"\1Examples:", obj.docstring.value)
