@@ -244,3 +244,16 @@ def test_troubleshooting_names_every_error_and_warning_class():
     page = (DOCS / "troubleshooting.md").read_text(encoding="utf-8")
     missing = sorted(c for c in classes if f"`{c}`" not in page)
     assert not missing, f"docs/troubleshooting.md has no entry for: {', '.join(missing)}"
+
+
+def test_griffe_extension_rewrites_examples_and_roles():
+    pytest.importorskip("griffe", reason="the docs extra (mkdocstrings) is not installed")
+    sys.path.insert(0, str(ROOT / "tools"))
+    try:
+        from griffe_examples import markdown_docstring
+    finally:
+        sys.path.remove(str(ROOT / "tools"))
+    text = "Uses :class:`ETPPrimitive` and :func:`~primforge.defjvp`.\n\n    Example:\n        >>> 1\n"
+    assert markdown_docstring(text) == (
+        "Uses `ETPPrimitive` and `primforge.defjvp`.\n\n    Examples:\n        >>> 1\n"
+    )
