@@ -155,3 +155,16 @@ def register_dataclass_node(cls, data_fields, meta_fields) -> bool:
         registry.register_dataclass_node(cls, list(data_fields), list(meta_fields))
     python_registry[cls] = entry(flatten, unflatten)
     return True
+
+
+def lowering_devices(ctx) -> tuple:
+    """The devices of the backend a lowering rule's ``ctx`` lowers for (may be empty).
+
+    For ``jax.jit(f).lower(...)`` on a compile-only topology these are the topology's
+    devices; for a cross-platform lowering on a CPU machine, the CPU devices.
+    """
+    backend = getattr(getattr(ctx, "module_context", None), "backend", None)
+    try:
+        return tuple(backend.devices()) if backend is not None else ()
+    except Exception:  # a client without devices
+        return ()
