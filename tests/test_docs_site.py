@@ -121,6 +121,45 @@ def test_python_blocks_run(page, tmp_path):
     assert r.returncode == 0, f"a code block of {page.name} failed:\n{r.stdout[-3000:]}\n{r.stderr[-6000:]}"
 
 
+def console_blocks():
+    out = []
+    for page in pages():
+        for line, lang, src, reason in code_blocks(page):
+            if lang == "console" and reason is None:
+                out.append(pytest.param(page, line, src, id=f"{page.stem}:{line}"))
+    return out
+
+
+@pytest.mark.parametrize(("page", "line", "src"), console_blocks())
+def test_console_blocks_run(page, line, src, tmp_path):
+    """Each ``$ primforge ...`` command of a ```console block runs and exits with status 0,
+    and the first word of every output line shown under it appears in what it prints
+    (timings differ from run to run, the table's rows and words do not)."""
+    shutil.copytree(ROOT / "examples", tmp_path / "examples")  # files the commands name
+    env = dict(os.environ)
+    env["PYTHONPATH"] = os.pathsep.join(filter(None, [str(ROOT), env.get("PYTHONPATH")]))
+    env.setdefault("JAX_PLATFORMS", "cpu")
+    env["PRIMFORGE_CACHE_DIR"] = str(tmp_path / "cache")
+    env["MPLBACKEND"] = "Agg"
+    commands = []
+    for text in src.splitlines():
+        if text.startswith("$ "):
+            commands.append((text[2:].split("#")[0].split(), []))
+        elif commands and text.strip():
+            commands[-1][1].append(text.split()[0])
+    assert commands, f"{page.name}:{line}: a console block without a '$ ' command"
+    for argv, words in commands:
+        assert argv[0] == "primforge", f"{page.name}:{line}: only primforge commands are run"
+        r = subprocess.run(
+            [sys.executable, "-m", "primforge", *argv[1:]], cwd=tmp_path, env=env,
+            capture_output=True, text=True, timeout=600, check=False,
+        )
+        shown = r.stdout + r.stderr
+        assert r.returncode == 0, f"{page.name}:{line}: {' '.join(argv)} failed:\n{shown[-4000:]}"
+        missing = [w for w in words if w not in shown]
+        assert not missing, f"{page.name}:{line}: {' '.join(argv)} printed no {missing}:\n{shown}"
+
+
 def test_block_parser_sees_fences_and_exemptions(tmp_path):
     page = tmp_path / "p.md"
     page.write_text(
