@@ -1,14 +1,16 @@
 """The documentation site: its code runs, its API reference is complete, it builds strictly.
 
-Three checks on ``docs/``:
+Checks on ``docs/``:
 
 * every fenced ```python block of every page is executed, the blocks of one page in order
   in one fresh interpreter (so a page's later blocks see its earlier names), with warnings
   as errors. A block is skipped only when an HTML comment ``<!-- not run: REASON -->``
   with a non-empty reason stands on the line(s) just before its fence;
+* every ``$ primforge ...`` command of a ```console block runs (same exemption);
 * every public name (the ``__all__`` of ``primforge``, ``primforge.utils``,
   ``primforge.ops`` and, where it exists, ``primforge.testing``) has a ``::: name``
   directive on one of the API pages under ``docs/api/``;
+* every exception and warning class in the source has an entry on the troubleshooting page;
 * ``mkdocs build --strict`` succeeds (broken links, unresolved references and missing
   API objects fail it), when mkdocs is installed (the ``docs`` extra).
 """
