@@ -298,3 +298,28 @@ def test_griffe_extension_rewrites_examples_and_roles():
     assert markdown_docstring(text) == (
         "Uses `ETPPrimitive` and `primforge.defjvp`.\n\n    Examples:\n        >>> 1\n"
     )
+
+
+# ---- wording -----------------------------------------------------------------------------
+
+INTERNAL = re.compile(r"\bissue\s*#?\d+|\(issue|\bspec[ /-]?\d{3}\b", re.IGNORECASE)
+
+
+def test_no_project_internal_wording_where_users_read():
+    """The pages, the README and the docstrings (what the API pages show) speak of the
+    library only, never of the project's own tickets or specs."""
+    import ast
+
+    found = []
+    for path in [*pages(), ROOT / "README.md"]:
+        for n, text in enumerate(path.read_text(encoding="utf-8").splitlines(), 1):
+            if INTERNAL.search(text):
+                found.append(f"{path.relative_to(ROOT)}:{n}: {text.strip()}")
+    for path in (ROOT / "primforge").rglob("*.py"):
+        tree = ast.parse(path.read_text(encoding="utf-8"))
+        for node in ast.walk(tree):
+            if isinstance(node, (ast.Module, ast.ClassDef, ast.FunctionDef, ast.AsyncFunctionDef)):
+                doc = ast.get_docstring(node) or ""
+                if INTERNAL.search(doc):
+                    found.append(f"{path.relative_to(ROOT)}: docstring of {getattr(node, 'name', 'the module')}")
+    assert not found, "project-internal wording:\n" + "\n".join(found)
