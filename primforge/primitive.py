@@ -1030,8 +1030,11 @@ def register_primitive(
         name: the primitive's name.
         impl_fn: the implementation.
         multiple_results: ``impl_fn`` returns a tuple/list of arrays.
-        batched, gradient_enabled, trainable_invars_fn, x_invar_index, y_outvar_index:
-            metadata for custom interpreters; see :class:`ETPPrimitive`.
+        batched: metadata for custom interpreters; see :class:`ETPPrimitive`.
+        gradient_enabled: the same.
+        trainable_invars_fn: the same.
+        x_invar_index: the same.
+        y_outvar_index: the same.
 
     Returns:
         The new primitive. Call it with ``prim.bind(*arrays, **params)``.

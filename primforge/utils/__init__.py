@@ -1,4 +1,4 @@
-"""JAX and pytree utilities (spec 003): dataclass pytrees, tree helpers, transforms, numerics.
+"""JAX and pytree utilities: dataclass pytrees, tree helpers, transforms, numerics.
 
 The public surface is re-exported here from private modules:
 
