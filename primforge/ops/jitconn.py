@@ -192,6 +192,8 @@ def _jax_generator(binary: bool, matrix: bool):
         k_max = int(ins[2].shape[0]) - 1
 
         def kernel(theta, seed, table, x):
+            if min(m, n) == 0:
+                return jnp.zeros(outs[0].shape, dtype)
             ev = (x != 0).astype(dtype) if binary else x.astype(dtype)
             keys = row_keys(seed[0], jnp.arange(m, dtype=jnp.int32))
             load = lambda idx: table[idx]  # noqa: E731
