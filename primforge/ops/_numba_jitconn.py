@@ -7,9 +7,10 @@ counts from the threshold ``table``); here its 32-bit unsigned arithmetic is don
 with explicit masking (a product whose true value exceeds 2**63 is split in two halves, so no
 signed overflow ever happens).
 
-* The skip count (a geometric variate) is first guessed with a float logarithm, then moved
-  to the exact integer answer by comparing with the threshold table, so it is bitwise the
-  same integer the binary search of the other backends finds, at O(1) expected cost.
+* The skip count (a geometric variate) starts from a guide table indexed by the draw's top
+  bits (built once per ``prob`` and frozen into the compiled kernel) and walks the threshold
+  table to the exact integer answer: bitwise the same integer the binary search of the
+  other backends finds, about one step on average, no floating point.
 * ``W.T @ x`` (``x @ W``) only generates the rows whose input is non-zero: the work is the
   number of active rows times their length (event-driven). ``W @ x`` must generate every
   row, but draws a synapse's weight only when its input is non-zero (draws are
@@ -62,20 +63,28 @@ def _helpers():
         return ((h >> 9) * 2 + 1) * 5.9604644775390625e-08
 
     @numba.njit(inline="always", nogil=True)
-    def skip(u, table, k_max, logq):
-        if k_max == 0:
-            return 0
-        f = math.log((u + 0.5) * 2.3283064365386963e-10) / logq
-        g = k_max if f >= k_max else int(f)
-        if g < 0:
-            g = 0
-        while table[g] > u:  # table[k_max] == 0 ends this loop
+    def skip(u, table, guide, shift):
+        g = guide[u >> shift]  # every threshold before g exceeds the bucket's largest draw
+        while table[g] > u:  # table[-1] == 0 ends this walk
             g += 1
-        while g > 0 and table[g - 1] <= u:
-            g -= 1
         return g
 
     return mix, draw, unit, skip
+
+
+def guide_table(table: np.ndarray) -> tuple[np.ndarray, int]:
+    """A guide into ``table``: the start of the search for each bucket of top draw bits.
+
+    With ``bits`` about ``log2(len(table))`` the walk from the guide to the exact gap takes
+    about one step on average, and no floating point is involved.
+    """
+    k_max = table.size - 1
+    bits = min(16, max(8, int(k_max).bit_length()))
+    shift = 32 - bits
+    tops = (np.arange(1, 2**bits + 1, dtype=np.int64) << shift) - 1  # largest draw per bucket
+    neg = -table[:-1].astype(np.int64)  # ascending
+    guide = np.searchsorted(neg, -tops, side="left").astype(np.int64)
+    return guide, shift
 
 
 @functools.cache
@@ -83,10 +92,13 @@ def kernel(binary: bool, matrix: bool, transpose: bool, kind: str, prob: float):
     """The njit kernel for one variant (compiled lazily per dtype)."""
     import numba
 
+    from primforge.ops.jitconn import threshold_table
+
+    GUIDE, SHIFT = guide_table(threshold_table(prob))
+
     mix, draw, unit, skip = _helpers()
     BINARY = binary
     KIND = {"homo": 0, "uniform": 1, "normal": 2}[kind]
-    LOGQ = math.log1p(-prob) if prob < 1.0 else -math.inf
     SEED_SALT, ROW_SALT = 0x3C6EF372, 0x85EBCA6B
     TWO_PI = 2.0 * math.pi
 
@@ -111,7 +123,6 @@ def kernel(binary: bool, matrix: bool, transpose: bool, kind: str, prob: float):
         def jitc_mv(theta, seed, table, x, out):
             m = out.shape[0]
             n = x.shape[0]
-            k_max = table.shape[0] - 1
             seedkey = mix((seed[0] & MASK) ^ SEED_SALT)
             for i in range(m):
                 key = row_key(seedkey, i)
@@ -119,16 +130,21 @@ def kernel(binary: bool, matrix: bool, transpose: bool, kind: str, prob: float):
                 s = 0
                 acc = 0.0
                 while True:
-                    g = skip(draw(key, 3 * s), table, k_max, LOGQ)
+                    g = skip(draw(key, 3 * s), table, GUIDE, SHIFT)
                     if g >= n - 1 - j:
                         break
                     j += 1 + g
                     xv = x[j]
-                    if xv != 0:
+                    if KIND == 0:  # shared weight: no branch, applied once per row below
+                        if BINARY:
+                            acc += 1.0 if xv != 0 else 0.0
+                        else:
+                            acc += xv
+                    elif xv != 0:  # a random weight is drawn only where it is needed
                         w = weight(theta, key, s)
                         acc += w if BINARY else w * xv
                     s += 1
-                out[i] = acc
+                out[i] = acc * theta[0] if KIND == 0 else acc
 
         return jitc_mv
 
@@ -138,7 +154,6 @@ def kernel(binary: bool, matrix: bool, transpose: bool, kind: str, prob: float):
         def jitc_t_mv(theta, seed, table, x, out):
             m = x.shape[0]
             n = out.shape[0]
-            k_max = table.shape[0] - 1
             seedkey = mix((seed[0] & MASK) ^ SEED_SALT)
             out[:] = 0
             for i in range(m):
@@ -149,7 +164,7 @@ def kernel(binary: bool, matrix: bool, transpose: bool, kind: str, prob: float):
                 j = -1
                 s = 0
                 while True:
-                    g = skip(draw(key, 3 * s), table, k_max, LOGQ)
+                    g = skip(draw(key, 3 * s), table, GUIDE, SHIFT)
                     if g >= n - 1 - j:
                         break
                     j += 1 + g
@@ -168,7 +183,6 @@ def kernel(binary: bool, matrix: bool, transpose: bool, kind: str, prob: float):
         def jitc_mm(theta, seed, table, x, out):
             m = out.shape[0]
             n, kcols = x.shape
-            k_max = table.shape[0] - 1
             seedkey = mix((seed[0] & MASK) ^ SEED_SALT)
             out[:] = 0
             for i in range(m):
@@ -176,7 +190,7 @@ def kernel(binary: bool, matrix: bool, transpose: bool, kind: str, prob: float):
                 j = -1
                 s = 0
                 while True:
-                    g = skip(draw(key, 3 * s), table, k_max, LOGQ)
+                    g = skip(draw(key, 3 * s), table, GUIDE, SHIFT)
                     if g >= n - 1 - j:
                         break
                     j += 1 + g
@@ -196,7 +210,6 @@ def kernel(binary: bool, matrix: bool, transpose: bool, kind: str, prob: float):
     def jitc_t_mm(theta, seed, table, x, out):
         m, kcols = x.shape
         n = out.shape[0]
-        k_max = table.shape[0] - 1
         seedkey = mix((seed[0] & MASK) ^ SEED_SALT)
         out[:] = 0
         act = np.empty(kcols, np.int64)  # the columns of x that fire in row i
@@ -212,7 +225,7 @@ def kernel(binary: bool, matrix: bool, transpose: bool, kind: str, prob: float):
             j = -1
             s = 0
             while True:
-                g = skip(draw(key, 3 * s), table, k_max, LOGQ)
+                g = skip(draw(key, 3 * s), table, GUIDE, SHIFT)
                 if g >= n - 1 - j:
                     break
                 j += 1 + g
