@@ -10,8 +10,8 @@ Contenders, per case (all jitted, CPU numba kernels unless named otherwise):
                    ``W`` and ``W.T`` are different matrices)
 
 brainevent draws a different random matrix (same N, p and weights), so its results are
-compared statistically (the ratio of total inputs is recorded; outside 0.7-1.3 is a failure),
-not entry by entry.
+compared statistically (the ratio of total inputs is recorded; for ``x@W``, whose sums are
+positive, outside 0.7-1.3 is a failure), not entry by entry.
 
 Directions: ``x@W`` is binary spikes times ``W`` (rows are sources: event-driven) and
 ``W@x`` a float vector with 10% non-zeros (every row generated). Timing: all contenders
@@ -147,7 +147,7 @@ def run_case(n, p, rate, kind, direction, reps, seed=7):
                 row["failed"][name] = "disagrees with jitc"
         else:  # another random matrix: record how its total input compares
             row.setdefault("total_vs_jitc", {})[name] = float(y.sum() / ref.sum())
-            if not 0.7 < y.sum() / ref.sum() < 1.3:
+            if direction == "x@W" and not 0.7 < y.sum() / ref.sum() < 1.3:  # positive sums
                 row["failed"][name] = f"total {y.sum():.4g} vs jitc {ref.sum():.4g}"
     times = {name: [] for name in fns}
     for r in range(reps):

@@ -622,7 +622,7 @@ _BENCH_RATE = 0.05
 _BENCH_COLS = 8
 # (n, prob, transpose, weight_kind)
 _BENCH_CASES = ((1000, 0.05, False, "homo"), (1000, 0.05, True, "homo"),
-                (4000, 0.02, True, "uniform"), (4000, 0.02, False, "normal"))
+                (2000, 0.02, True, "uniform"), (2000, 0.02, False, "normal"))
 
 
 def _benchmark_data(binary: bool, matrix: bool):
