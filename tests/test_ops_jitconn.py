@@ -166,6 +166,10 @@ def test_a_traced_seed_selects_the_matrix_without_recompiling():
         want = jitconn.jitc_todense(seed, (M, N), 0.2) @ x
         np.testing.assert_array_equal(np.asarray(f(jnp.asarray(seed % 2**32, jnp.uint32))), want)
     assert len(traces) == 1
+    # A signed traced seed wraps the same way.
+    g = jax.jit(lambda seed: ops.jitc_matvec(1.0, seed, x, shape=(M, N), prob=0.2))
+    np.testing.assert_array_equal(np.asarray(g(jnp.int32(-3))),
+                                  jitconn.jitc_todense(2**32 - 3, (M, N), 0.2) @ x)
     # Python ints are taken modulo 2**32, like the traced uint32 seed.
     np.testing.assert_array_equal(ops.jitc_matvec(1.0, -3, x, shape=(M, N), prob=0.2),
                                   jitconn.jitc_todense(2**32 - 3, (M, N), 0.2) @ x)
