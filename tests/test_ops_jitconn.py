@@ -231,7 +231,7 @@ def test_jvp_of_binary_products(backend, transpose):
     # float events: the tangent of W @ x (straight through on 0/1 inputs)
     np.testing.assert_allclose(np.asarray(t), d_a @ e + a @ de, rtol=1e-4, atol=1e-4)
     # bool events have no tangent: only the weights' part remains
-    yb, tb = jax.jvp(lambda w: f(w, SEED, e.astype(bool)), (theta,), (dtheta,))
+    _, tb = jax.jvp(lambda w: f(w, SEED, e.astype(bool)), (theta,), (dtheta,))
     np.testing.assert_allclose(np.asarray(tb), d_a @ e, rtol=1e-4, atol=1e-4)
 
 
@@ -398,8 +398,8 @@ def test_every_pallas_variant_compiles_for_h100_and_a100(binary, matrix, transpo
     rows_in = M if transpose else N
     x = sds((rows_in, K) if matrix else (rows_in,), jnp.bool_ if binary else jnp.float32)
     name = "pf_jitc_" + ("scatter_" if transpose else "gather_") + ("mm" if matrix else "mv")
-    for kind in KINDS:
-        w = sds(np.shape(KINDS[kind]), jnp.float32)
+    for kind, weight in KINDS.items():
+        w = sds(np.shape(weight), jnp.float32)
         f = functools.partial(FUNCS[(binary, matrix)], shape=(M, N), prob=0.1,
                               transpose=transpose, weight_kind=kind, backend="pallas")
         for result in compile_for_targets(f, w, sds((), jnp.int32), x,

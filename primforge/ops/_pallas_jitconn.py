@@ -143,8 +143,8 @@ def _build(binary, matrix, transpose, kind, *, m, n, k, k_max, dtype, platform):
     else:
         out = jax.ShapeDtypeStruct((row_blocks * br,), dtype)
     name = "pf_jitc_" + ("scatter" if transpose else "gather") + ("_mm" if matrix else "_mv")
-    common = dict(out_shape=out, grid=grid, interpret=platform == "cpu",
-                  compiler_params=_compiler_params(platform), name=name)
+    common = {"out_shape": out, "grid": grid, "interpret": platform == "cpu",
+              "compiler_params": _compiler_params(platform), "name": name}
 
     if transpose:
         def scatter(t_ref, s_ref, tab_ref, x_ref, _zeros_ref, y_ref):

@@ -196,7 +196,10 @@ def _jax_generator(binary: bool, matrix: bool):
                 return jnp.zeros(outs[0].shape, dtype)
             ev = (x != 0).astype(dtype) if binary else x.astype(dtype)
             keys = row_keys(seed[0], jnp.arange(m, dtype=jnp.int32))
-            load = lambda idx: table[idx]  # noqa: E731
+
+            def load(idx):
+                return table[idx]
+
             if transpose:
                 alive0 = jnp.any(ev != 0, axis=1) if matrix else ev != 0
             else:
@@ -547,11 +550,11 @@ def binary_jitc_matmat(weight: Any, seed: Any, events: Any, *, shape: tuple[int,
 
 
 for _fn, _x in ((jitc_matvec, "x: float vector of length ``cols`` (``rows`` with ``transpose``)."),
-                (binary_jitc_matvec, "events: bool (or numeric: non-zero is active) vector of "
-                 "length ``cols`` (``rows`` with ``transpose``)."),
+                (binary_jitc_matvec, ("events: bool (or numeric: non-zero is active) vector of "
+                                      "length ``cols`` (``rows`` with ``transpose``).")),
                 (jitc_matmat, "x: float matrix ``(cols, k)`` (``(rows, k)`` with ``transpose``)."),
-                (binary_jitc_matmat, "events: bool (or numeric) matrix ``(cols, k)`` (``(rows, "
-                 "k)`` with ``transpose``).")):
+                (binary_jitc_matmat, ("events: bool (or numeric) matrix ``(cols, k)`` (``(rows, "
+                                      "k)`` with ``transpose``)."))):
     _fn.__doc__ = _fn.__doc__.replace("{args}", _ARGS_DOC.format(xname=_x).strip())
 del _fn, _x
 
