@@ -107,15 +107,23 @@ def kernel(binary: bool, matrix: bool, transpose: bool, kind: str, prob: float):
         return mix((seedkey + mix(i ^ ROW_SALT)) & MASK)
 
     @numba.njit(inline="always", nogil=True)
-    def weight(theta, key, s):
+    def weight(th, key, s):
+        # ``th``: the weight parameters as a tuple of float64 scalars, read once per call
+        # (reading them from the array at every synapse cost several times more).
         if KIND == 0:
-            return theta[0]
+            return th[0]
         u1 = unit(draw(key, 3 * s + 1))
         if KIND == 1:
-            return theta[0] + (theta[1] - theta[0]) * u1
+            return th[0] + (th[1] - th[0]) * u1
         u2 = unit(draw(key, 3 * s + 2))
         z = math.sqrt(-2.0 * math.log(u1)) * math.cos(TWO_PI * u2)
-        return theta[0] + theta[1] * z
+        return th[0] + th[1] * z
+
+    @numba.njit(inline="always", nogil=True)
+    def params(theta):
+        if KIND == 0:
+            return (float(theta[0]), 0.0)
+        return (float(theta[0]), float(theta[1]))
 
     if not matrix and not transpose:
 
@@ -124,6 +132,7 @@ def kernel(binary: bool, matrix: bool, transpose: bool, kind: str, prob: float):
             m = out.shape[0]
             n = x.shape[0]
             seedkey = mix((seed[0] & MASK) ^ SEED_SALT)
+            th = params(theta)
             for i in range(m):
                 key = row_key(seedkey, i)
                 j = -1
@@ -141,7 +150,7 @@ def kernel(binary: bool, matrix: bool, transpose: bool, kind: str, prob: float):
                         else:
                             acc += xv
                     elif xv != 0:  # a random weight is drawn only where it is needed
-                        w = weight(theta, key, s)
+                        w = weight(th, key, s)
                         acc += w if BINARY else w * xv
                     s += 1
                 out[i] = acc * theta[0] if KIND == 0 else acc
@@ -155,6 +164,7 @@ def kernel(binary: bool, matrix: bool, transpose: bool, kind: str, prob: float):
             m = x.shape[0]
             n = out.shape[0]
             seedkey = mix((seed[0] & MASK) ^ SEED_SALT)
+            th = params(theta)
             out[:] = 0
             for i in range(m):
                 xi = x[i]
@@ -168,7 +178,7 @@ def kernel(binary: bool, matrix: bool, transpose: bool, kind: str, prob: float):
                     if g >= n - 1 - j:
                         break
                     j += 1 + g
-                    w = weight(theta, key, s)
+                    w = weight(th, key, s)
                     if BINARY:
                         out[j] += w
                     else:
@@ -184,6 +194,7 @@ def kernel(binary: bool, matrix: bool, transpose: bool, kind: str, prob: float):
             m = out.shape[0]
             n, kcols = x.shape
             seedkey = mix((seed[0] & MASK) ^ SEED_SALT)
+            th = params(theta)
             out[:] = 0
             for i in range(m):
                 key = row_key(seedkey, i)
@@ -194,7 +205,7 @@ def kernel(binary: bool, matrix: bool, transpose: bool, kind: str, prob: float):
                     if g >= n - 1 - j:
                         break
                     j += 1 + g
-                    w = weight(theta, key, s)
+                    w = weight(th, key, s)
                     for c in range(kcols):
                         xv = x[j, c]
                         if BINARY:
@@ -211,6 +222,7 @@ def kernel(binary: bool, matrix: bool, transpose: bool, kind: str, prob: float):
         m, kcols = x.shape
         n = out.shape[0]
         seedkey = mix((seed[0] & MASK) ^ SEED_SALT)
+        th = params(theta)
         out[:] = 0
         act = np.empty(kcols, np.int64)  # the columns of x that fire in row i
         for i in range(m):
@@ -229,7 +241,7 @@ def kernel(binary: bool, matrix: bool, transpose: bool, kind: str, prob: float):
                 if g >= n - 1 - j:
                     break
                 j += 1 + g
-                w = weight(theta, key, s)
+                w = weight(th, key, s)
                 for t in range(na):
                     c = act[t]
                     if BINARY:
