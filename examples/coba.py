@@ -129,7 +129,7 @@ def plain_step(w_exc: CSR, w_inh: CSR):
 
 
 # ----------------------------------------------------------------------------- fused step
-coba_step_p = primforge.XLACustomKernel("examples.coba_step")
+coba_step_p = primforge.XLACustomKernel("examples.coba_step", replace=True)
 
 
 def _numba_step(**_):
