@@ -122,3 +122,16 @@ def jaxlib_version() -> tuple[int, ...]:
     import jaxlib
 
     return tuple(int(p) for p in jaxlib.__version__.split(".")[:3] if p.isdigit())
+
+
+def lowering_devices(ctx) -> tuple:
+    """The devices of the backend a lowering rule's ``ctx`` lowers for (may be empty).
+
+    For ``jax.jit(f).lower(...)`` on a compile-only topology these are the topology's
+    devices; for a cross-platform lowering on a CPU machine, the CPU devices.
+    """
+    backend = getattr(getattr(ctx, "module_context", None), "backend", None)
+    try:
+        return tuple(backend.devices()) if backend is not None else ()
+    except Exception:  # a client without devices
+        return ()

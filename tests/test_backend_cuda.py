@@ -1,4 +1,5 @@
-"""cuda_raw backend: the C++ twin runs here; nvcc compiles CUDA here; lowering for CUDA."""
+"""cuda_raw backend: the C++ twin runs here; nvcc compiles CUDA here for sm_90 and sm_80;
+lowering for CUDA; XLA:GPU compiles the FFI call for both targets."""
 
 import os
 import shutil
@@ -7,7 +8,7 @@ import jax
 import jax.numpy as jnp
 import numpy as np
 import pytest
-from gpu_utils import lower_for_cuda, requires_gpu
+from gpu_utils import compile_for_targets, lower_for_cuda, requires_gpu, requires_gpu_compiler
 
 import primforge
 from primforge.kernel.backends import cuda as pcuda
@@ -142,6 +143,36 @@ def test_nvcc_builds_and_gpu_lowering_on_any_machine(tmp_path):
     text = lower_for_cuda(lambda x: k(x, outs=jax.ShapeDtypeStruct(x.shape, x.dtype)),
                           jnp.ones(16, jnp.float32))
     assert m.target("AxpbGpu") in text
+
+
+@needs_nvcc
+@requires_gpu_compiler
+@pytest.mark.parametrize("target,arch", [("h100", "sm_90"), ("a100", "sm_80")])
+def test_nvcc_builds_for_the_target_and_xla_gpu_compiles_the_call(target, arch):
+    """nvcc builds the kernel for the target's architecture, the handler registers for CUDA
+    without a GPU, and XLA:GPU compiles the program that calls it (for that target)."""
+    m = pcuda.load_cuda_inline(CUDA_SOURCE, name=f"t_axpb_{arch}", arch=arch)
+    k = primforge.XLACustomKernel(f"t_cuda_raw_compile_{arch}", replace=True)
+    k.def_cuda_raw_kernel(lambda outs, **kw: m.function("AxpbGpu", outs=outs[0],
+                                                         a=np.float32(2), b=np.float32(1)))
+    f = lambda x: k(x, outs=jax.ShapeDtypeStruct(x.shape, x.dtype))
+    for fn, x in [(f, jnp.ones(16, jnp.float32)), (jax.vmap(f), jnp.ones((3, 16)))]:
+        (result,) = compile_for_targets(fn, x, backend="cuda_raw", targets=(target,)).values()
+        assert m.target("AxpbGpu") in [c.name for c in result.kernels], result.describe()
+
+
+@requires_gpu_compiler
+def test_a_handler_registered_only_for_the_cpu_fails_the_gpu_compile_by_name():
+    """The check can fail: the C++ twin's target exists for 'cpu' only, so XLA:GPU rejects
+    the call and the error names it."""
+    from primforge import testing
+
+    m = pcuda.load_cpp_inline(CPP_SOURCE, name="t_axpb_cpu_only")
+    f = lambda x: m.call("AxpbCpu", x, outs=jax.ShapeDtypeStruct(x.shape, x.dtype),
+                         a=np.float32(3), b=np.float32(-1))
+    result = testing.compile_for_gpu(f, jnp.ones(4, jnp.float32), target="a100")
+    assert not result.ok and result.failed_kernel == m.target("AxpbCpu")
+    assert "CUDA" in result.error
 
 
 def test_find_nvcc_in_pip_layout(tmp_path, monkeypatch):

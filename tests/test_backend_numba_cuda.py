@@ -1,4 +1,5 @@
-"""numba_cuda backend: simulator run (subprocess), PTX + CUDA lowering here, GPU run."""
+"""numba_cuda backend: simulator run (subprocess), PTX + CUDA lowering here, XLA:GPU compiles
+and ptxas assembly for sm_90/sm_80 here, GPU run."""
 
 import os
 import subprocess
@@ -12,7 +13,7 @@ import pytest
 
 pytest.importorskip("numba_cuda", reason="optional backend: pip install 'primforge[numba-cuda]'")
 
-from gpu_utils import lower_for_cuda, requires_gpu
+from gpu_utils import GPU_TARGETS, compile_for_targets, lower_for_cuda, requires_gpu, requires_gpu_compiler
 
 import primforge
 from primforge.kernel.backends import numba_cuda as nc
@@ -95,6 +96,60 @@ def test_ptx_and_gpu_lowering_on_any_machine():
     assert "PrimforgePtxLaunch" in text
     assert "block = dense<[128, 1, 1]>" in text and "grid = dense<[8, 1, 1]>" in text
     assert 'abi = "numba"' in text and ".entry" in text
+
+
+@needs_ptx
+@requires_gpu_compiler
+def test_gpu_compiles_and_the_ptx_assembles_for_every_target():
+    """XLA:GPU compiles the launcher's custom call, and ptxas assembles the kernel's PTX
+    (which XLA never looks into) for sm_90 and sm_80, with the launch shape primforge chose."""
+    from numba import cuda
+
+    @cuda.jit
+    def rowsum(x, out):
+        i = cuda.grid(1)
+        if i < x.shape[0]:
+            s = 0.0
+            for j in range(x.shape[1]):
+                s += x[i, j]
+            out[i] = s
+
+    k = primforge.XLACustomKernel("t_nc_compile", replace=True)
+    k.def_numba_cuda_kernel(lambda **kw: nc.numba_cuda_kernel(rowsum, block=64))
+    f = lambda x: k(x, outs=jax.ShapeDtypeStruct(x.shape[:1], x.dtype))
+    for fn, x in [(f, jax.ShapeDtypeStruct((1000, 7), jnp.float32)),
+                  (jax.vmap(f), jax.ShapeDtypeStruct((3, 1000, 7), jnp.float64))]:
+        with jax.enable_x64(x.dtype == jnp.float64):
+            results = compile_for_targets(fn, x, backend="numba_cuda")
+        for target in GPU_TARGETS:
+            (launch,) = [c for c in results[target].kernels if c.kind == "embedded-ptx"]
+            assert launch.grid == (16, 1, 1) and launch.block == (64, 1, 1), launch
+            assert "rowsum" in launch.name
+
+
+@needs_ptx
+@requires_gpu_compiler
+def test_ptx_that_does_not_assemble_fails_the_compile_by_kernel_name():
+    """The check can fail: PTX asking for more shared memory than any GPU has."""
+    from numba import cuda
+
+    @cuda.jit
+    def hog(x, o):
+        buf = cuda.shared.array(200_000, dtype=np.float32)  # 800 kB of static shared memory
+        i = cuda.grid(1)
+        buf[i] = x[i]
+        cuda.syncthreads()
+        if i < o.size:
+            o[i] = buf[i]
+
+    from primforge import testing
+
+    k = primforge.XLACustomKernel("t_nc_hog", replace=True)
+    k.def_numba_cuda_kernel(lambda **kw: nc.numba_cuda_kernel(hog, block=32))
+    f = lambda x: k(x, outs=jax.ShapeDtypeStruct(x.shape, x.dtype))
+    result = testing.compile_for_gpu(f, jnp.ones(32, jnp.float32), target="h100")
+    assert not result.ok and "hog" in result.failed_kernel, result.describe()
+    assert "ptxas" in result.error
 
 
 @requires_gpu

@@ -1,10 +1,12 @@
-"""Pallas backend: CPU interpret mode against NumPy, CUDA lowering on any machine, GPU run."""
+"""Pallas backend: CPU interpret mode against NumPy, CUDA lowering and XLA:GPU compiles for
+sm_90/sm_80 on any machine, GPU run."""
 
 import jax
 import jax.numpy as jnp
 import numpy as np
 import pytest
-from gpu_utils import lower_for_cuda, requires_gpu
+from gpu_utils import (GPU_TARGETS, compile_for_targets, lower_for_cuda, requires_gpu,
+                       requires_gpu_compiler)
 from jax.experimental import pallas as pl
 from jax.experimental.pallas import triton as plgpu
 
@@ -81,6 +83,29 @@ def test_tpu_lowering_on_any_machine():
     text = jax.jit(f).trace(x).lower(lowering_platforms=("tpu",)).as_text()
     assert "tpu_custom_call" in text and "xla.gpu.triton" not in text
     np.testing.assert_allclose(np.asarray(f(x)), 3 * np.ones((8, 128)))  # the CPU twin
+
+
+@requires_gpu_compiler
+def test_gpu_compiles_for_every_target_with_the_requested_warps():
+    """XLA:GPU compiles the Triton kernel for sm_90 and sm_80; 4 warps give 128 threads."""
+    k = _make("t_pallas_compile", _affine_gen)
+    f = lambda x: k(x, outs=jax.ShapeDtypeStruct(x.shape, x.dtype))
+    results = compile_for_targets(f, jnp.ones(128, jnp.float32), backend="pallas", ptx=True)
+    for target in GPU_TARGETS:
+        (body,) = [kern for kern in results[target].kernels if kern.name == "body"]
+        assert body.block == (128, 1, 1) and body.grid == (1, 1, 1), (target, body)
+        assert f".target {results[target].sm}" in results[target].ptx["body"]
+
+
+@requires_gpu_compiler
+def test_gpu_row_reduction_and_its_vmap_compile_for_every_target():
+    k = _make("t_pallas_rowsum_compile", _rowsum_gen)
+    f = lambda x: k(x, outs=jax.ShapeDtypeStruct(x.shape[:1], x.dtype))
+    compile_for_targets(f, jnp.ones((8, 16), jnp.float32), backend="pallas")
+    results = compile_for_targets(jax.vmap(f), jnp.ones((3, 8, 16), jnp.float32),
+                                  backend="pallas")
+    for result in results.values():  # one launch per batch element: a grid of 3
+        assert [kern.grid for kern in result.kernels if kern.name == "body"] == [(3, 1, 1)]
 
 
 @requires_gpu

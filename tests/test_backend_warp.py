@@ -1,4 +1,5 @@
-"""Warp backend: kernels on Warp's CPU device against NumPy, CUDA lowering, GPU run."""
+"""Warp backend: kernels on Warp's CPU device against NumPy, CUDA lowering, XLA:GPU compiles
+and Warp's own CUDA build for sm_90/sm_80 on any machine, GPU run."""
 
 import jax
 import jax.numpy as jnp
@@ -7,7 +8,8 @@ import pytest
 
 wp = pytest.importorskip("warp", reason="optional backend: pip install 'primforge[warp]'")
 
-from gpu_utils import lower_for_cuda, requires_gpu
+from gpu_utils import (GPU_TARGETS, compile_for_targets, lower_for_cuda, requires_gpu,
+                       requires_gpu_compiler)
 
 import primforge
 from primforge.kernel.backends.warp import warp_kernel
@@ -64,6 +66,28 @@ def test_gpu_lowering_on_any_machine():
         lambda x, y: k(x, y, outs=jax.ShapeDtypeStruct((8,), jnp.float32), a=2.0),
         jnp.ones(8, jnp.float32), jnp.ones(8, jnp.float32))
     assert "stablehlo.custom_call" in text
+
+
+@requires_gpu_compiler
+def test_gpu_compiles_for_every_target():
+    """XLA:GPU accepts Warp's CUDA custom call (registered for CUDA without a GPU)."""
+    k = _kernel("t_warp_compile", "gpu")
+    f = lambda x, y: k(x, y, outs=jax.ShapeDtypeStruct((8,), jnp.float32), a=2.0)
+    x = jnp.ones(8, jnp.float32)
+    for fn, args in [(f, (x, x)), (jax.vmap(f), (jnp.ones((3, 8)), jnp.ones((3, 8))))]:
+        for result in compile_for_targets(fn, *args, backend="warp").values():
+            assert [c.kind for c in result.kernels if c.name in result.custom_calls] == [
+                "kCustomCall"], result.describe()
+
+
+@pytest.mark.parametrize("target", GPU_TARGETS)
+def test_warp_builds_the_kernels_cuda_code_for_every_target(target, tmp_path):
+    """What XLA never sees: Warp's generated CUDA, built ahead of time into a cubin (NVRTC)."""
+    arch = {"h100": 90, "a100": 80}[target]
+    for kernel in (_axpb, _rowsum):
+        paths = wp.compile_aot_module(kernel.module, arch=arch, module_dir=tmp_path)
+        cubins = [p for p in paths if str(p).endswith(f".sm{arch}.cubin")]
+        assert cubins and all(p.stat().st_size > 0 for p in cubins), paths
 
 
 @requires_gpu

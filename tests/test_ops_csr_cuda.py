@@ -1,5 +1,6 @@
 """cuda_raw CSR kernels: the C++ twin of the CUDA bodies on the CPU against dense NumPy,
-nvcc builds and GPU lowering on any machine, real GPU runs against the jax backend."""
+nvcc builds for sm_90/sm_80 and GPU lowering on any machine (XLA:GPU compiles of every
+variant: test_ops_gpu_compile.py), real GPU runs against the jax backend."""
 
 from __future__ import annotations
 
@@ -307,8 +308,11 @@ def test_defaults_are_unchanged_and_cuda_raw_is_registered():
 
 # ----------------------------------------------------------------------------- nvcc, lowering
 @needs_nvcc
-def test_nvcc_compiles_the_cuda_source():
-    module = _cuda_csr.load_module("gpu", register=False)
+@pytest.mark.parametrize("arch", ["sm_90", "sm_80"])
+def test_nvcc_compiles_the_cuda_source(arch):
+    """The CUDA bodies build for H100 and A100 (XLA:GPU's compile of the calls is in
+    test_ops_gpu_compile.py)."""
+    module = _cuda_csr.load_module("gpu", register=False, arch=arch)
     assert module.platform == "CUDA" and "PfCsrGpu" in module.targets
 
 

@@ -1,8 +1,9 @@
 """The Pallas (Triton) CSR kernels: chunked rows, column blocks, dtypes, and the GPU lowering.
 
 The kernels run interpreted on the CPU here (same bodies as on a GPU) and are compared with
-dense NumPy; the GPU path is lowered for CUDA on this machine and, on a GPU, compared with the
-pure-JAX backend. The variant sweep through the public API lives in test_ops_csr.py (the
+dense NumPy; the GPU path is lowered for CUDA on this machine (and compiled by XLA:GPU for
+sm_90 and sm_80 in test_ops_gpu_compile.py) and, on a GPU, compared with the pure-JAX
+backend. The variant sweep through the public API lives in test_ops_csr.py (the
 "pallas" entry of BACKENDS).
 """
 

@@ -5,6 +5,9 @@
 * :func:`csrmv`, :func:`csrmm`, :func:`binary_csrmv`, :func:`binary_csrmm`: the products,
   each one kernel (``*_p``) with a ``jax`` reference backend and an event-driven ``numba``
   CPU backend, differentiable, batchable and jittable.
+* :func:`jitc_matvec`, :func:`jitc_matmat` and their ``binary_`` twins: products with a
+  random matrix regenerated from a seed inside the kernel (never stored);
+  :func:`jitc_todense` is the explicit matrix a seed describes.
 """
 
 from primforge.ops._common import CSRStructureError
@@ -20,6 +23,17 @@ from primforge.ops._kernels import (
 )
 from primforge.ops.connectivity import fixed_prob
 from primforge.ops.csr import CSC, CSR
+from primforge.ops.jitconn import (
+    binary_jitc_matmat,
+    binary_jitc_matmat_p,
+    binary_jitc_matvec,
+    binary_jitc_matvec_p,
+    jitc_matmat,
+    jitc_matmat_p,
+    jitc_matvec,
+    jitc_matvec_p,
+    jitc_todense,
+)
 
 __all__ = [
     "CSC",
@@ -34,4 +48,13 @@ __all__ = [
     "csrmv",
     "csrmv_p",
     "fixed_prob",
+    "binary_jitc_matmat",
+    "binary_jitc_matmat_p",
+    "binary_jitc_matvec",
+    "binary_jitc_matvec_p",
+    "jitc_matmat",
+    "jitc_matmat_p",
+    "jitc_matvec",
+    "jitc_matvec_p",
+    "jitc_todense",
 ]

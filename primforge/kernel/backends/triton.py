@@ -8,14 +8,20 @@
   function of the constexprs), ``num_warps``, ``num_stages`` and the kernel's
   ``tl.constexpr`` values. The kernel's non-constexpr parameters are the input pointers then
   the output pointers, in order; scalars are passed as constexprs.
-* Route (primforge's own launcher, no jax-triton needed): at trace time the pip ``triton``
-  front end turns the kernel into Triton IR (TTIR) for the call's dtypes — no GPU needed.
-  The IR is re-read with jaxlib's own Triton dialect (so a version mismatch is reported
-  here, not at run time) and emitted as XLA's Triton custom call
-  (``__gpu$xla.gpu.triton``), the route Pallas uses: XLA:GPU compiles it with its Triton and
-  launches it on its stream. Outputs are fresh buffers: the kernel must write every element.
-* Testing without a GPU: the full lowering runs on a CPU machine with
-  ``jax.jit(f).trace(...).lower(lowering_platforms=('cuda',))``.
+* Route (primforge's own launcher, no jax-triton needed): when the call is lowered, the
+  pip ``triton`` front end turns the kernel into Triton IR for the call's dtypes and the
+  compute capability of the GPU being compiled for (no GPU needed), and Triton's own first
+  stage prepares it exactly as ``triton.compile`` would (helpers inlined, canonicalised).
+  The IR is re-read with jaxlib's Triton dialect and emitted as XLA's Triton custom call
+  (``__gpu$xla.gpu.triton``), the route Pallas uses: XLA:GPU compiles it with its own
+  Triton and launches it on its stream. Outputs are fresh buffers: the kernel must write
+  every element. What XLA's pipeline cannot take raises :class:`UnsupportedTritonFeature`
+  at lowering; a jaxlib whose dialect cannot read the IR raises there too. Anything else
+  XLA:GPU rejects only shows when the function is compiled, which needs no GPU either:
+  compile it for a named target (see ``docs/backends.md``).
+* Debug mode (:func:`primforge.debug_mode`) keeps ``tl.device_assert`` checks.
+* Without a GPU: :func:`interpret` runs the same kernel on NumPy arrays with Triton's
+  interpreter (no torch needed) to check its numbers.
 """
 
 from __future__ import annotations
@@ -24,6 +30,7 @@ import dataclasses
 import functools
 import importlib.util
 import io
+import re
 from collections.abc import Callable, Mapping, Sequence
 from typing import Any
 
@@ -36,13 +43,23 @@ NAME = "triton"
 PLATFORMS = ("gpu",)
 EXTRA = "triton"
 
-__all__ = ["TritonKernel", "is_available", "make_callable", "to_ttir", "triton_kernel"]
+__all__ = [
+    "DEFAULT_CC", "TritonKernel", "UnsupportedTritonFeature", "interpret", "is_available",
+    "make_callable", "to_ttir", "triton_kernel",
+]
 
 _TRITON_DTYPES = {
     "float32": "fp32", "float16": "fp16", "bfloat16": "bf16", "float64": "fp64",
     "int8": "i8", "int16": "i16", "int32": "i32", "int64": "i64",
     "uint8": "u8", "uint16": "u16", "uint32": "u32", "uint64": "u64", "bool": "i1",
 }
+
+
+#: Compute capability used when neither the lowering nor this machine names a GPU (a
+#: device-less ``lower(lowering_platforms=('cuda',))``): Hopper. The IR depends on it only
+#: through tensor descriptors (rewritten to plain pointers below sm_90, which XLA:GPU also
+#: does itself when it compiles for such a target) and fp8 conversions.
+DEFAULT_CC = 90
 
 
 def is_available() -> bool:
@@ -105,11 +122,27 @@ def triton_kernel(
         >>> tk.constexprs
         {'BLOCK': 250}
     """
-    if not isinstance(num_warps, int) or num_warps <= 0 or num_warps & (num_warps - 1):
-        raise ValueError(f"triton_kernel: num_warps must be a power of two, got {num_warps!r}")
-    if not isinstance(num_stages, int) or num_stages <= 0:
-        raise ValueError(f"triton_kernel: num_stages must be a positive int, got {num_stages!r}")
-    return TritonKernel(fn, grid, num_warps, num_stages, dict(constexprs))
+    spec = TritonKernel(fn, grid, num_warps, num_stages, dict(constexprs))
+    _check_launch(spec, "triton_kernel")
+    return spec
+
+
+#: CUDA's limits on a launch, the same on every GPU Triton targets.
+_MAX_THREADS_PER_BLOCK = 1024
+_MAX_GRID = (2**31 - 1, 65535, 65535)
+
+
+def _check_launch(spec: TritonKernel, who: str) -> None:
+    nw, ns = spec.num_warps, spec.num_stages
+    if not isinstance(nw, int) or nw <= 0 or nw & (nw - 1):
+        raise ValueError(f"{who}: num_warps must be a power of two, got {nw!r}")
+    if nw * 32 > _MAX_THREADS_PER_BLOCK:
+        raise ValueError(
+            f"{who}: num_warps={nw} makes {nw * 32} threads per program, more than the "
+            f"{_MAX_THREADS_PER_BLOCK} a CUDA block may have (XLA:GPU compiles it, the "
+            f"launch would fail): use at most {_MAX_THREADS_PER_BLOCK // 32}")
+    if not isinstance(ns, int) or ns <= 0:
+        raise ValueError(f"{who}: num_stages must be a positive int, got {ns!r}")
 
 
 def _grid3(grid, constexprs) -> tuple[int, int, int]:
@@ -117,31 +150,50 @@ def _grid3(grid, constexprs) -> tuple[int, int, int]:
     dims = (g,) if isinstance(g, (int, np.integer)) else tuple(g)
     if not 1 <= len(dims) <= 3 or not all(int(d) >= 1 for d in dims):
         raise ValueError(f"Triton grid must be 1 to 3 positive ints, got {g!r}")
-    return tuple(int(d) for d in dims) + (1,) * (3 - len(dims))
+    dims = tuple(int(d) for d in dims) + (1,) * (3 - len(dims))
+    if any(d > m for d, m in zip(dims, _MAX_GRID)):
+        raise ValueError(f"Triton grid {g!r} exceeds CUDA's limits of {_MAX_GRID} programs "
+                         f"per axis (x, y, z): put the large count on the first axis")
+    return dims
 
 
 def to_ttir(fn, pointer_dtypes: Sequence[Any], constexprs: Mapping[str, Any], *,
-            num_warps: int = 4, num_stages: int = 3, cc: int = 90) -> str:
-    """Triton IR (text) of ``fn`` for pointer arguments of ``pointer_dtypes`` (no GPU needed).
+            num_warps: int = 4, num_stages: int = 3, cc: int = DEFAULT_CC,
+            debug: bool = False) -> str:
+    """Triton IR (text) of ``fn`` as XLA receives it, for pointers of ``pointer_dtypes``.
 
-    Uses the installed ``triton`` front end for a CUDA target of compute capability ``cc``.
+    The installed ``triton`` front end builds the IR for a CUDA target of compute
+    capability ``cc`` (no GPU needed) and Triton's own first stage (the one
+    ``triton.compile`` runs before any GPU-specific lowering) prepares it: helper
+    functions inlined, canonicalised, dead code removed. ``debug=True`` keeps
+    ``tl.device_assert`` checks. Raises :class:`UnsupportedTritonFeature` for what XLA's
+    Triton pipeline cannot take.
+
+    Example:
+        >>> import triton, triton.language as tl
+        >>> @triton.jit
+        ... def fill(o_ptr, N: tl.constexpr):
+        ...     tl.store(o_ptr + tl.arange(0, N), tl.zeros((N,), tl.float32))
+        >>> ir = to_ttir(fill, ['float32'], {'N': 8})
+        >>> 'tt.call' in ir, 'tt.func public @fill' in ir
+        (False, True)
     """
-    import triton  # noqa: F401
-    from triton._C import libtriton
-    from triton.backends.compiler import GPUTarget
-    from triton.backends.nvidia.compiler import CUDABackend
-    from triton.compiler import ASTSource
+    return _prepared_ir(fn, tuple(np.dtype(d).name for d in pointer_dtypes),
+                        tuple(constexprs.items()), num_warps, num_stages, cc, debug)
 
+
+def _signature(fn, dtype_names: Sequence[str], constexprs: Mapping[str, Any]):
     names = list(fn.arg_names)
     unknown = set(constexprs) - set(names)
     if unknown:
-        raise ValueError(f"constexprs {sorted(unknown)} are not parameters of {fn.__name__}: {names}")
+        raise ValueError(
+            f"constexprs {sorted(unknown)} are not parameters of {fn.__name__}: {names}")
     ptr_names = [n for n in names if n not in constexprs]
-    if len(ptr_names) != len(pointer_dtypes):
+    if len(ptr_names) != len(dtype_names):
         raise ValueError(
             f"the Triton kernel {fn.__name__} has parameters {names}; without the constexprs "
             f"{sorted(constexprs)} it takes {len(ptr_names)} pointer(s) {ptr_names}, but the "
-            f"call has {len(pointer_dtypes)} inputs + outputs. Pass every other parameter as "
+            f"call has {len(dtype_names)} inputs + outputs. Pass every other parameter as "
             f"a constexpr in triton_kernel(..., NAME=value)."
         )
     signature, attrs = {}, {}
@@ -149,43 +201,165 @@ def to_ttir(fn, pointer_dtypes: Sequence[Any], constexprs: Mapping[str, Any], *,
         if n in constexprs:
             signature[n] = "constexpr"
         else:
-            dt = np.dtype(pointer_dtypes[ptr_names.index(n)]).name
+            dt = dtype_names[ptr_names.index(n)]
             if dt not in _TRITON_DTYPES:
-                raise TypeError(f"dtype {dt} has no Triton pointer type")
+                raise TypeError(
+                    f"the Triton kernel {fn.__name__}: parameter {n!r} would be a pointer to "
+                    f"{dt}, which has no Triton pointer type (supported: "
+                    f"{sorted(_TRITON_DTYPES)})"
+                )
             signature[n] = "*" + _TRITON_DTYPES[dt]
             attrs[(i,)] = [["tt.divisibility", 16]]  # XLA buffers are at least 16-byte aligned
+    return signature, attrs
+
+
+def _prepared_ir(*key) -> str:
+    """Front end + Triton's first stage, once per (kernel, dtypes, constexprs, target)."""
+    try:
+        hash(key)
+    except TypeError:  # an unhashable constexpr value: build without the cache
+        return _build_ir(*key)
+    return _cached_ir(*key)
+
+
+def _build_ir(fn, dtype_names, constexpr_items, num_warps, num_stages, cc, debug) -> str:
+    import triton  # noqa: F401
+    from triton._C import libtriton
+    from triton.backends.compiler import GPUTarget
+    from triton.backends.nvidia.compiler import CUDABackend
+    from triton.compiler import ASTSource
+
+    constexprs = dict(constexpr_items)
+    signature, attrs = _signature(fn, dtype_names, constexprs)
     target = GPUTarget("cuda", cc, 32)
     backend = CUDABackend(target)
-    options = backend.parse_options(
-        {"num_warps": num_warps, "num_stages": num_stages, "enable_fp_fusion": True}
-    )
-    src = ASTSource(fn, signature=signature, constexprs=dict(constexprs), attrs=attrs)
+    options = backend.parse_options({"num_warps": num_warps, "num_stages": num_stages,
+                                     "enable_fp_fusion": True, "debug": debug})
+    src = ASTSource(fn, signature=signature, constexprs=constexprs, attrs=attrs)
     context = libtriton.ir.context()
     libtriton.ir.load_dialects(context)
     backend.load_dialects(context)
     module = src.make_ir(target, options, backend.get_codegen_implementation(options),
                          backend.get_module_map(), context)
-    return str(module)
+    # Triton's own first stage, exactly as triton.compile runs it. XLA:GPU runs an
+    # equivalent list too, but only after passes of its own: for sm_90 one puts a launch
+    # control instruction (griddepcontrol) into every function, which its inliner cannot
+    # move, so a helper call such as tl.zeros' survives, gets a result layout its callee
+    # does not have, and the compile fails. Handed over inlined, nothing is left to break.
+    stages: dict[str, Any] = {}
+    backend.add_stages(stages, options, src.language)
+    text = str(stages["ttir"](module, {}))
+    _check_for_xla(text, fn.__name__, cc)
+    return text
 
 
-def _to_xla_bytecode(ttir: str) -> bytes:
-    """Re-read TTIR with jaxlib's Triton dialect and serialise it as MLIR bytecode."""
+_cached_ir = functools.lru_cache(maxsize=256)(_build_ir)
+
+
+class UnsupportedTritonFeature(ValueError):
+    """A ``@triton.jit`` kernel uses something XLA's Triton pipeline cannot compile.
+
+    Raised while the call is lowered, naming the feature, instead of a failure deep in
+    XLA:GPU's compiler (or a kernel that silently misbehaves).
+
+    Example:
+        >>> issubclass(UnsupportedTritonFeature, ValueError)
+        True
+    """
+
+
+def _check_for_xla(ir_text: str, kernel: str, cc: int) -> None:
+    """Reject, by name, what XLA's Triton custom call cannot take (each rule measured)."""
+    for pattern, min_cc, feature, why in _UNSUPPORTED:
+        if cc >= min_cc and re.search(pattern, ir_text):
+            raise UnsupportedTritonFeature(
+                f"the Triton kernel {kernel!r} uses {feature}, which XLA:GPU's Triton custom "
+                f"call cannot take for sm_{cc}: {why}"
+            )
+
+
+#: (regex on the prepared IR, lowest compute capability it applies to, feature, why).
+_UNSUPPORTED: tuple[tuple[str, int, str, str], ...] = (
+    (r"tt\.call @[^\n]*->[^\n]*tensor<", 0,
+     "a helper kept out of line (@triton.jit(noinline=True)) that returns a tensor",
+     "the call's result and the helper's return type get different layouts, and the "
+     "compile fails ('tt.call' op result type mismatch). Drop noinline=True (helpers "
+     "returning scalars are fine)."),
+    (r"tt\.make_tensor_descriptor", 90,
+     "a tensor descriptor built on the device (tl.make_tensor_descriptor)",
+     "from sm_90 on, Triton writes the TMA descriptor to a global scratch buffer, and "
+     "XLA:GPU's Triton custom call passes a null pointer for it, so the kernel would fault "
+     "at run time. Use pointer arithmetic with tl.load/tl.store (below sm_90 Triton "
+     "rewrites descriptors to exactly that, and they compile)."),
+    (r"\btt\.warp_specialize\b", 90,
+     "a warp-specialised loop (tl.range(..., warp_specialize=True))",
+     "from sm_90 on XLA:GPU's warp-specialisation pass stops the whole process with an "
+     "LLVM fatal error on it (Triton's own compile refuses it too without device-side "
+     "tensor descriptors, which XLA cannot give). Drop warp_specialize=True (below sm_90 "
+     "it is ignored)."),
+)
+
+
+#: Dialects XLA:GPU's Triton reads that jaxlib's Python bindings do not register (the front
+#: end emits e.g. ``ttg.barrier`` for ``tl.debug_barrier()``).
+_XLA_ONLY_DIALECTS = ("ttg",)
+
+
+def _to_xla_ir(ttir: str) -> bytes:
+    """The IR as the custom call carries it: MLIR bytecode re-read with jaxlib's dialect.
+
+    Re-reading with the Triton dialect of the jaxlib that will compile it reports a
+    version mismatch here. IR using a dialect only XLA:GPU itself loads goes as text.
+    """
     from jax.interpreters import mlir
 
     dialect = _compat.triton_dialect()
     ctx = mlir.make_ir_context()
     dialect.register_dialect(ctx)
     with ctx:
-        module = mlir.ir.Module.parse(ttir)
+        try:
+            module = mlir.ir.Module.parse(ttir)
+        except mlir.ir.MLIRError as e:
+            if any(f"Dialect `{d}' not found" in str(e) for d in _XLA_ONLY_DIALECTS):
+                return ttir.encode()
+            raise
         buf = io.BytesIO()
         module.operation.write_bytecode(buf)
     return buf.getvalue()
 
 
-# -- the primitive that carries a compiled-to-TTIR kernel to XLA's Triton custom call -------
+@dataclasses.dataclass(frozen=True, eq=False)
+class _Launch:
+    """What the lowering needs to build the IR once the target GPU is known."""
+
+    fn: Any
+    name: str
+    dtype_names: tuple[str, ...]
+    constexpr_items: tuple[tuple[str, Any], ...]
+    num_warps: int
+    num_stages: int
+
+    def ir_bytes(self, cc: int, debug: bool) -> bytes:
+        text = _prepared_ir(self.fn, self.dtype_names, self.constexpr_items, self.num_warps,
+                            self.num_stages, cc, debug)
+        try:
+            return _to_xla_ir(text)
+        except Exception as e:
+            import triton
+
+            raise RuntimeError(
+                f"kernel {self.name!r}: jaxlib's Triton dialect could not read the IR produced "
+                f"by triton {triton.__version__} ({type(e).__name__}: {e}). Install a triton "
+                f"release matching jaxlib {'.'.join(map(str, _compat.jaxlib_version()))}."
+            ) from e
+
+
+# -- the primitive that carries a kernel to XLA's Triton custom call ------------------------
 @functools.cache
 def _primitive():
     from jax.interpreters import mlir
+
+    from primforge import debug as _debug
 
     prim = _compat.Primitive("primforge_triton_call")
     prim.multiple_results = True
@@ -193,17 +367,21 @@ def _primitive():
     def abstract(*avals, outs, **_):
         return [_compat.ShapedArray(o.shape, o.dtype) for o in outs]
 
-    def lowering(ctx, *args, ir_bytes, kernel_name, grid, num_warps, num_stages, outs):
+    def lowering(ctx, *args, launch, grid, outs):
+        # The IR is built here, not at trace time, because only the lowering knows the
+        # GPU it is compiled for (a real device or a compile-only target).
+        debug = _debug.enabled()
+        ir_bytes = launch.ir_bytes(_default_cc(ctx), debug)
         i32 = mlir.ir.IntegerType.get_signless(32)
         config = {
-            "name": mlir.ir.StringAttr.get(kernel_name),
+            "name": mlir.ir.StringAttr.get(launch.fn.__name__),
             "ir": mlir.ir.StringAttr.get(ir_bytes),
-            "num_stages": mlir.ir.IntegerAttr.get(i32, num_stages),
-            "num_warps": mlir.ir.IntegerAttr.get(i32, num_warps),
+            "num_stages": mlir.ir.IntegerAttr.get(i32, launch.num_stages),
+            "num_warps": mlir.ir.IntegerAttr.get(i32, launch.num_warps),
             "grid_x": mlir.ir.IntegerAttr.get(i32, grid[0]),
             "grid_y": mlir.ir.IntegerAttr.get(i32, grid[1]),
             "grid_z": mlir.ir.IntegerAttr.get(i32, grid[2]),
-            "debug": mlir.ir.BoolAttr.get(False),
+            "debug": mlir.ir.BoolAttr.get(debug),
         }
         layouts = lambda avals: [tuple(range(len(a.shape) - 1, -1, -1)) for a in avals]
         return _compat.mlir_custom_call(
@@ -230,14 +408,27 @@ def _primitive():
     return prim
 
 
-def _default_cc() -> int:
-    try:
-        gpus = jax.devices("gpu")
-    except RuntimeError:
-        gpus = []
-    if gpus and getattr(gpus[0], "compute_capability", None):
-        return int(str(gpus[0].compute_capability).replace(".", ""))
-    return 90
+def _cc_of(devices) -> int | None:
+    for d in devices:
+        cc = getattr(d, "compute_capability", None)
+        if getattr(d, "platform", None) == "gpu" and cc:
+            return int(str(cc).replace(".", ""))
+    return None
+
+
+def _default_cc(ctx: Any = None) -> int:
+    """The compute capability to build for.
+
+    In order: the GPU the lowering targets (a real device or a compile-only topology's),
+    the first local GPU, :data:`DEFAULT_CC`.
+    """
+    cc = _cc_of(_compat.lowering_devices(ctx)) if ctx is not None else None
+    if cc is None:
+        try:
+            cc = _cc_of(jax.devices("gpu"))
+        except RuntimeError:
+            cc = None
+    return DEFAULT_CC if cc is None else cc
 
 
 def make_callable(
@@ -248,7 +439,10 @@ def make_callable(
     platform: str,
     name: str,
 ) -> Callable[..., tuple[jax.Array, ...]]:
-    """Compile a :class:`TritonKernel` to TTIR and return a call of XLA's Triton custom call.
+    """Check a :class:`TritonKernel` against the call and return a call of XLA's Triton custom call.
+
+    The kernel's parameters are checked here; its IR is built when the call is lowered,
+    for the GPU the lowering targets.
 
     Example:
         >>> import jax, jax.numpy as jnp
@@ -272,25 +466,14 @@ def make_callable(
             "the 'triton' backend needs the triton package and a jaxlib with the Triton "
             "dialect: pip install 'primforge[triton]'"
         )
-    dtypes = [s.dtype for s in (*ins, *outs)]
-    ttir = to_ttir(spec.fn, dtypes, spec.constexprs, num_warps=spec.num_warps,
-                   num_stages=spec.num_stages, cc=_default_cc())
-    try:
-        ir_bytes = _to_xla_bytecode(ttir)
-    except Exception as e:
-        import triton
-
-        raise RuntimeError(
-            f"kernel {name!r}: jaxlib's Triton dialect could not read the IR produced by "
-            f"triton {triton.__version__} ({type(e).__name__}: {e}). Install a triton release "
-            f"matching jaxlib {'.'.join(map(str, _compat.jaxlib_version()))}."
-        ) from e
+    _check_launch(spec, f"kernel {name!r}")
+    dtype_names = tuple(np.dtype(s.dtype).name for s in (*ins, *outs))
+    _signature(spec.fn, dtype_names, spec.constexprs)  # parameter errors at trace time
+    launch = _Launch(spec.fn, name, dtype_names, tuple(spec.constexprs.items()),
+                     spec.num_warps, spec.num_stages)
     params = {
-        "ir_bytes": ir_bytes,
-        "kernel_name": spec.fn.__name__,
+        "launch": launch,
         "grid": _grid3(spec.grid, spec.constexprs),
-        "num_warps": spec.num_warps,
-        "num_stages": spec.num_stages,
         "outs": tuple(jax.ShapeDtypeStruct(tuple(o.shape), o.dtype) for o in outs),
     }
     prim = _primitive()
@@ -299,3 +482,60 @@ def make_callable(
         return tuple(prim.bind(*arrays, **params))
 
     return call
+
+
+def interpret(
+    product: Any,
+    *inputs: Any,
+    outs: jax.ShapeDtypeStruct | Sequence[jax.ShapeDtypeStruct],
+) -> tuple[np.ndarray, ...]:
+    """Run a Triton kernel on the CPU with Triton's interpreter; returns NumPy outputs.
+
+    The numbers a GPU would give, without one (no torch needed): each program instance
+    of the grid runs in turn on the host with NumPy. ``product`` is what a ``'triton'``
+    kernel generator returns (:func:`triton_kernel`, or a bare ``@triton.jit`` function
+    with one program). Outputs start as garbage (NaN for floats), as XLA's fresh buffers
+    do, so a kernel that skips an element does not pass by luck.
+
+    The interpreter must be switched on before ``triton`` is imported, so unless this
+    process runs with ``TRITON_INTERPRET=1``, the kernel runs in a worker process that
+    imports it by name: define it at module level in an importable module.
+
+    Args:
+        product: a :class:`TritonKernel` or ``@triton.jit`` function.
+        *inputs: the input arrays (anything ``np.asarray`` takes).
+        outs: the output shape and dtype, or a sequence of them.
+
+    Example (a kernel of an importable module: ``out = x + 1``)::
+
+        >>> from my_kernels import add_one  # doctest: +SKIP
+        >>> interpret(triton_kernel(add_one, grid=(1,), N=4), np.zeros(4, np.float32),
+        ...           outs=jax.ShapeDtypeStruct((4,), np.float32))  # doctest: +SKIP
+        (array([1., 1., 1., 1.], dtype=float32),)
+
+    The call is checked against the kernel before anything runs:
+
+        >>> import triton, triton.language as tl
+        >>> @triton.jit
+        ... def add_one(x_ptr, o_ptr, N: tl.constexpr):
+        ...     offs = tl.arange(0, N)
+        ...     tl.store(o_ptr + offs, tl.load(x_ptr + offs) + 1)
+        >>> interpret(triton_kernel(add_one, grid=(1,), N=4), np.zeros(4), np.zeros(4),
+        ...           outs=jax.ShapeDtypeStruct((4,), np.float32))  # doctest: +ELLIPSIS
+        Traceback (most recent call last):
+        ...
+        ValueError: the Triton kernel add_one ... takes 2 pointer(s) ['x_ptr', 'o_ptr'], but the call has 3 inputs + outputs...
+    """
+    from primforge.kernel.backends import _triton_interpret as runner
+
+    spec = product if isinstance(product, TritonKernel) else TritonKernel(product)
+    out_list = [outs] if hasattr(outs, "shape") else list(outs)
+    arrays = [np.asarray(a) for a in inputs]
+    names = tuple(np.dtype(a.dtype).name for a in (*arrays, *out_list))
+    if hasattr(spec.fn, "arg_names"):
+        _signature(spec.fn, names, spec.constexprs)
+    grid = _grid3(spec.grid, spec.constexprs)
+    out_specs = [(tuple(o.shape), np.dtype(o.dtype).name) for o in out_list]
+    if runner.interpreting_here():
+        return tuple(runner.run_here(spec.fn, grid, spec.constexprs, arrays, out_specs))
+    return tuple(runner.run_in_worker(spec.fn, grid, spec.constexprs, arrays, out_specs))

@@ -1,0 +1,241 @@
+"""Numba CPU kernels for just-in-time connectivity (imported only when one is generated).
+
+Every kernel follows the numba backend's convention ``kernel(theta, seed, table, x, out)``
+and regenerates each row of ``W`` from the seed while it runs; nothing of size nnz is ever
+stored. The generator is the one :mod:`primforge.ops.jitconn` defines (integer hash, skip
+counts from the threshold ``table``); here its 32-bit unsigned arithmetic is done in int64
+with explicit masking (a product whose true value exceeds 2**63 is split in two halves, so no
+signed overflow ever happens).
+
+* The skip count (a geometric variate) starts from a guide table indexed by the draw's top
+  bits (built once per ``prob`` and frozen into the compiled kernel) and walks the threshold
+  table to the exact integer answer: bitwise the same integer the binary search of the
+  other backends finds, about one step on average, no floating point.
+* ``W.T @ x`` (``x @ W``) only generates the rows whose input is non-zero: the work is the
+  number of active rows times their length (event-driven). ``W @ x`` must generate every
+  row, but draws a synapse's weight only when its input is non-zero (draws are
+  counter-based, so skipping one never shifts the others).
+"""
+
+from __future__ import annotations
+
+import functools
+import math
+
+import numpy as np
+
+MASK = 0xFFFFFFFF
+_M1 = 0x7FEB352D
+_M2 = 0x846CA68B
+_M2_LO = _M2 & 0xFFFF
+_M2_HI = _M2 >> 16
+_GOLDEN = 0x9E3779B9
+_GOLDEN_LO = _GOLDEN & 0xFFFF
+_GOLDEN_HI = _GOLDEN >> 16
+
+
+@functools.cache
+def _helpers():
+    import numba
+
+    @numba.njit(inline="always", nogil=True)
+    def mul_m2(x):  # (x * 0x846CA68B) mod 2**32 without exceeding int64
+        return (x * _M2_LO + (((x * _M2_HI) & 0xFFFF) << 16)) & MASK
+
+    @numba.njit(inline="always", nogil=True)
+    def mix(x):
+        x = x ^ (x >> 16)
+        x = (x * _M1) & MASK
+        x = x ^ (x >> 15)
+        x = mul_m2(x)
+        return x ^ (x >> 16)
+
+    @numba.njit(inline="always", nogil=True)
+    def golden_times(c):  # (c * 0x9E3779B9) mod 2**32, c < 2**32
+        return (c * _GOLDEN_LO + (((c * _GOLDEN_HI) & 0xFFFF) << 16)) & MASK
+
+    @numba.njit(inline="always", nogil=True)
+    def draw(key, c):
+        return mix((key + golden_times(c + 1)) & MASK)
+
+    @numba.njit(inline="always", nogil=True)
+    def unit(h):  # odd multiples of 2**-24 in (0, 1): exact in float32
+        return ((h >> 9) * 2 + 1) * 5.9604644775390625e-08
+
+    @numba.njit(inline="always", nogil=True)
+    def skip(u, table, guide, shift):
+        g = guide[u >> shift]  # every threshold before g exceeds the bucket's largest draw
+        while table[g] > u:  # table[-1] == 0 ends this walk
+            g += 1
+        return g
+
+    return mix, draw, unit, skip
+
+
+def guide_table(table: np.ndarray) -> tuple[np.ndarray, int]:
+    """A guide into ``table``: the start of the search for each bucket of top draw bits.
+
+    With ``bits`` about ``log2(len(table))`` the walk from the guide to the exact gap takes
+    about one step on average, and no floating point is involved.
+    """
+    k_max = table.size - 1
+    bits = min(16, max(8, int(k_max).bit_length()))
+    shift = 32 - bits
+    tops = (np.arange(1, 2**bits + 1, dtype=np.int64) << shift) - 1  # largest draw per bucket
+    neg = -table[:-1].astype(np.int64)  # ascending
+    guide = np.searchsorted(neg, -tops, side="left").astype(np.int64)
+    return guide, shift
+
+
+@functools.cache
+def kernel(binary: bool, matrix: bool, transpose: bool, kind: str, prob: float):
+    """The njit kernel for one variant (compiled lazily per dtype)."""
+    import numba
+
+    from primforge.ops.jitconn import threshold_table
+
+    GUIDE, SHIFT = guide_table(threshold_table(prob))
+
+    mix, draw, unit, skip = _helpers()
+    BINARY = binary
+    KIND = {"homo": 0, "uniform": 1, "normal": 2}[kind]
+    SEED_SALT, ROW_SALT = 0x3C6EF372, 0x85EBCA6B
+    TWO_PI = 2.0 * math.pi
+
+    @numba.njit(inline="always", nogil=True)
+    def row_key(seedkey, i):
+        return mix((seedkey + mix(i ^ ROW_SALT)) & MASK)
+
+    @numba.njit(inline="always", nogil=True)
+    def weight(theta, key, s):
+        if KIND == 0:
+            return theta[0]
+        u1 = unit(draw(key, 3 * s + 1))
+        if KIND == 1:
+            return theta[0] + (theta[1] - theta[0]) * u1
+        u2 = unit(draw(key, 3 * s + 2))
+        z = math.sqrt(-2.0 * math.log(u1)) * math.cos(TWO_PI * u2)
+        return theta[0] + theta[1] * z
+
+    if not matrix and not transpose:
+
+        @numba.njit(nogil=True)
+        def jitc_mv(theta, seed, table, x, out):
+            m = out.shape[0]
+            n = x.shape[0]
+            seedkey = mix((seed[0] & MASK) ^ SEED_SALT)
+            for i in range(m):
+                key = row_key(seedkey, i)
+                j = -1
+                s = 0
+                acc = 0.0
+                while True:
+                    g = skip(draw(key, 3 * s), table, GUIDE, SHIFT)
+                    if g >= n - 1 - j:
+                        break
+                    j += 1 + g
+                    xv = x[j]
+                    if KIND == 0:  # shared weight: no branch, applied once per row below
+                        if BINARY:
+                            acc += 1.0 if xv != 0 else 0.0
+                        else:
+                            acc += xv
+                    elif xv != 0:  # a random weight is drawn only where it is needed
+                        w = weight(theta, key, s)
+                        acc += w if BINARY else w * xv
+                    s += 1
+                out[i] = acc * theta[0] if KIND == 0 else acc
+
+        return jitc_mv
+
+    if not matrix:
+
+        @numba.njit(nogil=True)
+        def jitc_t_mv(theta, seed, table, x, out):
+            m = x.shape[0]
+            n = out.shape[0]
+            seedkey = mix((seed[0] & MASK) ^ SEED_SALT)
+            out[:] = 0
+            for i in range(m):
+                xi = x[i]
+                if xi == 0:
+                    continue
+                key = row_key(seedkey, i)
+                j = -1
+                s = 0
+                while True:
+                    g = skip(draw(key, 3 * s), table, GUIDE, SHIFT)
+                    if g >= n - 1 - j:
+                        break
+                    j += 1 + g
+                    w = weight(theta, key, s)
+                    if BINARY:
+                        out[j] += w
+                    else:
+                        out[j] += w * xi
+                    s += 1
+
+        return jitc_t_mv
+
+    if not transpose:
+
+        @numba.njit(nogil=True)
+        def jitc_mm(theta, seed, table, x, out):
+            m = out.shape[0]
+            n, kcols = x.shape
+            seedkey = mix((seed[0] & MASK) ^ SEED_SALT)
+            out[:] = 0
+            for i in range(m):
+                key = row_key(seedkey, i)
+                j = -1
+                s = 0
+                while True:
+                    g = skip(draw(key, 3 * s), table, GUIDE, SHIFT)
+                    if g >= n - 1 - j:
+                        break
+                    j += 1 + g
+                    w = weight(theta, key, s)
+                    for c in range(kcols):
+                        xv = x[j, c]
+                        if BINARY:
+                            if xv != 0:
+                                out[i, c] += w
+                        else:
+                            out[i, c] += w * xv
+                    s += 1
+
+        return jitc_mm
+
+    @numba.njit(nogil=True)
+    def jitc_t_mm(theta, seed, table, x, out):
+        m, kcols = x.shape
+        n = out.shape[0]
+        seedkey = mix((seed[0] & MASK) ^ SEED_SALT)
+        out[:] = 0
+        act = np.empty(kcols, np.int64)  # the columns of x that fire in row i
+        for i in range(m):
+            na = 0
+            for c in range(kcols):
+                if x[i, c] != 0:
+                    act[na] = c
+                    na += 1
+            if na == 0:
+                continue
+            key = row_key(seedkey, i)
+            j = -1
+            s = 0
+            while True:
+                g = skip(draw(key, 3 * s), table, GUIDE, SHIFT)
+                if g >= n - 1 - j:
+                    break
+                j += 1 + g
+                w = weight(theta, key, s)
+                for t in range(na):
+                    c = act[t]
+                    if BINARY:
+                        out[j, c] += w
+                    else:
+                        out[j, c] += w * x[i, c]
+                s += 1
+
+    return jitc_t_mm

@@ -1,0 +1,211 @@
+"""Pallas (Triton) kernels for just-in-time connectivity, on the GPU and interpreted on the CPU.
+
+Design:
+    * One program per block of ``BLOCK_ROWS`` rows of ``W`` (times one per block of
+      ``BLOCK_COLS`` input columns for a matmat). The rows of a block advance together, one
+      synapse per step of a ``while_loop`` that ends when every row of the block has passed
+      its last column; the generator (row keys, draws, the binary search through the
+      threshold table, the weights) is the same code as the 'jax' reference
+      (:mod:`primforge.ops.jitconn`), so the connectivity is bitwise the same.
+    * ``W @ x`` (gather): each program accumulates its rows in registers and writes them: no
+      atomics, deterministic. ``W.T @ x`` (scatter, event-driven): a row whose input is zero
+      starts dead, so a block without an active row runs no step at all; contributions are
+      added with ``atomic_add`` into an aliased zero buffer (interpreted on the CPU: an exact
+      scatter-add), so float sums in that direction are order-dependent on the GPU.
+    * Every load and scatter is masked and the gather outputs are padded to whole blocks
+      (sliced after the call); arrays are passed whole and matrices flattened, so shapes
+      need not be powers of two. Bool events are widened to int8; weights must be
+      float32 or float64 (Triton's atomic add); degenerate sizes use the 'jax' kernel.
+"""
+
+from __future__ import annotations
+
+import jax
+import jax.numpy as jnp
+import numpy as np
+
+from primforge.ops import _common
+from primforge.ops import jitconn as _jc
+
+__all__ = ["BLOCK_COLS", "BLOCK_ROWS", "NUM_WARPS", "generator"]
+
+BLOCK_ROWS = 64  # rows of W per program
+BLOCK_ROWS_MM = 32  # rows per program for the matmat kernels
+BLOCK_COLS = 16  # most input columns per program for the matmat kernels
+NUM_WARPS = 4
+
+
+def _compiler_params(platform: str):
+    if platform == "cpu":
+        return None
+    from jax.experimental.pallas import triton as plgpu
+
+    return plgpu.CompilerParams(num_warps=NUM_WARPS, num_stages=1)
+
+
+def _scatter_add(y_ref, offs, vals, mask, platform):
+    """``y[offs] += vals`` where ``mask``: atomics on the GPU, an exact sum when interpreted."""
+    if platform == "cpu":
+        y_ref[...] = y_ref[...].at[offs].add(jnp.where(mask, vals, 0))
+        return
+    from jax.experimental.pallas import triton as plgpu
+
+    plgpu.atomic_add(y_ref, offs, vals, mask=mask)
+
+
+def _any(mask):
+    return jnp.max(mask.astype(jnp.int32)) > 0
+
+
+def _build(binary, matrix, transpose, kind, *, m, n, k, k_max, dtype, platform):
+    from jax.experimental import pallas as pl
+    from jax.experimental.pallas import triton as plgpu
+
+    br = BLOCK_ROWS_MM if matrix else BLOCK_ROWS
+    bc = min(BLOCK_COLS, pl.next_power_of_2(k)) if matrix else 1
+    row_blocks = -(-m // br)
+    col_blocks = -(-k // bc)
+    rows_out = n if transpose else m
+    n_theta = _jc.WEIGHT_KINDS[kind]
+
+    def value(v):
+        return (v != 0).astype(dtype) if binary else v.astype(dtype)
+
+    def body(t_ref, s_ref, tab_ref, x_ref, y_ref):
+        rows = pl.program_id(0) * br + jnp.arange(br, dtype=jnp.int32)
+        valid = rows < m
+        keys = _jc.row_keys(s_ref[0], rows)
+        theta = tuple(t_ref[i] for i in range(n_theta))
+
+        def load(idx):
+            return plgpu.load(tab_ref.at[idx])
+
+        if matrix:
+            cvec = pl.program_id(1) * bc + jnp.arange(bc, dtype=jnp.int32)
+            cmask = cvec < k
+        if transpose:
+            if matrix:
+                both = valid[:, None] & cmask[None, :]
+                xi = plgpu.load(x_ref.at[jnp.where(both, rows[:, None] * k + cvec[None, :], 0)],
+                                mask=both, other=0)
+                act = both & (xi != 0)
+                alive0 = jnp.max(act.astype(jnp.int32), axis=1) > 0
+            else:
+                xi = plgpu.load(x_ref.at[jnp.where(valid, rows, 0)], mask=valid, other=0)
+                alive0 = valid & (xi != 0)
+            xv = value(xi)
+            acc0 = jnp.int32(0)  # unused carry
+        else:
+            alive0 = valid
+            acc0 = jnp.zeros((br, bc) if matrix else (br,), dtype)
+
+        def cond(state):
+            return _any(state[2])
+
+        def step(state):
+            s, j, alive, acc = state
+            j, alive = _jc.next_column(j, alive, _jc.draw(keys, jnp.uint32(3) * s), load,
+                                       k_max, n)
+            w = _jc.weights(theta, keys, s, kind, dtype)
+            jc = jnp.where(alive, j, 0)
+            if transpose:
+                if matrix:
+                    live = alive[:, None] & act
+                    offs = jnp.where(live, jc[:, None] * k + cvec[None, :], 0)
+                    _scatter_add(y_ref, offs, w[:, None] * xv, live, platform)
+                else:
+                    _scatter_add(y_ref, jc, w * xv, alive, platform)
+            elif matrix:
+                live = alive[:, None] & cmask[None, :]
+                offs = jnp.where(live, jc[:, None] * k + cvec[None, :], 0)
+                got = value(plgpu.load(x_ref.at[offs], mask=live, other=0))
+                acc = acc + jnp.where(live, w[:, None] * got, 0)
+            else:
+                got = value(plgpu.load(x_ref.at[jc], mask=alive, other=0))
+                acc = acc + jnp.where(alive, w * got, 0)
+            return s + jnp.uint32(1), j, alive, acc
+
+        init = (jnp.uint32(0), jnp.full((br,), -1, jnp.int32), alive0, acc0)
+        acc = jax.lax.while_loop(cond, step, init)[3]
+        if not transpose:
+            # The output is padded to whole blocks, so every program owns its own lanes and
+            # the store needs no mask (masked lanes sharing an offset would race).
+            if matrix:
+                y_ref[pl.ds(pl.program_id(0) * br, br), pl.ds(pl.program_id(1) * bc, bc)] = acc
+            else:
+                y_ref[pl.ds(pl.program_id(0) * br, br)] = acc
+
+    grid = (row_blocks, col_blocks) if matrix else (row_blocks,)
+    if transpose:
+        out = jax.ShapeDtypeStruct((rows_out * k,), dtype)
+    elif matrix:
+        out = jax.ShapeDtypeStruct((row_blocks * br, col_blocks * bc), dtype)
+    else:
+        out = jax.ShapeDtypeStruct((row_blocks * br,), dtype)
+    name = "pf_jitc_" + ("scatter" if transpose else "gather") + ("_mm" if matrix else "_mv")
+    common = dict(out_shape=out, grid=grid, interpret=platform == "cpu",
+                  compiler_params=_compiler_params(platform), name=name)
+
+    if transpose:
+        def scatter(t_ref, s_ref, tab_ref, x_ref, _zeros_ref, y_ref):
+            body(t_ref, s_ref, tab_ref, x_ref, y_ref)
+
+        def call(theta, seed, table, x):
+            zeros = jnp.zeros((rows_out * k,), dtype)
+            return pl.pallas_call(scatter, input_output_aliases={4: 0}, **common)(
+                theta, seed, table, x.reshape(-1), zeros)
+
+        return call
+
+    def call(theta, seed, table, x):
+        y = pl.pallas_call(body, **common)(theta, seed, table, x.reshape(-1))
+        return y[:m, :k] if matrix else y[:m]
+
+    return call
+
+
+def generator(binary: bool, matrix: bool, fallback):
+    """The 'pallas' kernel generator for one jitc kernel.
+
+    Args:
+        binary: the input holds events (non-zero = active) rather than float values.
+        matrix: the input is a ``(rows, k)`` matrix rather than a vector.
+        fallback: the pure-JAX generator, used for degenerate sizes.
+
+    Returns:
+        A generator whose product is a function ``(theta, seed, table, x) -> y``.
+
+    Example:
+        >>> import numpy as np
+        >>> from primforge.ops import jitc_matvec, jitc_todense
+        >>> x = np.ones(6, np.float32)  # the Pallas kernel, interpreted on the CPU
+        >>> y = jitc_matvec(0.5, 7, x, shape=(4, 6), prob=0.5, backend='pallas')
+        >>> np.allclose(y, jitc_todense(7, (4, 6), 0.5, 0.5) @ x)
+        True
+    """
+
+    def generate(*, ins, outs, shape, prob, transpose, weight_kind, platform, **params):
+        m, n = (int(s) for s in shape)
+        x = ins[3]
+        dtype = np.dtype(outs[0].dtype)
+        k = int(x.shape[1]) if matrix else 1
+        who = _jc._name(binary, matrix)
+        _common.check_float_weights(who, "pallas", dtype)
+        if min(m, n, k) == 0:
+            return fallback(ins=ins, outs=outs, shape=shape, prob=prob, transpose=transpose,
+                            weight_kind=weight_kind, platform=platform, **params)
+        if max(m, n) * k >= 2**31 - 1:
+            raise ValueError(f"{who}: backend 'pallas' needs rows * k and cols * k below 2**31, "
+                             f"got shape {(m, n)} with k={k}")
+        run = _build(binary, matrix, bool(transpose), weight_kind, m=m, n=n, k=k,
+                     k_max=int(ins[2].shape[0]) - 1, dtype=dtype, platform=platform)
+        out_shape = tuple(outs[0].shape)
+
+        def kernel(theta, seed, table, x):
+            if x.dtype == jnp.bool_:
+                x = x.astype(jnp.int8)
+            return run(theta, seed, table, x).reshape(out_shape)
+
+        return kernel
+
+    return generate
