@@ -24,10 +24,13 @@ reset. Two implementations of that step run under ``jax.lax.scan``:
   ``jax`` reference backend. It performs the same float32 operations in the same order
   (including the multiply-adds XLA contracts into FMAs), so both give the same spike trains.
 
-``--scale 10`` has 40,000 neurons with p = 0.002 (the same 80 inputs per neuron).
+``--scale 10`` has 40,000 neurons with p = 0.002 (the same 80 inputs per neuron) and
+``--scale 100`` 400,000 neurons with p = 0.0002, whose connectivity is never stored: with
+``--conn jitc`` (the default at 100x) each product regenerates the rows of the spiking
+neurons from a seed (:func:`primforge.ops.binary_jitc_matvec`), so memory stays flat.
 
-Run:  python examples/coba.py [--scale 1|10] [--duration 1.0] [--seed 0] [--fused]
-      [--plot coba.png] [--json]
+Run:  python examples/coba.py [--scale 1|10|100] [--conn csr|jitc] [--duration 1.0]
+      [--seed 0] [--fused] [--plot coba.png] [--json]
 """
 
 from __future__ import annotations
@@ -44,7 +47,8 @@ import jax.numpy as jnp
 import numpy as np
 
 import primforge
-from primforge.ops import CSR, fixed_prob
+from primforge.ops import CSR, binary_jitc_matvec, fixed_prob
+from primforge.utils import dataclass, field
 
 # ----------------------------------------------------------------------------- parameters
 DT = 0.1  # ms
@@ -66,14 +70,38 @@ DECAY_I = F32(1.0 - DT / TAUI)
 REF_STEPS = int(round(REFRACTORY / DT)) - 1
 
 
+@dataclass
+class JitConn:
+    """Fixed-probability connectivity regenerated from ``seed`` at every use (never stored).
+
+    ``spikes @ W`` is :func:`primforge.ops.binary_jitc_matvec` with ``transpose=True``: only
+    the rows of the spiking neurons are generated.
+    """
+
+    seed: int = field(static=True)
+    weight: float = field(static=True)
+    prob: float = field(static=True)
+    shape: tuple[int, int] = field(static=True)
+    homogeneous = True
+
+    @property
+    def nnz(self) -> int:
+        """Expected number of synapses."""
+        return int(round(self.shape[0] * self.shape[1] * self.prob))
+
+    def __rmatmul__(self, spikes):
+        return binary_jitc_matvec(self.weight, self.seed, spikes, shape=self.shape,
+                                  prob=self.prob, transpose=True)
+
+
 @dataclasses.dataclass(frozen=True)
 class Network:
     """Connectivity and initial state of one COBA network."""
 
     n: int
     n_exc: int
-    w_exc: CSR  # (n_exc, n): rows are excitatory sources
-    w_inh: CSR  # (n - n_exc, n)
+    w_exc: CSR | JitConn  # (n_exc, n): rows are excitatory sources
+    w_inh: CSR | JitConn  # (n - n_exc, n)
     v0: jax.Array
     ge0: jax.Array
     gi0: jax.Array
@@ -84,22 +112,30 @@ class Network:
 
 
 def build(n: int = N_BASE, prob: float = P_BASE, *, seed: int = 0,
-          we: float = WE, wi: float = WI) -> Network:
-    """Random connectivity and Brian 1's initial state for ``n`` neurons."""
+          we: float = WE, wi: float = WI, conn: str = "csr") -> Network:
+    """Random connectivity (stored ``'csr'`` or just-in-time ``'jitc'``) and Brian 1's
+    initial state for ``n`` neurons."""
     rng = np.random.default_rng(seed)
     n_exc = int(round(EXC_FRACTION * n))
-    w_exc = fixed_prob(n_exc, n, prob, weight=we, seed=rng)
-    w_inh = fixed_prob(n - n_exc, n, prob, weight=wi, seed=rng)
+    if conn == "csr":
+        w_exc = fixed_prob(n_exc, n, prob, weight=we, seed=rng)
+        w_inh = fixed_prob(n - n_exc, n, prob, weight=wi, seed=rng)
+    elif conn == "jitc":
+        s_exc, s_inh = (int(x) for x in rng.integers(0, 2**31, 2))
+        w_exc = JitConn(s_exc, float(we), float(prob), (n_exc, n))
+        w_inh = JitConn(s_inh, float(wi), float(prob), (n - n_exc, n))
+    else:
+        raise ValueError(f"build: 'conn' must be 'csr' or 'jitc', got {conn!r}")
     v0 = (rng.standard_normal(n) * 5.0 - 65.0).astype(F32)
     ge0 = (rng.standard_normal(n) * 1.5 + 4.0).astype(F32)
     gi0 = (rng.standard_normal(n) * 12.0 + 20.0).astype(F32)
     return Network(n, n_exc, w_exc, w_inh, jnp.asarray(v0), jnp.asarray(ge0), jnp.asarray(gi0))
 
 
-def scaled(scale: int, seed: int = 0) -> Network:
+def scaled(scale: int, seed: int = 0, conn: str = "csr") -> Network:
     """The network at ``scale`` times 4,000 neurons, 80 inputs per neuron."""
     n = N_BASE * scale
-    return build(n, P_BASE / scale, seed=seed)
+    return build(n, P_BASE / scale, seed=seed, conn=conn)
 
 
 # ----------------------------------------------------------------------------- plain step
@@ -113,8 +149,9 @@ def _integrate(v, ge, gi, ref):
     return v_new, spike, ref_new
 
 
-def plain_step(w_exc: CSR, w_inh: CSR):
-    """``step(state) -> (state, spikes)`` with jax.numpy plus two CSR event products."""
+def plain_step(w_exc, w_inh):
+    """``step(state) -> (state, spikes)`` with jax.numpy plus two event products (stored
+    CSR or just-in-time connectivity)."""
     ne = w_exc.shape[0]
 
     def step(state):
@@ -238,6 +275,9 @@ coba_step_p.def_abstract_eval(_step_shapes)
 def fused_step(we: CSR, wi: CSR, backend: str | None = None):
     """``step(state) -> (state, spikes)``: one ``coba_step_p`` kernel call per step."""
     for w in (we, wi):
+        if not isinstance(w, CSR):
+            raise ValueError("fused_step: the fused kernel reads stored CSR connectivity, got "
+                             f"{type(w).__name__}")
         if not w.homogeneous:
             raise ValueError("fused_step: the fused kernel expects one shared weight per "
                              "population (fixed_prob(..., weight=<number>))")
@@ -341,8 +381,11 @@ def peak_rss_mib() -> float:
 def main(argv=None) -> dict:
     ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0],
                                  formatter_class=argparse.RawDescriptionHelpFormatter)
-    ap.add_argument("--scale", type=int, choices=(1, 10), default=1,
-                    help="network size: 1 (4,000 neurons, p=0.02) or 10 (40,000, p=0.002)")
+    ap.add_argument("--scale", type=int, choices=(1, 10, 100), default=1,
+                    help="network size: 1 (4,000 neurons, p=0.02), 10 (40,000, p=0.002) or "
+                    "100 (400,000, p=0.0002)")
+    ap.add_argument("--conn", choices=("csr", "jitc"), default=None,
+                    help="stored CSR or just-in-time connectivity (default: jitc at 100x)")
     ap.add_argument("--duration", type=float, default=1.0, help="simulated seconds")
     ap.add_argument("--seed", type=int, default=0)
     ap.add_argument("--fused", action="store_true", help="one fused kernel per step")
@@ -353,16 +396,18 @@ def main(argv=None) -> dict:
     ap.add_argument("--json", action="store_true", help="print one JSON line of results")
     args = ap.parse_args(argv)
 
+    conn = args.conn or ("jitc" if args.scale == 100 else "csr")
     t0 = time.perf_counter()
     if args.neurons is not None or args.prob is not None:
         net = build(args.neurons or N_BASE * args.scale, args.prob or P_BASE / args.scale,
-                    seed=args.seed)
+                    seed=args.seed, conn=conn)
     else:
-        net = scaled(args.scale, args.seed)
+        net = scaled(args.scale, args.seed, conn)
     build_s = time.perf_counter() - t0
     res = simulate(net, args.duration, fused=args.fused, backend=args.backend)
     summary = {
-        "impl": "primforge fused" if args.fused else "primforge plain",
+        "impl": ("primforge fused" if args.fused else "primforge plain")
+        + (" (jitc)" if conn == "jitc" else ""),
         "neurons": net.n, "synapses": net.w_exc.nnz + net.w_inh.nnz,
         "duration_s": args.duration, "seed": args.seed, "build_s": build_s,
         **{k: res[k] for k in ("rate_exc_hz", "rate_inh_hz", "compile_s", "run_s",

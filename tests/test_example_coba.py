@@ -20,14 +20,19 @@ ROOT = pathlib.Path(__file__).resolve().parents[1]
 N, PROB, DURATION = 2000, 0.04, 0.2  # 80 inputs per neuron, as in the full network
 
 
+def coba_module():
+    if "coba_example" not in sys.modules:
+        spec = importlib.util.spec_from_file_location("coba_example",
+                                                      ROOT / "examples" / "coba.py")
+        mod = importlib.util.module_from_spec(spec)
+        sys.modules[spec.name] = mod  # its dataclasses resolve annotations through it
+        spec.loader.exec_module(mod)
+    return sys.modules["coba_example"]
+
+
 @pytest.fixture(scope="module")
 def coba():
-    spec = importlib.util.spec_from_file_location("coba_example", ROOT / "examples" / "coba.py")
-    mod = importlib.util.module_from_spec(spec)
-    sys.modules[spec.name] = mod  # its dataclass resolves annotations through sys.modules
-    spec.loader.exec_module(mod)
-    yield mod
-    sys.modules.pop(spec.name, None)
+    return coba_module()
 
 
 @pytest.fixture(scope="module")
@@ -40,6 +45,11 @@ def numpy_coba(net, n_steps, dt=0.1):
     n, ne = net.n, net.n_exc
 
     def dense(w):
+        if isinstance(w, coba_module().JitConn):
+            from primforge.ops import jitc_todense
+
+            return np.asarray(jitc_todense(w.seed, w.shape, w.prob, w.weight, "homo"),
+                              np.float64)
         data = np.broadcast_to(np.asarray(w.data, np.float64), (w.nnz,))
         return sp.csr_matrix((data, np.asarray(w.indices), np.asarray(w.indptr)),
                              shape=w.shape).toarray()
@@ -99,6 +109,15 @@ def test_plain_step_matches_numpy(plain, reference, net):
 
 def test_fused_step_matches_numpy(fused, reference, net):
     _check_against_numpy(fused, reference, net)
+
+
+def test_just_in_time_connectivity_matches_numpy(coba):
+    """The same network with connectivity regenerated from a seed (the 100x configuration)."""
+    net = coba.build(N, PROB, seed=1, conn="jitc")
+    result = coba.simulate(net, DURATION)
+    _check_against_numpy(result, numpy_coba(net, int(round(DURATION / 1e-4))), net)
+    with pytest.raises(ValueError, match="stored CSR"):
+        coba.fused_step(net.w_exc, net.w_inh)
 
 
 def test_fused_and_plain_give_the_same_spike_trains(plain, fused):
