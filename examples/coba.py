@@ -169,12 +169,13 @@ def plain_step(w_exc, w_inh):
 coba_step_p = primforge.XLACustomKernel("examples.coba_step", replace=True)
 
 
-def _numba_step(**_):
-    """One Numba kernel: integrate, detect, propagate both populations, reset."""
+def _numba_step(*, steps, **_):
+    """One Numba kernel for ``steps`` steps: integrate, detect, propagate, reset."""
     import numba
 
     el, ee, ei, vt, vr = F32(EL), F32(EE), F32(EI), F32(VT), F32(VR)
     k_m, de, di, ref_steps = K_M, DECAY_E, DECAY_I, np.int32(REF_STEPS)
+    n_steps = int(steps)
 
     # 'contract' lets LLVM fuse a*b+c into an FMA, as XLA's CPU compiler does for the plain
     # step: the float32 results are then bit-identical.
@@ -183,45 +184,53 @@ def _numba_step(**_):
              v_out, ge_out, gi_out, ref_out, spike_out):
         n = v.shape[0]
         ne = e_ptr.shape[0] - 1
-        # Neurons: branch-free (selects), so LLVM vectorizes the loop.
-        for i in range(n):
-            vi = v[i]
-            r = ref[i]
-            active = r == 0
-            dv = (el - vi) + ge[i] * (ee - vi) + gi[i] * (ei - vi)
-            vn = vi + k_m * dv
-            vn = vn if active else vi
-            s = active & (vn > vt)
-            spike_out[i] = s
-            v_out[i] = vr if s else vn
-            ref_out[i] = ref_steps if s else (0 if active else r - 1)
-            ge_out[i] = 0
-            gi_out[i] = 0
-        # Propagation into zeroed accumulators, rows in increasing order (the CSR kernels'
-        # summation order), then added to the decayed conductances.
-        ok = True
         w_e, w_i = we[0], wi[0]
-        for i in range(n):
-            if not spike_out[i]:
-                continue
-            if i < ne:
-                for k in range(e_ptr[i], e_ptr[i + 1]):
-                    j = e_idx[k]
-                    if j < 0 or j >= n:
-                        ok = False
-                    else:
-                        ge_out[j] += w_e
-            else:
-                row = i - ne
-                for k in range(i_ptr[row], i_ptr[row + 1]):
-                    j = i_idx[k]
-                    if j < 0 or j >= n:
-                        ok = False
-                    else:
-                        gi_out[j] += w_i
-        for i in range(n):
-            ge_out[i] = ge[i] * de + ge_out[i]
-            gi_out[i] = gi[i] * di + gi_out[i]
+        acc_e = np.empty(n, np.float32)
+        acc_i = np.empty(n, np.float32)
+        v_out[:] = v
+        ge_out[:] = ge
+        gi_out[:] = gi
+        ref_out[:] = ref
+        ok = True
+        for t in range(n_steps):
+            spk = spike_out[t]
+            # Neurons: branch-free (selects), so LLVM can vectorize the loop.
+            for i in range(n):
+                vi = v_out[i]
+                r = ref_out[i]
+                active = r == 0
+                dv = (el - vi) + ge_out[i] * (ee - vi) + gi_out[i] * (ei - vi)
+                vn = vi + k_m * dv
+                vn = vn if active else vi
+                s = active & (vn > vt)
+                spk[i] = s
+                v_out[i] = vr if s else vn
+                ref_out[i] = ref_steps if s else (0 if active else r - 1)
+                acc_e[i] = 0
+                acc_i[i] = 0
+            # Propagation into zeroed accumulators, rows in increasing order (the CSR
+            # kernels' summation order), then added to the decayed conductances.
+            for i in range(n):
+                if not spk[i]:
+                    continue
+                if i < ne:
+                    for k in range(e_ptr[i], e_ptr[i + 1]):
+                        j = e_idx[k]
+                        if j < 0 or j >= n:
+                            ok = False
+                        else:
+                            acc_e[j] += w_e
+                else:
+                    row = i - ne
+                    for k in range(i_ptr[row], i_ptr[row + 1]):
+                        j = i_idx[k]
+                        if j < 0 or j >= n:
+                            ok = False
+                        else:
+                            acc_i[j] += w_i
+            for i in range(n):
+                ge_out[i] = ge_out[i] * de + acc_e[i]
+                gi_out[i] = gi_out[i] * di + acc_i[i]
         if not ok:
             ge_out[:] = np.nan
             gi_out[:] = np.nan
@@ -229,28 +238,31 @@ def _numba_step(**_):
     return step
 
 
-def _jax_step(**_):
-    """The reference: the same step in jax.numpy, propagation as scatter-adds."""
+def _jax_step(*, steps, **_):
+    """The reference: the same steps in jax.numpy, propagation as scatter-adds."""
 
     def step(v, ge, gi, ref, we, e_idx, e_ptr, wi, i_idx, i_ptr):
         n = v.shape[0]
         ne = e_ptr.shape[0] - 1
-        v, spike, ref = _integrate(v, ge, gi, ref)
 
         def prop(spk, idx, ptr, w):
             rows = jnp.repeat(jnp.arange(ptr.shape[0] - 1), jnp.diff(ptr),
                               total_repeat_length=idx.shape[0])
             return jnp.zeros(n, v.dtype).at[idx].add(jnp.where(spk[rows], w[0], 0), mode="drop")
 
-        ge = ge * DECAY_E + prop(spike[:ne], e_idx, e_ptr, we)
-        gi = gi * DECAY_I + prop(spike[ne:], i_idx, i_ptr, wi)
-        v = jnp.where(spike, F32(VR), v)
-        return v, ge, gi, ref, spike
+        spikes = []
+        for _ in range(steps):
+            v, spike, ref = _integrate(v, ge, gi, ref)
+            ge = ge * DECAY_E + prop(spike[:ne], e_idx, e_ptr, we)
+            gi = gi * DECAY_I + prop(spike[ne:], i_idx, i_ptr, wi)
+            v = jnp.where(spike, F32(VR), v)
+            spikes.append(spike)
+        return v, ge, gi, ref, jnp.stack(spikes)
 
     return step
 
 
-def _step_shapes(v, ge, gi, ref, we, e_idx, e_ptr, wi, i_idx, i_ptr, **_):
+def _step_shapes(v, ge, gi, ref, we, e_idx, e_ptr, wi, i_idx, i_ptr, *, steps, **_):
     n = v.shape[0]
     for name, x in (("v", v), ("ge", ge), ("gi", gi)):
         if x.shape != (n,) or x.dtype != jnp.float32:
@@ -262,9 +274,11 @@ def _step_shapes(v, ge, gi, ref, we, e_idx, e_ptr, wi, i_idx, i_ptr, **_):
         raise ValueError("coba_step: the fused step needs one shared weight per population")
     if (e_ptr.shape[0] - 1) + (i_ptr.shape[0] - 1) != n:
         raise ValueError("coba_step: excitatory plus inhibitory rows must equal the neurons")
+    if not isinstance(steps, int) or steps < 1:
+        raise ValueError(f"coba_step: 'steps' must be a positive int, got {steps!r}")
     f = jax.ShapeDtypeStruct((n,), jnp.float32)
     return (f, f, f, jax.ShapeDtypeStruct((n,), jnp.int32),
-            jax.ShapeDtypeStruct((n,), jnp.bool_))
+            jax.ShapeDtypeStruct((steps, n), jnp.bool_))
 
 
 coba_step_p.def_numba_kernel(_numba_step, asdefault=True)
@@ -272,8 +286,9 @@ coba_step_p.def_kernel("jax", "cpu", _jax_step)
 coba_step_p.def_abstract_eval(_step_shapes)
 
 
-def fused_step(we: CSR, wi: CSR, backend: str | None = None):
-    """``step(state) -> (state, spikes)``: one ``coba_step_p`` kernel call per step."""
+def fused_step(we: CSR, wi: CSR, backend: str | None = None, steps: int = 1):
+    """``step(state) -> (state, spikes)``: one ``coba_step_p`` kernel call for ``steps``
+    steps (``spikes`` has shape ``(steps, n)``)."""
     for w in (we, wi):
         if not isinstance(w, CSR):
             raise ValueError("fused_step: the fused kernel reads stored CSR connectivity, got "
@@ -286,7 +301,7 @@ def fused_step(we: CSR, wi: CSR, backend: str | None = None):
         v, ge, gi, ref = state
         v, ge, gi, ref, spike = coba_step_p(
             v, ge, gi, ref, we.data, we.indices, we.indptr, wi.data, wi.indices, wi.indptr,
-            backend=backend)
+            backend=backend, steps=int(steps))
         return (v, ge, gi, ref), spike
 
     return step
@@ -294,40 +309,54 @@ def fused_step(we: CSR, wi: CSR, backend: str | None = None):
 
 # ----------------------------------------------------------------------------- simulation
 def simulator(net: Network, n_steps: int, *, fused: bool = False, backend: str | None = None,
-              raster: int = RASTER_NEURONS):
+              raster: int = RASTER_NEURONS, steps_per_call: int = 1):
     """A jitted ``run(v, ge, gi, w_exc, w_inh) -> dict`` of ``n_steps`` steps under ``lax.scan``.
 
     The result holds the spike counts of each population per step (``counts``, shape
     ``(n_steps, 2)``), spikes per neuron (``per_neuron``) and the spikes of the first
-    ``raster`` neurons per step (``raster``).
+    ``raster`` neurons per step (``raster``). With ``fused``, each scan iteration is one
+    kernel call that advances ``steps_per_call`` steps (it must divide ``n_steps``).
     """
     ne = net.n_exc
+    k = int(steps_per_call) if fused else 1
+    if k < 1 or n_steps % k:
+        raise ValueError(f"simulator: steps_per_call={steps_per_call} must be a positive "
+                         f"divisor of the {n_steps} steps")
 
     @jax.jit
     def run(v, ge, gi, w_exc, w_inh):
-        step = fused_step(w_exc, w_inh, backend) if fused else plain_step(w_exc, w_inh)
+        if fused:
+            step = fused_step(w_exc, w_inh, backend, steps=k)
+        else:
+            one = plain_step(w_exc, w_inh)
+
+            def step(state):
+                state, spike = one(state)
+                return state, spike[None]
 
         def body(carry, _):
             state, per_neuron = carry
-            state, spike = step(state)
-            counts = jnp.stack([jnp.sum(spike[:ne], dtype=jnp.int32),
-                                jnp.sum(spike[ne:], dtype=jnp.int32)])
-            return (state, per_neuron + spike), (counts, spike[:raster])
+            state, spike = step(state)  # spike: (k, n)
+            counts = jnp.stack([jnp.sum(spike[:, :ne], axis=1, dtype=jnp.int32),
+                                jnp.sum(spike[:, ne:], axis=1, dtype=jnp.int32)], axis=1)
+            per_neuron = per_neuron + jnp.sum(spike, axis=0, dtype=jnp.int32)
+            return (state, per_neuron), (counts, spike[:, :raster])
 
         ref = jnp.zeros(v.shape, jnp.int32)
         zero = jnp.zeros(v.shape, jnp.int32)
         (state, per_neuron), (counts, rast) = jax.lax.scan(
-            body, ((v, ge, gi, ref), zero), None, length=n_steps)
-        return {"counts": counts, "per_neuron": per_neuron, "raster": rast, "v": state[0]}
+            body, ((v, ge, gi, ref), zero), None, length=n_steps // k)
+        return {"counts": counts.reshape(n_steps, 2), "per_neuron": per_neuron,
+                "raster": rast.reshape(n_steps, -1), "v": state[0]}
 
     return run
 
 
 def simulate(net: Network, duration_s: float, *, fused: bool = False,
-             backend: str | None = None) -> dict:
+             backend: str | None = None, steps_per_call: int = 1) -> dict:
     """Compile, run ``duration_s`` simulated seconds and time both phases."""
     n_steps = int(round(duration_s * 1000.0 / DT))
-    run = simulator(net, n_steps, fused=fused, backend=backend)
+    run = simulator(net, n_steps, fused=fused, backend=backend, steps_per_call=steps_per_call)
     t0 = time.perf_counter()
     args = (net.v0, net.ge0, net.gi0, net.w_exc, net.w_inh)
     compiled = run.lower(*args).compile()
@@ -390,6 +419,8 @@ def main(argv=None) -> dict:
     ap.add_argument("--seed", type=int, default=0)
     ap.add_argument("--fused", action="store_true", help="one fused kernel per step")
     ap.add_argument("--backend", default=None, help="backend of the fused kernel (numba, jax)")
+    ap.add_argument("--steps-per-call", type=int, default=1,
+                    help="with --fused: steps advanced by one kernel call (divides the steps)")
     ap.add_argument("--neurons", type=int, default=None, help="override the network size")
     ap.add_argument("--prob", type=float, default=None, help="override the connection prob.")
     ap.add_argument("--plot", metavar="PNG", default=None, help="write a raster + histogram")
@@ -404,9 +435,12 @@ def main(argv=None) -> dict:
     else:
         net = scaled(args.scale, args.seed, conn)
     build_s = time.perf_counter() - t0
-    res = simulate(net, args.duration, fused=args.fused, backend=args.backend)
+    res = simulate(net, args.duration, fused=args.fused, backend=args.backend,
+                   steps_per_call=args.steps_per_call)
     summary = {
-        "impl": ("primforge fused" if args.fused else "primforge plain")
+        "impl": (("primforge fused" + (f" x{args.steps_per_call}"
+                                        if args.steps_per_call > 1 else ""))
+                 if args.fused else "primforge plain")
         + (" (jitc)" if conn == "jitc" else ""),
         "neurons": net.n, "synapses": net.w_exc.nnz + net.w_inh.nnz,
         "duration_s": args.duration, "seed": args.seed, "build_s": build_s,
