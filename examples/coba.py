@@ -313,11 +313,13 @@ def simulator(net: Network, n_steps: int, *, fused: bool = False, backend: str |
     """A jitted ``run(v, ge, gi, w_exc, w_inh) -> dict`` of ``n_steps`` steps under ``lax.scan``.
 
     The result holds the spike counts of each population per step (``counts``, shape
-    ``(n_steps, 2)``), spikes per neuron (``per_neuron``) and the spikes of the first
-    ``raster`` neurons per step (``raster``). With ``fused``, each scan iteration is one
+    ``(n_steps, 2)``), spikes per neuron (``per_neuron``) and the spikes of ``raster``
+    neurons per step (``raster``: the first 80% of them excitatory, the rest inhibitory). With ``fused``, each scan iteration is one
     kernel call that advances ``steps_per_call`` steps (it must divide ``n_steps``).
     """
     ne = net.n_exc
+    r_exc = min(ne, int(round(EXC_FRACTION * raster)))
+    shown = np.concatenate([np.arange(r_exc), ne + np.arange(min(net.n_inh, raster - r_exc))])
     k = int(steps_per_call) if fused else 1
     if k < 1 or n_steps % k:
         raise ValueError(f"simulator: steps_per_call={steps_per_call} must be a positive "
@@ -340,7 +342,7 @@ def simulator(net: Network, n_steps: int, *, fused: bool = False, backend: str |
             counts = jnp.stack([jnp.sum(spike[:, :ne], axis=1, dtype=jnp.int32),
                                 jnp.sum(spike[:, ne:], axis=1, dtype=jnp.int32)], axis=1)
             per_neuron = per_neuron + jnp.sum(spike, axis=0, dtype=jnp.int32)
-            return (state, per_neuron), (counts, spike[:, :raster])
+            return (state, per_neuron), (counts, spike[:, shown])
 
         ref = jnp.zeros(v.shape, jnp.int32)
         zero = jnp.zeros(v.shape, jnp.int32)
@@ -374,6 +376,7 @@ def simulate(net: Network, duration_s: float, *, fused: bool = False,
         "counts": counts,
         "per_neuron": np.asarray(out["per_neuron"]),
         "raster": np.asarray(out["raster"]),
+        "raster_exc": int(round(EXC_FRACTION * RASTER_NEURONS)),
     }
 
 
@@ -386,11 +389,11 @@ def plot(result: dict, net: Network, duration_s: float, path: str) -> None:
 
     fig, (ax1, ax2) = plt.subplots(1, 2, figsize=(9, 3.2), gridspec_kw={"width_ratios": [2, 1]})
     steps, neurons = np.nonzero(result["raster"])
-    exc = neurons < net.n_exc
+    exc = neurons < result["raster_exc"]
     ax1.scatter(steps[exc] * DT, neurons[exc], s=0.6, c="tab:blue", lw=0, label="E")
     ax1.scatter(steps[~exc] * DT, neurons[~exc], s=0.6, c="tab:red", lw=0, label="I")
-    ax1.set(xlabel="time (ms)", ylabel="neuron", title=f"COBA, {net.n} neurons (first "
-            f"{result['raster'].shape[1]} shown)")
+    ax1.set(xlabel="time (ms)", ylabel="neuron (E below, I above)",
+            title=f"COBA, {net.n} neurons ({result['raster'].shape[1]} shown)")
     rates = result["per_neuron"] / duration_s
     bins = np.linspace(0, max(1.0, float(rates.max())), 40)
     ax2.hist(rates[: net.n_exc], bins=bins, alpha=0.6, color="tab:blue", label="E")
