@@ -141,7 +141,8 @@ print(json.dumps(dict(neurons=n, rate_exc_hz=float(count[:ne].sum() / ne / sim_s
 
 
 def _child(cmd, env=None, timeout=1800) -> dict:
-    out = subprocess.run(cmd, capture_output=True, text=True, cwd=ROOT, env=env, timeout=timeout)
+    out = subprocess.run(cmd, check=False, capture_output=True, text=True, cwd=ROOT, env=env,
+                         timeout=timeout)
     if out.returncode != 0:
         raise RuntimeError(f"{cmd[:3]} failed:\n{out.stderr[-3000:]}")
     return json.loads(out.stdout.strip().splitlines()[-1])
@@ -197,8 +198,8 @@ def summarize(rows: list[dict]) -> list[dict]:
 
 
 def markdown(table: list[dict]) -> str:
-    lines = ["| scale | contender | E rate (Hz) | I rate (Hz) | rates agree | s per simulated s "
-             "| peak memory (MiB) |", "| --- | --- | --- | --- | --- | --- | --- |"]
+    lines = [("| scale | contender | E rate (Hz) | I rate (Hz) | rates agree | s per simulated s "
+              "| peak memory (MiB) |"), "| --- | --- | --- | --- | --- | --- | --- |"]
     for e in table:
         lines.append(
             f"| {e['scale']}x | {e['contender']} | {e['rate_exc_hz']:.1f} ± "

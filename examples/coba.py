@@ -67,7 +67,7 @@ DECAY_E = F32(1.0 - DT / TAUE)  # Euler: ge + dt * (-ge / taue)
 DECAY_I = F32(1.0 - DT / TAUI)
 # Brian's rule: refractory while fewer than 5 ms have passed since the spike, i.e. v is held
 # for the 49 steps after the spike and integrates again at the 50th.
-REF_STEPS = int(round(REFRACTORY / DT)) - 1
+REF_STEPS = round(REFRACTORY / DT) - 1
 
 
 @dataclass
@@ -87,7 +87,7 @@ class JitConn:
     @property
     def nnz(self) -> int:
         """Expected number of synapses."""
-        return int(round(self.shape[0] * self.shape[1] * self.prob))
+        return round(self.shape[0] * self.shape[1] * self.prob)
 
     def __rmatmul__(self, spikes):
         return binary_jitc_matvec(self.weight, self.seed, spikes, shape=self.shape,
@@ -116,7 +116,7 @@ def build(n: int = N_BASE, prob: float = P_BASE, *, seed: int = 0,
     """Random connectivity (stored ``'csr'`` or just-in-time ``'jitc'``) and Brian 1's
     initial state for ``n`` neurons."""
     rng = np.random.default_rng(seed)
-    n_exc = int(round(EXC_FRACTION * n))
+    n_exc = round(EXC_FRACTION * n)
     if conn == "csr":
         w_exc = fixed_prob(n_exc, n, prob, weight=we, seed=rng)
         w_inh = fixed_prob(n - n_exc, n, prob, weight=wi, seed=rng)
@@ -291,7 +291,7 @@ def fused_step(we: CSR, wi: CSR, backend: str | None = None, steps: int = 1):
     steps (``spikes`` has shape ``(steps, n)``)."""
     for w in (we, wi):
         if not isinstance(w, CSR):
-            raise ValueError("fused_step: the fused kernel reads stored CSR connectivity, got "
+            raise TypeError("fused_step: the fused kernel reads stored CSR connectivity, got "
                              f"{type(w).__name__}")
         if not w.homogeneous:
             raise ValueError("fused_step: the fused kernel expects one shared weight per "
@@ -318,7 +318,7 @@ def simulator(net: Network, n_steps: int, *, fused: bool = False, backend: str |
     kernel call that advances ``steps_per_call`` steps (it must divide ``n_steps``).
     """
     ne = net.n_exc
-    r_exc = min(ne, int(round(EXC_FRACTION * raster)))
+    r_exc = min(ne, round(EXC_FRACTION * raster))
     shown = np.concatenate([np.arange(r_exc), ne + np.arange(min(net.n_inh, raster - r_exc))])
     k = int(steps_per_call) if fused else 1
     if k < 1 or n_steps % k:
@@ -357,7 +357,7 @@ def simulator(net: Network, n_steps: int, *, fused: bool = False, backend: str |
 def simulate(net: Network, duration_s: float, *, fused: bool = False,
              backend: str | None = None, steps_per_call: int = 1) -> dict:
     """Compile, run ``duration_s`` simulated seconds and time both phases."""
-    n_steps = int(round(duration_s * 1000.0 / DT))
+    n_steps = round(duration_s * 1000.0 / DT)
     run = simulator(net, n_steps, fused=fused, backend=backend, steps_per_call=steps_per_call)
     t0 = time.perf_counter()
     args = (net.v0, net.ge0, net.gi0, net.w_exc, net.w_inh)
@@ -376,7 +376,7 @@ def simulate(net: Network, duration_s: float, *, fused: bool = False,
         "counts": counts,
         "per_neuron": np.asarray(out["per_neuron"]),
         "raster": np.asarray(out["raster"]),
-        "raster_exc": int(round(EXC_FRACTION * RASTER_NEURONS)),
+        "raster_exc": round(EXC_FRACTION * RASTER_NEURONS),
     }
 
 

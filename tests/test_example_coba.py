@@ -75,7 +75,7 @@ def numpy_coba(net, n_steps, dt=0.1):
 
 @pytest.fixture(scope="module")
 def reference(net):
-    return numpy_coba(net, int(round(DURATION / 1e-4)))
+    return numpy_coba(net, round(DURATION / 1e-4))
 
 
 @pytest.fixture(scope="module")
@@ -115,8 +115,8 @@ def test_just_in_time_connectivity_matches_numpy(coba):
     """The same network with connectivity regenerated from a seed (the 100x configuration)."""
     net = coba.build(N, PROB, seed=1, conn="jitc")
     result = coba.simulate(net, DURATION)
-    _check_against_numpy(result, numpy_coba(net, int(round(DURATION / 1e-4))), net)
-    with pytest.raises(ValueError, match="stored CSR"):
+    _check_against_numpy(result, numpy_coba(net, round(DURATION / 1e-4)), net)
+    with pytest.raises(TypeError, match="stored CSR"):
         coba.fused_step(net.w_exc, net.w_inh)
 
 
@@ -163,7 +163,7 @@ def test_command_line_prints_rates_and_writes_the_plot(tmp_path):
     out = subprocess.run(
         [sys.executable, str(ROOT / "examples" / "coba.py"), "--neurons", "400", "--prob",
          "0.2", "--duration", "0.02", "--fused", "--json", "--plot", str(png)],
-        capture_output=True, text=True, timeout=600, cwd=ROOT, env=env,
+        check=False, capture_output=True, text=True, timeout=600, cwd=ROOT, env=env,
     )
     assert out.returncode == 0, out.stderr
     summary = json.loads(out.stdout.strip().splitlines()[-1])
