@@ -1,0 +1,469 @@
+"""The COBA benchmark network (Brette et al. 2007, Benchmark 1), with primforge.ops.
+
+Conductance-based leaky integrate-and-fire neurons after Vogels & Abbott (2005), with the
+parameters of Brian 1's script for the benchmark: 4,000 neurons (80% excitatory), every pair
+connected with probability 0.02, conductances in units of the leak conductance:
+
+    dv/dt  = (El - v + ge (Ee - v) + gi (Ei - v)) / taum
+    dge/dt = -ge / taue          dgi/dt = -gi / taui
+
+taum 20 ms, taue 5 ms, taui 10 ms, El -60 mV, Ee 0 mV, Ei -80 mV, threshold -50 mV, reset
+-60 mV, 5 ms refractory (v held at the reset, conductances keep decaying), an excitatory
+spike adds 0.6 to ge, an inhibitory one 6.7 to gi. Forward Euler, dt = 0.1 ms, no external
+input: the activity is self-sustained from the initial state (as in Brian 1's script: v from
+N(-65, 5) mV, ge from N(4, 1.5), gi from N(20, 12)).
+
+One step, in the order of Brian's schedule: integrate (refractory neurons hold v), detect
+spikes (v > Vt, not refractory), propagate (ge += We^T spikes_E, gi += Wi^T spikes_I),
+reset. Two implementations of that step run under ``jax.lax.scan``:
+
+* plain: ``jax.numpy`` for the neurons and two event-driven CSR products
+  (``spikes_E @ We``, ``spikes_I @ Wi``, the numba kernels of :mod:`primforge.ops`).
+* fused (``--fused``): one :class:`primforge.XLACustomKernel` per step that integrates the
+  neurons, detects spikes and propagates them in a single Numba kernel call, with a
+  ``jax`` reference backend. It performs the same float32 operations in the same order
+  (including the multiply-adds XLA contracts into FMAs), so both give the same spike trains.
+
+``--scale 10`` has 40,000 neurons with p = 0.002 (the same 80 inputs per neuron) and
+``--scale 100`` 400,000 neurons with p = 0.0002, whose connectivity is never stored: with
+``--conn jitc`` (the default at 100x) each product regenerates the rows of the spiking
+neurons from a seed (:func:`primforge.ops.binary_jitc_matvec`), so memory stays flat.
+
+Run:  python examples/coba.py [--scale 1|10|100] [--conn csr|jitc] [--duration 1.0]
+      [--seed 0] [--fused] [--plot coba.png] [--json]
+"""
+
+from __future__ import annotations
+
+import argparse
+import dataclasses
+import json
+import resource
+import sys
+import time
+
+import jax
+import jax.numpy as jnp
+import numpy as np
+
+import primforge
+from primforge.ops import CSR, binary_jitc_matvec, fixed_prob
+from primforge.utils import dataclass, field
+
+# ----------------------------------------------------------------------------- parameters
+DT = 0.1  # ms
+TAUM, TAUE, TAUI = 20.0, 5.0, 10.0  # ms
+EL, EE, EI = -60.0, 0.0, -80.0  # mV
+VT, VR = -50.0, -60.0  # mV
+REFRACTORY = 5.0  # ms
+WE, WI = 0.6, 6.7  # conductance increments, units of the leak conductance
+N_BASE, P_BASE, EXC_FRACTION = 4000, 0.02, 0.8
+RASTER_NEURONS = 200  # neurons whose spikes are recorded for the raster plot
+
+# Step constants as float32, shared by both implementations (identical arithmetic).
+F32 = np.float32
+K_M = F32(DT / TAUM)  # dt / taum
+DECAY_E = F32(1.0 - DT / TAUE)  # Euler: ge + dt * (-ge / taue)
+DECAY_I = F32(1.0 - DT / TAUI)
+# Brian's rule: refractory while fewer than 5 ms have passed since the spike, i.e. v is held
+# for the 49 steps after the spike and integrates again at the 50th.
+REF_STEPS = round(REFRACTORY / DT) - 1
+
+
+@dataclass
+class JitConn:
+    """Fixed-probability connectivity regenerated from ``seed`` at every use (never stored).
+
+    ``spikes @ W`` is :func:`primforge.ops.binary_jitc_matvec` with ``transpose=True``: only
+    the rows of the spiking neurons are generated.
+    """
+
+    seed: int = field(static=True)
+    weight: float = field(static=True)
+    prob: float = field(static=True)
+    shape: tuple[int, int] = field(static=True)
+    homogeneous = True
+
+    @property
+    def nnz(self) -> int:
+        """Expected number of synapses."""
+        return round(self.shape[0] * self.shape[1] * self.prob)
+
+    def __rmatmul__(self, spikes):
+        return binary_jitc_matvec(self.weight, self.seed, spikes, shape=self.shape,
+                                  prob=self.prob, transpose=True)
+
+
+@dataclasses.dataclass(frozen=True)
+class Network:
+    """Connectivity and initial state of one COBA network."""
+
+    n: int
+    n_exc: int
+    w_exc: CSR | JitConn  # (n_exc, n): rows are excitatory sources
+    w_inh: CSR | JitConn  # (n - n_exc, n)
+    v0: jax.Array
+    ge0: jax.Array
+    gi0: jax.Array
+
+    @property
+    def n_inh(self) -> int:
+        return self.n - self.n_exc
+
+
+def build(n: int = N_BASE, prob: float = P_BASE, *, seed: int = 0,
+          we: float = WE, wi: float = WI, conn: str = "csr") -> Network:
+    """Random connectivity (stored ``'csr'`` or just-in-time ``'jitc'``) and Brian 1's
+    initial state for ``n`` neurons."""
+    rng = np.random.default_rng(seed)
+    n_exc = round(EXC_FRACTION * n)
+    if conn == "csr":
+        w_exc = fixed_prob(n_exc, n, prob, weight=we, seed=rng)
+        w_inh = fixed_prob(n - n_exc, n, prob, weight=wi, seed=rng)
+    elif conn == "jitc":
+        s_exc, s_inh = (int(x) for x in rng.integers(0, 2**31, 2))
+        w_exc = JitConn(s_exc, float(we), float(prob), (n_exc, n))
+        w_inh = JitConn(s_inh, float(wi), float(prob), (n - n_exc, n))
+    else:
+        raise ValueError(f"build: 'conn' must be 'csr' or 'jitc', got {conn!r}")
+    v0 = (rng.standard_normal(n) * 5.0 - 65.0).astype(F32)
+    ge0 = (rng.standard_normal(n) * 1.5 + 4.0).astype(F32)
+    gi0 = (rng.standard_normal(n) * 12.0 + 20.0).astype(F32)
+    return Network(n, n_exc, w_exc, w_inh, jnp.asarray(v0), jnp.asarray(ge0), jnp.asarray(gi0))
+
+
+def scaled(scale: int, seed: int = 0, conn: str = "csr") -> Network:
+    """The network at ``scale`` times 4,000 neurons, 80 inputs per neuron."""
+    n = N_BASE * scale
+    return build(n, P_BASE / scale, seed=seed, conn=conn)
+
+
+# ----------------------------------------------------------------------------- plain step
+def _integrate(v, ge, gi, ref):
+    """Euler step of the neurons and spike detection (plain jax.numpy)."""
+    active = ref == 0
+    dv = (F32(EL) - v) + ge * (F32(EE) - v) + gi * (F32(EI) - v)
+    v_new = jnp.where(active, v + K_M * dv, v)
+    spike = active & (v_new > F32(VT))
+    ref_new = jnp.where(spike, jnp.int32(REF_STEPS), jnp.where(active, 0, ref - 1))
+    return v_new, spike, ref_new
+
+
+def plain_step(w_exc, w_inh):
+    """``step(state) -> (state, spikes)`` with jax.numpy plus two event products (stored
+    CSR or just-in-time connectivity)."""
+    ne = w_exc.shape[0]
+
+    def step(state):
+        v, ge, gi, ref = state
+        v, spike, ref = _integrate(v, ge, gi, ref)
+        ge = ge * DECAY_E + spike[:ne] @ w_exc  # event-driven: visits the spiking rows
+        gi = gi * DECAY_I + spike[ne:] @ w_inh
+        v = jnp.where(spike, F32(VR), v)
+        return (v, ge, gi, ref), spike
+
+    return step
+
+
+# ----------------------------------------------------------------------------- fused step
+coba_step_p = primforge.XLACustomKernel("examples.coba_step", replace=True)
+
+
+def _numba_step(*, steps, **_):
+    """One Numba kernel for ``steps`` steps: integrate, detect, propagate, reset."""
+    import numba
+
+    el, ee, ei, vt, vr = F32(EL), F32(EE), F32(EI), F32(VT), F32(VR)
+    k_m, de, di, ref_steps = K_M, DECAY_E, DECAY_I, np.int32(REF_STEPS)
+    n_steps = int(steps)
+
+    # 'contract' lets LLVM fuse a*b+c into an FMA, as XLA's CPU compiler does for the plain
+    # step: the float32 results are then bit-identical.
+    @numba.njit(nogil=True, fastmath={"contract"})
+    def step(v, ge, gi, ref, we, e_idx, e_ptr, wi, i_idx, i_ptr,
+             v_out, ge_out, gi_out, ref_out, spike_out):
+        n = v.shape[0]
+        ne = e_ptr.shape[0] - 1
+        w_e, w_i = we[0], wi[0]
+        acc_e = np.empty(n, np.float32)
+        acc_i = np.empty(n, np.float32)
+        v_out[:] = v
+        ge_out[:] = ge
+        gi_out[:] = gi
+        ref_out[:] = ref
+        ok = True
+        for t in range(n_steps):
+            spk = spike_out[t]
+            # Neurons: branch-free (selects), so LLVM can vectorize the loop.
+            for i in range(n):
+                vi = v_out[i]
+                r = ref_out[i]
+                active = r == 0
+                dv = (el - vi) + ge_out[i] * (ee - vi) + gi_out[i] * (ei - vi)
+                vn = vi + k_m * dv
+                vn = vn if active else vi
+                s = active & (vn > vt)
+                spk[i] = s
+                v_out[i] = vr if s else vn
+                ref_out[i] = ref_steps if s else (0 if active else r - 1)
+                acc_e[i] = 0
+                acc_i[i] = 0
+            # Propagation into zeroed accumulators, rows in increasing order (the CSR
+            # kernels' summation order), then added to the decayed conductances.
+            for i in range(n):
+                if not spk[i]:
+                    continue
+                if i < ne:
+                    for k in range(e_ptr[i], e_ptr[i + 1]):
+                        j = e_idx[k]
+                        if j < 0 or j >= n:
+                            ok = False
+                        else:
+                            acc_e[j] += w_e
+                else:
+                    row = i - ne
+                    for k in range(i_ptr[row], i_ptr[row + 1]):
+                        j = i_idx[k]
+                        if j < 0 or j >= n:
+                            ok = False
+                        else:
+                            acc_i[j] += w_i
+            for i in range(n):
+                ge_out[i] = ge_out[i] * de + acc_e[i]
+                gi_out[i] = gi_out[i] * di + acc_i[i]
+        if not ok:
+            ge_out[:] = np.nan
+            gi_out[:] = np.nan
+
+    return step
+
+
+def _jax_step(*, steps, **_):
+    """The reference: the same steps in jax.numpy, propagation as scatter-adds."""
+
+    def step(v, ge, gi, ref, we, e_idx, e_ptr, wi, i_idx, i_ptr):
+        n = v.shape[0]
+        ne = e_ptr.shape[0] - 1
+
+        def prop(spk, idx, ptr, w):
+            rows = jnp.repeat(jnp.arange(ptr.shape[0] - 1), jnp.diff(ptr),
+                              total_repeat_length=idx.shape[0])
+            return jnp.zeros(n, v.dtype).at[idx].add(jnp.where(spk[rows], w[0], 0), mode="drop")
+
+        spikes = []
+        for _ in range(steps):
+            v, spike, ref = _integrate(v, ge, gi, ref)
+            ge = ge * DECAY_E + prop(spike[:ne], e_idx, e_ptr, we)
+            gi = gi * DECAY_I + prop(spike[ne:], i_idx, i_ptr, wi)
+            v = jnp.where(spike, F32(VR), v)
+            spikes.append(spike)
+        return v, ge, gi, ref, jnp.stack(spikes)
+
+    return step
+
+
+def _step_shapes(v, ge, gi, ref, we, e_idx, e_ptr, wi, i_idx, i_ptr, *, steps, **_):
+    n = v.shape[0]
+    for name, x in (("v", v), ("ge", ge), ("gi", gi)):
+        if x.shape != (n,) or x.dtype != jnp.float32:
+            raise ValueError(f"coba_step: '{name}' must be float32 of shape ({n},), got "
+                             f"{x.dtype}{list(x.shape)}")
+    if ref.shape != (n,) or ref.dtype != jnp.int32:
+        raise ValueError(f"coba_step: 'ref' must be int32 of shape ({n},), got {ref.dtype}")
+    if we.shape != (1,) or wi.shape != (1,):
+        raise ValueError("coba_step: the fused step needs one shared weight per population")
+    if (e_ptr.shape[0] - 1) + (i_ptr.shape[0] - 1) != n:
+        raise ValueError("coba_step: excitatory plus inhibitory rows must equal the neurons")
+    if not isinstance(steps, int) or steps < 1:
+        raise ValueError(f"coba_step: 'steps' must be a positive int, got {steps!r}")
+    f = jax.ShapeDtypeStruct((n,), jnp.float32)
+    return (f, f, f, jax.ShapeDtypeStruct((n,), jnp.int32),
+            jax.ShapeDtypeStruct((steps, n), jnp.bool_))
+
+
+coba_step_p.def_numba_kernel(_numba_step, asdefault=True)
+coba_step_p.def_kernel("jax", "cpu", _jax_step)
+coba_step_p.def_abstract_eval(_step_shapes)
+
+
+def fused_step(we: CSR, wi: CSR, backend: str | None = None, steps: int = 1):
+    """``step(state) -> (state, spikes)``: one ``coba_step_p`` kernel call for ``steps``
+    steps (``spikes`` has shape ``(steps, n)``)."""
+    for w in (we, wi):
+        if not isinstance(w, CSR):
+            raise TypeError("fused_step: the fused kernel reads stored CSR connectivity, got "
+                             f"{type(w).__name__}")
+        if not w.homogeneous:
+            raise ValueError("fused_step: the fused kernel expects one shared weight per "
+                             "population (fixed_prob(..., weight=<number>))")
+
+    def step(state):
+        v, ge, gi, ref = state
+        v, ge, gi, ref, spike = coba_step_p(
+            v, ge, gi, ref, we.data, we.indices, we.indptr, wi.data, wi.indices, wi.indptr,
+            backend=backend, steps=int(steps))
+        return (v, ge, gi, ref), spike
+
+    return step
+
+
+# ----------------------------------------------------------------------------- simulation
+def simulator(net: Network, n_steps: int, *, fused: bool = False, backend: str | None = None,
+              raster: int = RASTER_NEURONS, steps_per_call: int = 1):
+    """A jitted ``run(v, ge, gi, w_exc, w_inh) -> dict`` of ``n_steps`` steps under ``lax.scan``.
+
+    The result holds the spike counts of each population per step (``counts``, shape
+    ``(n_steps, 2)``), spikes per neuron (``per_neuron``) and the spikes of ``raster``
+    neurons per step (``raster``: the first 80% of them excitatory, the rest inhibitory). With ``fused``, each scan iteration is one
+    kernel call that advances ``steps_per_call`` steps (it must divide ``n_steps``).
+    """
+    ne = net.n_exc
+    r_exc = min(ne, round(EXC_FRACTION * raster))
+    shown = np.concatenate([np.arange(r_exc), ne + np.arange(min(net.n_inh, raster - r_exc))])
+    k = int(steps_per_call) if fused else 1
+    if k < 1 or n_steps % k:
+        raise ValueError(f"simulator: steps_per_call={steps_per_call} must be a positive "
+                         f"divisor of the {n_steps} steps")
+
+    @jax.jit
+    def run(v, ge, gi, w_exc, w_inh):
+        if fused:
+            step = fused_step(w_exc, w_inh, backend, steps=k)
+        else:
+            one = plain_step(w_exc, w_inh)
+
+            def step(state):
+                state, spike = one(state)
+                return state, spike[None]
+
+        def body(carry, _):
+            state, per_neuron = carry
+            state, spike = step(state)  # spike: (k, n)
+            counts = jnp.stack([jnp.sum(spike[:, :ne], axis=1, dtype=jnp.int32),
+                                jnp.sum(spike[:, ne:], axis=1, dtype=jnp.int32)], axis=1)
+            per_neuron = per_neuron + jnp.sum(spike, axis=0, dtype=jnp.int32)
+            return (state, per_neuron), (counts, spike[:, shown])
+
+        ref = jnp.zeros(v.shape, jnp.int32)
+        zero = jnp.zeros(v.shape, jnp.int32)
+        (state, per_neuron), (counts, rast) = jax.lax.scan(
+            body, ((v, ge, gi, ref), zero), None, length=n_steps // k)
+        return {"counts": counts.reshape(n_steps, 2), "per_neuron": per_neuron,
+                "raster": rast.reshape(n_steps, -1), "v": state[0]}
+
+    return run
+
+
+def simulate(net: Network, duration_s: float, *, fused: bool = False,
+             backend: str | None = None, steps_per_call: int = 1) -> dict:
+    """Compile, run ``duration_s`` simulated seconds and time both phases."""
+    n_steps = round(duration_s * 1000.0 / DT)
+    run = simulator(net, n_steps, fused=fused, backend=backend, steps_per_call=steps_per_call)
+    t0 = time.perf_counter()
+    args = (net.v0, net.ge0, net.gi0, net.w_exc, net.w_inh)
+    compiled = run.lower(*args).compile()
+    compile_s = time.perf_counter() - t0
+    t0 = time.perf_counter()
+    out = jax.block_until_ready(compiled(*args))
+    run_s = time.perf_counter() - t0
+    counts = np.asarray(out["counts"])
+    return {
+        "rate_exc_hz": float(counts[:, 0].sum() / net.n_exc / duration_s),
+        "rate_inh_hz": float(counts[:, 1].sum() / net.n_inh / duration_s),
+        "compile_s": compile_s,
+        "run_s": run_s,
+        "s_per_sim_s": run_s / duration_s,
+        "counts": counts,
+        "per_neuron": np.asarray(out["per_neuron"]),
+        "raster": np.asarray(out["raster"]),
+        "raster_exc": round(EXC_FRACTION * RASTER_NEURONS),
+    }
+
+
+def plot(result: dict, net: Network, duration_s: float, path: str) -> None:
+    """Raster of the first recorded neurons and a histogram of single-neuron rates."""
+    import matplotlib
+
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+
+    fig, (ax1, ax2) = plt.subplots(1, 2, figsize=(9, 3.2), gridspec_kw={"width_ratios": [2, 1]})
+    steps, neurons = np.nonzero(result["raster"])
+    exc = neurons < result["raster_exc"]
+    ax1.scatter(steps[exc] * DT, neurons[exc], s=0.6, c="tab:blue", lw=0, label="E")
+    ax1.scatter(steps[~exc] * DT, neurons[~exc], s=0.6, c="tab:red", lw=0, label="I")
+    ax1.set(xlabel="time (ms)", ylabel="neuron (E below, I above)",
+            title=f"COBA, {net.n} neurons ({result['raster'].shape[1]} shown)")
+    rates = result["per_neuron"] / duration_s
+    bins = np.linspace(0, max(1.0, float(rates.max())), 40)
+    ax2.hist(rates[: net.n_exc], bins=bins, alpha=0.6, color="tab:blue", label="E")
+    ax2.hist(rates[net.n_exc:], bins=bins, alpha=0.6, color="tab:red", label="I")
+    ax2.set(xlabel="rate (Hz)", ylabel="neurons", title="single-neuron rates")
+    ax2.legend(frameon=False)
+    fig.tight_layout()
+    fig.savefig(path, dpi=110)
+    plt.close(fig)
+
+
+def peak_rss_mib() -> float:
+    """Peak resident memory of this process (Linux reports KiB)."""
+    return resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024.0
+
+
+def main(argv=None) -> dict:
+    ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0],
+                                 formatter_class=argparse.RawDescriptionHelpFormatter)
+    ap.add_argument("--scale", type=int, choices=(1, 10, 100), default=1,
+                    help="network size: 1 (4,000 neurons, p=0.02), 10 (40,000, p=0.002) or "
+                    "100 (400,000, p=0.0002)")
+    ap.add_argument("--conn", choices=("csr", "jitc"), default=None,
+                    help="stored CSR or just-in-time connectivity (default: jitc at 100x)")
+    ap.add_argument("--duration", type=float, default=1.0, help="simulated seconds")
+    ap.add_argument("--seed", type=int, default=0)
+    ap.add_argument("--fused", action="store_true", help="one fused kernel per step")
+    ap.add_argument("--backend", default=None, help="backend of the fused kernel (numba, jax)")
+    ap.add_argument("--steps-per-call", type=int, default=1,
+                    help="with --fused: steps advanced by one kernel call (divides the steps)")
+    ap.add_argument("--neurons", type=int, default=None, help="override the network size")
+    ap.add_argument("--prob", type=float, default=None, help="override the connection prob.")
+    ap.add_argument("--plot", metavar="PNG", default=None, help="write a raster + histogram")
+    ap.add_argument("--json", action="store_true", help="print one JSON line of results")
+    args = ap.parse_args(argv)
+
+    conn = args.conn or ("jitc" if args.scale == 100 else "csr")
+    t0 = time.perf_counter()
+    if args.neurons is not None or args.prob is not None:
+        net = build(args.neurons or N_BASE * args.scale, args.prob or P_BASE / args.scale,
+                    seed=args.seed, conn=conn)
+    else:
+        net = scaled(args.scale, args.seed, conn)
+    build_s = time.perf_counter() - t0
+    res = simulate(net, args.duration, fused=args.fused, backend=args.backend,
+                   steps_per_call=args.steps_per_call)
+    summary = {
+        "impl": (("primforge fused" + (f" x{args.steps_per_call}"
+                                        if args.steps_per_call > 1 else ""))
+                 if args.fused else "primforge plain")
+        + (" (jitc)" if conn == "jitc" else ""),
+        "neurons": net.n, "synapses": net.w_exc.nnz + net.w_inh.nnz,
+        "duration_s": args.duration, "seed": args.seed, "build_s": build_s,
+        **{k: res[k] for k in ("rate_exc_hz", "rate_inh_hz", "compile_s", "run_s",
+                               "s_per_sim_s")},
+        "peak_rss_mib": peak_rss_mib(),
+    }
+    if args.plot:
+        plot(res, net, args.duration, args.plot)
+    if args.json:
+        print(json.dumps(summary))
+    else:
+        print(f"COBA {summary['impl']}: {net.n} neurons, {summary['synapses']} synapses, "
+              f"{args.duration:g} s simulated, seed {args.seed}")
+        print(f"  rates: E {res['rate_exc_hz']:.2f} Hz, I {res['rate_inh_hz']:.2f} Hz")
+        print(f"  wall time: {res['s_per_sim_s']:.3f} s per simulated second "
+              f"(compile {res['compile_s']:.2f} s, build {build_s:.2f} s, excluded)")
+        print(f"  peak memory: {summary['peak_rss_mib']:.0f} MiB")
+    return summary
+
+
+if __name__ == "__main__":
+    main(sys.argv[1:])
