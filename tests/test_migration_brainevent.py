@@ -20,7 +20,6 @@ from jax.test_util import check_grads
 from migration._load import load, load_again
 
 import primforge
-from primforge.registry import KernelReplacedWarning
 
 be = load("brainevent_example")
 
@@ -119,7 +118,7 @@ def test_numba_kernel_outs_that_disagree_with_the_call_are_an_error():
 
 def test_reimporting_the_module_warns_replaces_and_the_old_kernel_keeps_working():
     old = be.event_mv_p
-    with pytest.warns(KernelReplacedWarning) as caught:
+    with pytest.warns(primforge.registry.KernelReplacedWarning) as caught:
         again = load_again("brainevent_example")
     # One warning per replaced kernel, naming it.
     assert sorted(str(w.message).split("'")[1] for w in caught) == ["migrated_event_mv",
