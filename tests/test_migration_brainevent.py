@@ -201,3 +201,26 @@ def test_numba_cuda_kernel_launch_configuration_checks():
         numba_cuda_kernel(None, outs=[3])
     with pytest.raises(TypeError, match="knows its outputs"):
         numba_cuda_kernel(None)(jnp.ones(2))
+
+
+def test_whole_jvp_rule_of_a_single_output_kernel_may_return_bare_arrays():
+    k = primforge.XLACustomKernel("migration_bare_jvp", replace=True)
+    k.def_kernel("jax", "cpu", lambda **kw: lambda x: jnp.sin(x))
+    spec = jax.ShapeDtypeStruct((3,), jnp.float32)
+
+    def jvp(primals, tangents, **kw):  # brainevent users often return bare arrays here
+        (x,), (t,) = primals, tangents
+        return jnp.sin(x), jnp.cos(x) * t
+
+    k.def_jvp_rule(jvp)
+    x = jnp.array([0.1, 0.5, 2.0])
+    y, ty = jax.jvp(lambda x: k(x, outs=spec), (x,), (jnp.ones(3),))
+    np.testing.assert_allclose(y, np.sin(np.asarray(x)), rtol=1e-6)
+    np.testing.assert_allclose(ty, np.cos(np.asarray(x)), rtol=1e-6)
+
+    def bad(primals, tangents, **kw):
+        return [jnp.sin(primals[0])], [tangents[0], tangents[0]]
+
+    k.def_jvp_rule(bad)
+    with pytest.raises(primforge.KernelError, match=r"JVP rule .*bad must return 1 tangents"):
+        jax.jvp(lambda x: k(x, outs=spec), (x,), (jnp.ones(3),))

@@ -1103,8 +1103,9 @@ class XLACustomKernel:
             )
         if not batch:
             with _following(params):
-                out, tan = self._jvp_rule(primals, tangents, **_user_params(params))
-            return list(out), [_instantiate_like(t, o) for t, o in zip(tan, out)]
+                result = self._jvp_rule(primals, tangents, **_user_params(params))
+            out, tan = self._jvp_result(result, len(params["outs"]))
+            return out, [_instantiate_like(t, o) for t, o in zip(tan, out)]
         (size, mapped), inner = batch[0], batch[1:]
         zero = [type(t) is _compat.Zero for t in tangents]
         live_t = [t for t, z in zip(tangents, zero) if not z]
@@ -1123,6 +1124,30 @@ class XLACustomKernel:
             tuple(primals), tuple(live_t)
         )
         return list(out), list(tan)
+
+    def _jvp_result(self, result, n_out: int):
+        """A JVP rule's ``(outputs, tangents)`` as two lists of ``n_out`` entries.
+
+        With one output, a bare array for either is taken as that output's.
+        """
+        rule = getattr(self._jvp_rule, "__qualname__", None) or type(self._jvp_rule).__name__
+        if not isinstance(result, (tuple, list)) or len(result) != 2:
+            raise KernelError(
+                f"kernel {self.name!r}: the JVP rule {rule} must return (outputs, tangents); "
+                f"got {type(result).__name__}"
+            )
+        parts = []
+        for what, part in zip(("outputs", "tangents"), result):
+            if n_out == 1 and not isinstance(part, (tuple, list)):
+                part = [part]
+            if not isinstance(part, (tuple, list)) or len(part) != n_out:
+                got = f"{len(part)} values" if isinstance(part, (tuple, list)) else type(part).__name__
+                raise KernelError(
+                    f"kernel {self.name!r}: the JVP rule {rule} must return {n_out} {what} "
+                    f"(one per output, as a sequence); got {got}"
+                )
+            parts.append(list(part))
+        return parts[0], parts[1]
 
     # -- transpose (user rules always see per-example shapes)
     def _transpose(self, cts, *args, batch=(), **params):
