@@ -9,7 +9,7 @@ import re
 import pytest
 
 DOC = pathlib.Path(__file__).resolve().parent.parent / "docs" / "migration.md"
-BLOCK = re.compile(r"```(\w+)\n(.*?)```", re.S)
+BLOCK = re.compile(r"```(\w+)\n(.*?)```", re.DOTALL)
 
 
 def _blocks():
@@ -36,7 +36,7 @@ def test_python_block_runs(index):
     code, expected = _blocks()[index]
     buf = io.StringIO()
     with contextlib.redirect_stdout(buf):
-        exec(compile(code, f"{DOC.name}[block {index}]", "exec"), {"__name__": "__doc_block__"})
+        exec(compile(code, f"{DOC.name}[block {index}]", "exec"), {"__name__": "__doc__"})  # noqa: S102
     if expected is not None:
         assert buf.getvalue() == expected
 
@@ -46,12 +46,12 @@ def test_the_import_lines_name_real_objects():
     import primforge.utils
 
     text = DOC.read_text()
-    for name in re.findall(r"^from primforge import (.+?)\s+#", text, re.M):
+    for name in re.findall(r"^from primforge import (.+?)\s+#", text, re.MULTILINE):
         for n in name.split(","):
             assert hasattr(primforge, n.strip()), n
-    for name in re.findall(r"^from primforge\.utils import (.+?)\s+#", text, re.M):
+    for name in re.findall(r"^from primforge\.utils import (.+?)\s+#", text, re.MULTILINE):
         for n in name.split(","):
             assert hasattr(primforge.utils, n.strip()), n
-    listed = re.search(r"under the same name:\n(.*?)\n\n", text, re.S).group(1)
+    listed = re.search(r"under the same name:\n(.*?)\n\n", text, re.DOTALL).group(1)
     for n in re.findall(r"`(\w+)`", listed):
         assert hasattr(primforge.utils, n), n

@@ -63,7 +63,7 @@ def test_event_mv_vmap_over_spikes_matches_numpy():
 def test_event_mv_gradients_match_finite_differences():
     w = jnp.asarray(W, jnp.float32)
     s = jnp.asarray(RNG.normal(size=9), jnp.float32)  # every entry active: smooth in s
-    f = lambda w, s: be.event_mv_p_call(w, s)[0]  # noqa: E731
+    f = lambda w, s: be.event_mv_p_call(w, s)[0]
     check_grads(f, (w, s), order=1, modes=("fwd", "rev"), atol=5e-2, rtol=5e-2)
     g = jax.grad(lambda w, s: jnp.sum(f(w, s) ** 2), argnums=(0, 1))(w, s)
     y = np.asarray(W, np.float64) @ np.asarray(s, np.float64)

@@ -48,7 +48,7 @@ def test_several_results_come_back_as_a_tuple():
 def test_vjp_takes_a_tuple_cotangent():
     ct = (jnp.asarray(RNG.normal(size=4), jnp.float32),
           jnp.asarray(RNG.normal(size=4), jnp.float32))
-    f = lambda x, w, b: bt.dense_p.bind(x, w, b, scale=0.7)  # noqa: E731
+    f = lambda x, w, b: bt.dense_p.bind(x, w, b, scale=0.7)
     _, vjp = jax.vjp(f, X, W, B)
     got = vjp(ct)
     _, vjp_ref = jax.vjp(lambda x, w, b: _dense_ref(x, w, b, 0.7), X, W, B)

@@ -7,7 +7,6 @@ Was:
 """
 
 import jax
-import jax.numpy as jnp
 
 from primforge.utils import (
     dataclass,
