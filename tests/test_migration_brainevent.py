@@ -224,3 +224,32 @@ def test_whole_jvp_rule_of_a_single_output_kernel_may_return_bare_arrays():
     k.def_jvp_rule(bad)
     with pytest.raises(primforge.KernelError, match=r"JVP rule .*bad must return 1 tangents"):
         jax.jvp(lambda x: k(x, outs=spec), (x,), (jnp.ones(3),))
+
+
+@pytest.mark.parametrize("backend", ["warp", "triton", "numba_cuda"])
+def test_gpu_backends_accept_a_traceable_callable_from_the_generator(backend):
+    # brainevent generators return a traceable function for every backend; primforge uses
+    # it as it is (lowered for CUDA here: no GPU needed, none of the backend's compilers).
+    from gpu_utils import lower_for_cuda
+
+    k = primforge.XLACustomKernel(f"migration_callable_{backend}", replace=True)
+    k.def_kernel(backend, "gpu", lambda **kw: lambda x: [jnp.sin(x) * 2])
+    spec = [jax.ShapeDtypeStruct((8,), jnp.float32)]
+    text = lower_for_cuda(lambda x: k(x, outs=spec, backend=backend)[0], jnp.ones(8))
+    assert "sine" in text and "custom_call" not in text
+
+
+def test_warp_on_cpu_accepts_a_traceable_callable_from_the_generator():
+    pytest.importorskip("warp", reason="optional backend: pip install 'primforge[warp]'")
+    k = primforge.XLACustomKernel("migration_callable_warp_cpu", replace=True)
+    k.def_warp_kernel(lambda **kw: lambda x, y: (x * y, x - y), platform="cpu")
+    spec = [jax.ShapeDtypeStruct((3,), jnp.float32)] * 2
+    x, y = jnp.arange(3.0), jnp.full(3, 2.0)
+    a, b = k(x, y, outs=spec)
+    np.testing.assert_allclose(a, np.arange(3.0) * 2)
+    np.testing.assert_allclose(b, np.arange(3.0) - 2)
+    with pytest.raises(primforge.KernelError,
+                       match="must return a @wp.kernel.*traceable JAX callable.*got int"):
+        k2 = primforge.XLACustomKernel("migration_warp_cpu_bad", replace=True)
+        k2.def_warp_kernel(lambda **kw: 42, platform="cpu")
+        k2(x, y, outs=spec)
