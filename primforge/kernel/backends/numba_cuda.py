@@ -142,7 +142,13 @@ class NumbaCudaKernel:
         arrays = tuple(jnp.asarray(a) for a in arrays)
         ins = tuple(jax.ShapeDtypeStruct(tuple(a.shape), a.dtype) for a in arrays)
         platform = "gpu" if jax.default_backend() in ("gpu", "cuda", "rocm") else "cpu"
-        results = _bound_call(self, ins, platform)(*arrays)
+        try:
+            call = _bound_call(self, ins, platform)
+        except TypeError as e:  # an unhashable kernel object: build without the cache
+            if "unhashable" not in str(e):
+                raise
+            call = _bound_call.__wrapped__(self, ins, platform)
+        results = call(*arrays)
         return results if isinstance(self.outs, tuple) else results[0]
 
 
