@@ -406,7 +406,7 @@ class ETPPrimitive(Primitive):
 
     Args:
         name: the primitive's name (shown in jaxprs).
-        multiple_results: whether it returns a list of arrays.
+        multiple_results: whether it returns several arrays (``bind`` gives a tuple).
         batched: metadata for interpreters: the primitive works on batched inputs.
         gradient_enabled: metadata for interpreters: evaluate it when walking ``y -> h``.
         trainable_invars_fn: metadata: ``eqn.params -> {key: invar_index}`` for the
@@ -502,7 +502,11 @@ class ETPPrimitive(Primitive):
         if params:
             where = f"primitive {self.name!r}"
             params = {k: static_param(v, name=k, where=where) for k, v in params.items()}
-        return super().bind(*args, **params)
+        out = super().bind(*args, **params)
+        # Several results come back as a tuple (JAX's bind gives a list): the structure a
+        # Python function returning several arrays has, so cotangents given as a tuple to
+        # jax.vjp / jax.linear_transpose match it.
+        return tuple(out) if self.multiple_results else out
 
     # -- one method per rule -----------------------------------------------------------
     # def_impl and def_abstract_eval are inherited from Primitive.
@@ -1011,7 +1015,8 @@ def register_primitive(
     ``impl_fn(*arrays, **params)`` must be JAX-traceable; its keyword params are static
     (hashable; lists arrive as tuples, dicts as :class:`FrozenDict`, functions wrapped in
     :class:`HashableCallable`). It returns one array, or with ``multiple_results=True`` a
-    tuple or list of arrays. The rules installed:
+    tuple or list of arrays; ``bind`` then returns a tuple (so a cotangent for ``jax.vjp``
+    or ``jax.linear_transpose`` is a tuple too). The rules installed:
 
     * impl: ``jax.jit`` of the impl, compiled once per distinct params;
     * abstract eval: ``jax.eval_shape`` of the impl;
@@ -1113,8 +1118,9 @@ def per_input_jvp(primitive: Any, rules: Sequence[Callable[..., Any] | None]) ->
     """Build a JVP rule ``jvp(primals, tangents, **params)`` from one rule per input.
 
     ``rules[i](tangent_i, *primals, **params)`` gives input ``i``'s contribution to the
-    output tangent (one tangent per output, as a sequence, for multiple results; entries
-    may be ``None``). ``None`` in ``rules`` means input ``i`` contributes nothing; inputs
+    output tangent (one tangent per output, as a sequence, for multiple results, or a bare
+    tangent when there is only one output; entries may be ``None``). ``None`` in ``rules``
+    means input ``i`` contributes nothing; inputs
     with a symbolic-zero tangent skip their rule. The primal output is ``primitive.bind``.
 
     Args:
@@ -1157,11 +1163,14 @@ def per_input_jvp(primitive: Any, rules: Sequence[Callable[..., Any] | None]) ->
                 continue
             contrib = rule(t, *primals, **params)
             if prim.multiple_results:
+                if len(outs) == 1 and not isinstance(contrib, (tuple, list)):
+                    contrib = [contrib]  # one output: a bare tangent is that output's
                 if not isinstance(contrib, (tuple, list)) or len(contrib) != len(outs):
                     raise TypeError(
-                        f"JVP rule {i} of multiple-results primitive {prim.name!r} must return "
-                        f"a sequence of {len(outs)} tangents (one per output, None for zero); "
-                        f"got {type(contrib).__name__}"
+                        f"JVP rule {i} ({_rule_name(rule)}) of primitive {prim.name!r}, which "
+                        f"has {len(outs)} outputs, must return a sequence of {len(outs)} "
+                        f"tangents (one per output, None for zero); got "
+                        f"{type(contrib).__name__}"
                         + (
                             f" of length {len(contrib)}"
                             if isinstance(contrib, (tuple, list))
@@ -1192,11 +1201,16 @@ def per_input_jvp(primitive: Any, rules: Sequence[Callable[..., Any] | None]) ->
     return jvp
 
 
+def _rule_name(rule: Callable[..., Any]) -> str:
+    return getattr(rule, "__qualname__", None) or type(rule).__name__
+
+
 def defjvp(primitive: Any, *jvp_rules: Callable[..., Any] | None) -> None:
     """Define a primitive's JVP by one rule per input.
 
     Each rule is ``rule(tangent, *primals, **params) -> tangent_out`` (for a primitive with
-    multiple results: a sequence with one tangent per output, ``None`` for zero). Pass
+    multiple results: a sequence with one tangent per output, ``None`` for zero; with a
+    single output, a bare tangent works too). Pass
     ``None`` for an input that contributes nothing. Works for single and multiple results.
 
     ``primitive`` may be a ``Primitive`` or an ``XLACustomKernel`` (anything with a

@@ -1,7 +1,9 @@
 """The global registry of kernels, and tag filtering.
 
 Design: every ``XLACustomKernel`` registers itself here under its name when it is created;
-a second kernel under a taken name is an error unless ``replace=True`` is asked for. Tags
+a second kernel under a taken name replaces the first in the registry, with one
+:class:`KernelReplacedWarning` naming it (silently with ``replace=True``), so re-running a
+notebook cell or re-importing a module works; the replaced object keeps working. Tags
 are plain strings; filtering is ``match='all'`` (every tag present) or ``match='any'`` (at
 least one), with the same semantics wherever tags are filtered (API and CLI):
 :func:`list_kernels` filters quietly, :func:`select_kernels` (what the CLI uses) also
@@ -22,6 +24,7 @@ if TYPE_CHECKING:  # pragma: no cover
     from primforge.kernel.kernel import XLACustomKernel
 
 __all__ = [
+    "KernelReplacedWarning",
     "UnknownKernelError",
     "UnknownTagError",
     "all_tags",
@@ -50,14 +53,33 @@ class UnknownTagError(ValueError):
     """A tag no registered kernel carries; the message lists the tags in use."""
 
 
+class KernelReplacedWarning(UserWarning):
+    """A new kernel took the name of a registered one, which it replaced in the registry.
+
+    Example:
+        >>> import warnings, primforge
+        >>> from primforge.registry import KernelReplacedWarning
+        >>> first = primforge.XLACustomKernel('doc_replaced')
+        >>> with warnings.catch_warnings(record=True) as caught:
+        ...     warnings.simplefilter('always')
+        ...     second = primforge.XLACustomKernel('doc_replaced')
+        >>> [w.category.__name__ for w in caught]
+        ['KernelReplacedWarning']
+        >>> primforge.get_kernel('doc_replaced') is second
+        True
+    """
+
+
 _KERNELS: dict[str, XLACustomKernel] = {}
 
 
 def register_kernel(kernel: XLACustomKernel, *, replace: bool = False) -> None:
     """Add ``kernel`` to the registry (done by ``XLACustomKernel.__init__``).
 
-    Raises:
-        ValueError: if the name is taken and ``replace`` is False.
+    A name already taken by another kernel is given to ``kernel``: with one
+    :class:`KernelReplacedWarning` naming it, or silently when ``replace`` is True. The
+    kernel it replaces keeps working where it is still referenced; lookups by name
+    (:func:`get_kernel`, the CLI, autotuned defaults) find the new one.
 
     Example:
         >>> import primforge
@@ -65,10 +87,17 @@ def register_kernel(kernel: XLACustomKernel, *, replace: bool = False) -> None:
         >>> primforge.get_kernel('doc_registry_demo') is k
         True
     """
-    if kernel.name in _KERNELS and not replace and _KERNELS[kernel.name] is not kernel:
-        raise ValueError(
-            f"a kernel named {kernel.name!r} is already registered. Pick another name, or "
-            f"pass replace=True to XLACustomKernel(...) to replace it."
+    old = _KERNELS.get(kernel.name)
+    if old is not None and old is not kernel and not replace:
+        import warnings
+
+        warnings.warn(
+            f"a kernel named {kernel.name!r} was already registered; the new "
+            f"XLACustomKernel({kernel.name!r}) replaces it in the registry (the old object "
+            f"still works where it is referenced). Pass replace=True to XLACustomKernel(...) "
+            f"to replace it without this warning, or pick another name.",
+            KernelReplacedWarning,
+            stacklevel=3,
         )
     _KERNELS[kernel.name] = kernel
     if os.environ.get("PRIMFORGE_AUTOTUNE"):

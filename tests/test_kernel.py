@@ -57,12 +57,18 @@ def test_def_kernel_rejects_bad_arguments():
         k.def_kernel("jax", "moon", lambda **kw: None)
 
 
-def test_duplicate_name_is_an_error_unless_replace():
+def test_duplicate_name_warns_and_replaces_silently_with_replace():
+    from primforge.registry import KernelReplacedWarning
+
     k = fresh()
-    with pytest.raises(ValueError, match="already registered"):
-        XLACustomKernel(k.name)
+    k.def_kernel("jax", "cpu", lambda **kw: lambda x: x + 1)
+    with pytest.warns(KernelReplacedWarning, match=repr(k.name)):
+        k1 = XLACustomKernel(k.name)
+    assert primforge.get_kernel(k.name) is k1
     k2 = XLACustomKernel(k.name, replace=True)
     assert primforge.get_kernel(k.name) is k2
+    # The replaced object keeps working.
+    np.testing.assert_allclose(k(jnp.arange(3.0), outs=f32(3)), np.arange(3.0) + 1)
 
 
 # ---------------------------------------------------------------- outs handling

@@ -192,9 +192,12 @@ class XLACustomKernel:
     ``backend=`` argument choose another.
 
     Args:
-        name: unique name of the primitive (also its registry key).
+        name: name of the primitive (also its registry key). A kernel created under a
+            name already registered replaces that one in the registry, with a
+            :class:`primforge.registry.KernelReplacedWarning` (re-running a notebook cell
+            or re-importing a module works); the replaced object keeps working.
         doc: optional description.
-        replace: replace a registered kernel of the same name instead of raising.
+        replace: replace a registered kernel of the same name without the warning.
 
     Example:
         >>> import jax, jax.numpy as jnp, primforge
@@ -988,7 +991,9 @@ class XLACustomKernel:
             extra = {"batch_shape": ()} if entry.wants_batch_shape else {}
             product = self._generate(entry, ins=ins, outs=outs, platform=platform, **extra,
                                      **params)
-            wrapped = _debug_checks.prefilled_numba(product, len(ins), outs, self.name)
+            wrapped = None
+            if _route(module, product, ins, outs, self.name) is module:
+                wrapped = _debug_checks.prefilled_numba(product, len(ins), outs, self.name)
             if wrapped is not None:
                 new, prefilled = wrapped
                 ext_ins = tuple(ins) + tuple(outs[j] for j in prefilled)
@@ -1017,12 +1022,14 @@ class XLACustomKernel:
             product = self._generate(
                 entry, ins=big_ins, outs=big_outs, batch_shape=sizes, platform=platform, **params
             )
+            module = _route(module, product, big_ins, big_outs, name)
             core = module.make_callable(
                 product, ins=big_ins, outs=big_outs, platform=platform, name=name
             )
             return lambda *arrays: core(*_batching.broadcast_levels(arrays, batch))
         extra = {"batch_shape": ()} if entry.wants_batch_shape else {}
         product = self._generate(entry, ins=ins, outs=outs, platform=platform, **extra, **params)
+        module = _route(module, product, ins, outs, name)
         if batch and _accepts_batch(module.make_callable):
             return module.make_callable(
                 product, ins=ins, outs=outs, platform=platform, name=name, batch=batch
@@ -1096,8 +1103,9 @@ class XLACustomKernel:
             )
         if not batch:
             with _following(params):
-                out, tan = self._jvp_rule(primals, tangents, **_user_params(params))
-            return list(out), [_instantiate_like(t, o) for t, o in zip(tan, out)]
+                result = self._jvp_rule(primals, tangents, **_user_params(params))
+            out, tan = self._jvp_result(result, len(params["outs"]))
+            return out, [_instantiate_like(t, o) for t, o in zip(tan, out)]
         (size, mapped), inner = batch[0], batch[1:]
         zero = [type(t) is _compat.Zero for t in tangents]
         live_t = [t for t, z in zip(tangents, zero) if not z]
@@ -1116,6 +1124,30 @@ class XLACustomKernel:
             tuple(primals), tuple(live_t)
         )
         return list(out), list(tan)
+
+    def _jvp_result(self, result, n_out: int):
+        """A JVP rule's ``(outputs, tangents)`` as two lists of ``n_out`` entries.
+
+        With one output, a bare array for either is taken as that output's.
+        """
+        rule = getattr(self._jvp_rule, "__qualname__", None) or type(self._jvp_rule).__name__
+        if not isinstance(result, (tuple, list)) or len(result) != 2:
+            raise KernelError(
+                f"kernel {self.name!r}: the JVP rule {rule} must return (outputs, tangents); "
+                f"got {type(result).__name__}"
+            )
+        parts = []
+        for what, part in zip(("outputs", "tangents"), result):
+            if n_out == 1 and not isinstance(part, (tuple, list)):
+                part = [part]
+            if not isinstance(part, (tuple, list)) or len(part) != n_out:
+                got = f"{len(part)} values" if isinstance(part, (tuple, list)) else type(part).__name__
+                raise KernelError(
+                    f"kernel {self.name!r}: the JVP rule {rule} must return {n_out} {what} "
+                    f"(one per output, as a sequence); got {got}"
+                )
+            parts.append(list(part))
+        return parts[0], parts[1]
 
     # -- transpose (user rules always see per-example shapes)
     def _transpose(self, cts, *args, batch=(), **params):
@@ -1327,6 +1359,23 @@ def _following(params: dict):
 
 def _fmt(structs) -> str:
     return "[" + ", ".join(f"{s.dtype}{list(s.shape)}" for s in structs) + "]"
+
+
+def _route(module, product, ins, outs, name: str):
+    """The backend module that turns ``product`` into the kernel's callable.
+
+    A backend that launches its own kind of kernel (numba, numba_cuda, warp, triton) says
+    through ``product_form`` whether the generator returned such a kernel or a function
+    that is already a traceable JAX callable (what a generator of other libraries returns
+    for every backend, e.g. a function that calls ``numba_kernel(fn, outs=...)``); the
+    latter is used as it is, like a 'jax' product.
+    """
+    form = getattr(module, "product_form", None)
+    if form is None:
+        return module
+    if form(product, n_ins=len(ins), n_outs=len(outs), name=name) == "callable":
+        return get_backend("jax")
+    return module
 
 
 def _accepts_batch(fn) -> bool:

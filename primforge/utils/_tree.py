@@ -109,8 +109,9 @@ class ScatterArgs(TypedDict, total=False):
 class HasScatterArgs(Protocol):
     """A pytree node whose subtree is scattered with extra keyword arguments.
 
-    :func:`tree_scatter_set` merges ``node.scatter_args`` over the arguments inherited
-    from enclosing nodes (the innermost node wins) before scattering into its children.
+    :func:`tree_scatter_set` uses ``node.scatter_args`` as defaults for its subtree: the
+    arguments the caller passes (and those coming from enclosing nodes) take precedence,
+    and the node fills in only the keys they leave out.
 
     Example:
         >>> from primforge.utils import HasScatterArgs
@@ -223,10 +224,10 @@ def _scatter_args_of(x: Any) -> ScatterArgs | None:
 def tree_scatter_set(item: T, value: T, idxs: Any, args: ScatterArgs | None = None) -> T:
     """``leaf.at[idxs].set(value_leaf, **args)`` for every array leaf of ``item``.
 
-    Nodes implementing :class:`HasScatterArgs` update the keyword arguments for their own
-    subtree: their ``scatter_args`` are merged over the inherited ones, innermost wins
-    (for example a buffer whose padding slots use ``mode="drop"``). ``None`` leaves stay
-    ``None``.
+    Nodes implementing :class:`HasScatterArgs` add keyword arguments for their own
+    subtree (for example a buffer whose padding slots use ``mode="drop"``): their
+    ``scatter_args`` fill in the keys not already given, so ``args`` from the caller, and
+    those of enclosing nodes, win over a node's own. ``None`` leaves stay ``None``.
 
     Args:
         item: Pytree of arrays to update.
@@ -244,6 +245,26 @@ def tree_scatter_set(item: T, value: T, idxs: Any, args: ScatterArgs | None = No
         >>> from primforge.utils import tree_scatter_set
         >>> tree_scatter_set({"a": jnp.zeros(4)}, {"a": jnp.ones(2)}, jnp.array([1, 3]), {})
         {'a': Array([0., 1., 0., 1.], dtype=float32)}
+
+        The caller's arguments override a node's ``scatter_args``:
+
+        >>> import jax
+        >>> @jax.tree_util.register_pytree_node_class
+        ... class Padded:
+        ...     scatter_args = {"mode": "drop"}
+        ...     def __init__(self, x):
+        ...         self.x = x
+        ...     def tree_flatten(self):
+        ...         return (self.x,), None
+        ...     @classmethod
+        ...     def tree_unflatten(cls, aux, children):
+        ...         return cls(*children)
+        >>> idx = jnp.array([1, 7])  # 7 is out of bounds
+        >>> tree_scatter_set(Padded(jnp.zeros(3)), Padded(jnp.ones(2)), idx, {}).x
+        Array([0., 1., 0.], dtype=float32)
+        >>> tree_scatter_set(Padded(jnp.zeros(3)), Padded(jnp.ones(2)), idx,
+        ...                  {"mode": "clip"}).x
+        Array([0., 1., 1.], dtype=float32)
     """
     return _scatter(item, value, idxs, dict(args or {}))
 
@@ -251,7 +272,7 @@ def tree_scatter_set(item: T, value: T, idxs: Any, args: ScatterArgs | None = No
 def _scatter(item: Any, value: Any, idxs: Any, args: dict[str, Any]) -> Any:
     own = _scatter_args_of(item)
     if own is not None:
-        args = {**args, **own}
+        args = {**own, **args}  # a node's own arguments are defaults: the caller's win
 
     def stop(x: Any) -> bool:
         return x is not item and _scatter_args_of(x) is not None

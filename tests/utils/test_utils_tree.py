@@ -162,18 +162,21 @@ def test_tree_scatter_set_matches_numpy_assignment():
     assert got["b"][1] is None
 
 
-def test_tree_scatter_set_merges_node_scatter_args_innermost_wins():
+def test_tree_scatter_set_node_scatter_args_are_defaults_the_caller_overrides():
     idx = jnp.array([1, 7])  # 7 is out of bounds for length 4
-    item = {"clip": jnp.zeros(4), "buf": DropBuffer(jnp.zeros(4))}
-    value = {"clip": jnp.array([1.0, 2.0]), "buf": DropBuffer(jnp.array([1.0, 2.0]))}
-    got = tree_scatter_set(item, value, idx, {"mode": "clip"})
-    # Outer args clip the index 7 to 3 (NumPy: clip then assign).
-    want_clip = np.zeros(4)
-    want_clip[np.clip([1, 7], 0, 3)] = [1.0, 2.0]
-    np.testing.assert_array_equal(got["clip"], want_clip)
-    # The buffer asks for mode="drop": the out-of-bounds update is discarded.
+    item = {"plain": jnp.zeros(4), "buf": DropBuffer(jnp.zeros(4))}
+    value = {"plain": jnp.array([1.0, 2.0]), "buf": DropBuffer(jnp.array([1.0, 2.0]))}
+    # No caller args: the buffer's mode="drop" applies to its subtree only.
+    got = tree_scatter_set(item, value, idx, {})
     np.testing.assert_array_equal(got["buf"].data, [0.0, 1.0, 0.0, 0.0])
     assert type(got["buf"]) is DropBuffer
+    # The caller's mode="clip" wins over the buffer's own: index 7 is clipped to 3
+    # everywhere (NumPy: clip, then assign).
+    got = tree_scatter_set(item, value, idx, {"mode": "clip"})
+    want = np.zeros(4)
+    want[np.clip([1, 7], 0, 3)] = [1.0, 2.0]
+    np.testing.assert_array_equal(got["plain"], want)
+    np.testing.assert_array_equal(got["buf"].data, want)
 
 
 def test_tree_stack_and_concat_match_numpy():

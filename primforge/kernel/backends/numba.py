@@ -63,6 +63,7 @@ import collections
 import ctypes
 import functools
 import hashlib
+import inspect
 import os
 import pickle
 import re
@@ -93,6 +94,7 @@ __all__ = [
     "max_kernels",
     "numba_kernel",
     "prepare",
+    "product_form",
     "registered_targets",
 ]
 
@@ -337,6 +339,13 @@ def make_callable(
     _require_numba()
     if isinstance(product, NumbaKernel):
         fn, aliases, half_as = product.fn, product.input_output_aliases, product.half_as
+        bound = [(tuple(o.shape), np.dtype(o.dtype).name) for o in product.outs]
+        given = [(tuple(o.shape), np.dtype(o.dtype).name) for o in outs]
+        if bound != given:
+            raise ValueError(
+                f"{name}: the NumbaKernel declares outputs {bound} (numba_kernel(..., outs=...)) "
+                f"but the call's outs are {given}"
+            )
     else:
         fn, aliases, half_as = product, {}, "float32"
     kernel = _as_dispatcher(fn)
@@ -402,6 +411,69 @@ def make_callable(
         return tuple(r.astype(o.dtype) if r.dtype != o.dtype else r for r, o in zip(res, outs))
 
     return f
+
+
+def product_form(product: Any, *, n_ins: int, n_outs: int, name: str) -> str:
+    """What a numba kernel generator returned: ``"kernel"`` or ``"callable"``.
+
+    ``"kernel"``: something this backend compiles and serves through the XLA FFI (a
+    :class:`NumbaKernel`, a ``numba.njit`` dispatcher, or a plain function taking the
+    inputs then the outputs, which is jitted here). ``"callable"``: a function that is
+    already a traceable JAX callable taking only the inputs, e.g. one that calls
+    ``numba_kernel(fn, outs=...)(*inputs)`` itself; the kernel then uses it as it is.
+
+    A plain function is told apart by how many positional arguments it takes; one that
+    fits neither form is an error naming both.
+
+    Example:
+        >>> import numba
+        >>> @numba.njit
+        ... def k(x, out):
+        ...     out[0] = x[0]
+        >>> product_form(k, n_ins=1, n_outs=1, name='k')
+        'kernel'
+        >>> product_form(lambda x: x, n_ins=1, n_outs=1, name='k')
+        'callable'
+        >>> product_form(lambda a, b, c: a, n_ins=1, n_outs=1, name='k')
+        Traceback (most recent call last):
+        ...
+        TypeError: kernel 'k': the 'numba' kernel generator returned a plain function with signature (a, b, c): as a Numba kernel it must take the 1 input(s) then the 1 output(s) (2 positional arguments); as a traceable JAX callable, the 1 input(s) only. Return the @numba.njit kernel, numba_kernel(kernel, outs=outs), or a function of the inputs that calls it.
+    """
+    if isinstance(product, NumbaKernel):
+        return "kernel"
+    if isinstance(product, _pytypes.FunctionType):
+        if _binds(product, n_ins + n_outs):
+            return "kernel"
+        if _binds(product, n_ins):
+            return "callable"
+        raise TypeError(
+            f"kernel {name!r}: the 'numba' kernel generator returned a plain function with "
+            f"signature {_signature_text(product)}: as a Numba kernel it must take the "
+            f"{n_ins} input(s) then the {n_outs} output(s) ({n_ins + n_outs} positional "
+            f"arguments); as a traceable JAX callable, the {n_ins} input(s) only. Return the "
+            f"@numba.njit kernel, numba_kernel(kernel, outs=outs), or a function of the "
+            f"inputs that calls it."
+        )
+    if hasattr(product, "py_func") or not callable(product):
+        return "kernel"  # a Numba dispatcher, or something make_callable reports
+    return "callable"
+
+
+def _binds(fn, n: int) -> bool:
+    try:
+        inspect.signature(fn).bind(*range(n))
+    except TypeError:
+        return False
+    except ValueError:  # no signature to read: let the kernel route report it
+        return True
+    return True
+
+
+def _signature_text(fn) -> str:
+    try:
+        return str(inspect.signature(fn))
+    except (TypeError, ValueError):
+        return "(?)"
 
 
 def _check_batch(batch, n_in, name):
@@ -479,7 +551,8 @@ def _as_dispatcher(fn):
         return _JITTED[fn]
     raise TypeError(
         "the numba backend expects a numba.njit function (or a plain Python function, or a "
-        f"NumbaKernel from numba_kernel), got {type(fn).__name__}: {fn!r}"
+        "NumbaKernel from numba_kernel), or a kernel generator may return a traceable JAX "
+        f"callable of the inputs; got {type(fn).__name__}: {fn!r}"
     )
 
 

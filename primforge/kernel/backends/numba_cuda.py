@@ -7,8 +7,10 @@
   kernel's indexing and primforge's launch configuration on any machine.
 * Product: a ``@cuda.jit`` kernel ``kernel(*inputs, *outputs)`` that writes every element
   of its outputs, or a :class:`NumbaCudaKernel` (from :func:`numba_cuda_kernel`) that adds
-  the grid, block and dynamic shared memory. Scalars are compile-time constants (close over
-  them in the generator).
+  the grid, block and dynamic shared memory; or any other callable, taken as a traceable
+  JAX function of the inputs. Scalars are compile-time constants (close over them in the
+  generator). ``numba_cuda_kernel(kernel, outs, ...)`` given its outputs is such a
+  traceable callable by itself.
 * Route on the GPU: Numba compiles the kernel to PTX for the C-contiguous array types of the
   call (at trace time: no GPU needed). A small host-only launcher, compiled once by the C++
   compiler and registered as a typed XLA FFI target for CUDA, loads the PTX through the
@@ -32,6 +34,7 @@ from collections.abc import Callable, Sequence
 from typing import Any
 
 import jax
+import jax.numpy as jnp
 import numpy as np
 
 NAME = "numba_cuda"
@@ -44,6 +47,7 @@ __all__ = [
     "launcher",
     "make_callable",
     "numba_cuda_kernel",
+    "product_form",
     "simulator_enabled",
 ]
 
@@ -84,7 +88,13 @@ def _require():
 
 @dataclasses.dataclass(frozen=True)
 class NumbaCudaKernel:
-    """A ``@cuda.jit`` kernel plus its launch configuration.
+    """A ``@cuda.jit`` kernel plus its launch configuration (and, optionally, its outputs).
+
+    Made by :func:`numba_cuda_kernel`. Returned from a kernel generator, the kernel's call
+    supplies the outputs; with ``outs`` set it is also a traceable JAX callable of its own:
+    calling it with the input arrays launches the kernel (on the GPU, or on the CPU under
+    Numba's CUDA simulator) and returns one array when ``outs`` was one struct, else a
+    tuple. It works under ``jax.jit`` and ``jax.vmap`` (one launch per batch element).
 
     Attributes:
         kernel: the Numba CUDA kernel, parameters ``(*inputs, *outputs)``.
@@ -94,6 +104,7 @@ class NumbaCudaKernel:
         shared_mem: bytes of dynamic shared memory.
         cc: compute capability to compile for, e.g. (9, 0); None: the visible GPU, else
             (8, 0) (the PTX is JIT-compiled by the driver on newer GPUs).
+        outs: None, one ``jax.ShapeDtypeStruct`` or a tuple of them.
 
     Example:
         >>> NumbaCudaKernel(kernel=None, block=128).block
@@ -105,32 +116,130 @@ class NumbaCudaKernel:
     block: int | tuple[int, ...] = 256
     shared_mem: int = 0
     cc: tuple[int, int] | None = None
+    outs: Any = None
+
+    def out_structs(self) -> tuple[jax.ShapeDtypeStruct, ...] | None:
+        """``outs`` as a tuple of structs (None when unset).
+
+        Example:
+            >>> import jax, jax.numpy as jnp
+            >>> s = jax.ShapeDtypeStruct((2,), jnp.float32)
+            >>> NumbaCudaKernel(None, outs=s).out_structs() == (s,)
+            True
+        """
+        if self.outs is None:
+            return None
+        return self.outs if isinstance(self.outs, tuple) else (self.outs,)
+
+    def __call__(self, *arrays: Any) -> Any:
+        outs = self.out_structs()
+        if outs is None:
+            raise TypeError(
+                "a NumbaCudaKernel is called directly only when it knows its outputs: make it "
+                "with numba_cuda_kernel(kernel, outs=..., ...) (returned from a kernel "
+                "generator, the kernel's call supplies them instead)"
+            )
+        arrays = tuple(jnp.asarray(a) for a in arrays)
+        ins = tuple(jax.ShapeDtypeStruct(tuple(a.shape), a.dtype) for a in arrays)
+        platform = "gpu" if jax.default_backend() in ("gpu", "cuda", "rocm") else "cpu"
+        try:
+            call = _bound_call(self, ins, platform)
+        except TypeError as e:  # an unhashable kernel object: build without the cache
+            if "unhashable" not in str(e):
+                raise
+            call = _bound_call.__wrapped__(self, ins, platform)
+        results = call(*arrays)
+        return results if isinstance(self.outs, tuple) else results[0]
+
+
+@functools.lru_cache(maxsize=64)
+def _bound_call(spec: NumbaCudaKernel, ins: tuple, platform: str) -> Callable:
+    py = getattr(spec.kernel, "py_func", spec.kernel)
+    return make_callable(spec, ins=ins, outs=spec.out_structs(), platform=platform,
+                         name=getattr(py, "__name__", "numba_cuda_kernel"))
+
+
+def _as_structs(outs) -> Any:
+    """``outs`` normalised: one struct stays one, a sequence becomes a tuple of structs."""
+    single = not isinstance(outs, Sequence)
+    items = (outs,) if single else tuple(outs)
+    if not items:
+        raise ValueError("numba_cuda_kernel: outs is empty; give at least one output struct")
+    structs = []
+    for i, o in enumerate(items):
+        if not (hasattr(o, "shape") and hasattr(o, "dtype")):
+            raise TypeError(
+                f"numba_cuda_kernel: outs[{i}] must be a jax.ShapeDtypeStruct (or have .shape "
+                f"and .dtype), got {o!r}"
+            )
+        structs.append(jax.ShapeDtypeStruct(tuple(o.shape), o.dtype))
+    return structs[0] if single else tuple(structs)
+
+
+# Block shapes used with ``launch_dims``, by number of launch axes (threads_per_block
+# decides the 1-D one).
+_BLOCK_2D = (16, 16)
+_BLOCK_3D = (8, 8, 4)
 
 
 def numba_cuda_kernel(
     kernel: Any,
+    outs: Any = None,
     *,
     grid: int | tuple[int, ...] | None = None,
-    block: int | tuple[int, ...] = 256,
+    block: int | tuple[int, ...] | None = None,
+    launch_dims: int | tuple[int, ...] | None = None,
+    threads_per_block: int = 256,
     shared_mem: int = 0,
     cc: tuple[int, int] | None = None,
 ) -> NumbaCudaKernel:
-    """Wrap a ``numba.cuda`` kernel with its launch configuration for a kernel generator.
+    """Wrap a ``numba.cuda`` kernel with its launch configuration (and outputs).
 
     Args:
         kernel: a ``@cuda.jit`` function taking the inputs then the outputs.
-        grid: blocks per grid; default: enough blocks for one thread per output element.
-        block: threads per block.
+        outs: optional ``jax.ShapeDtypeStruct`` (or a sequence of them). With it the result
+            can be called directly with the input arrays; without it, return the result
+            from a kernel generator, whose call supplies the outputs.
+        grid: blocks per grid; default: enough blocks for one thread per element of the
+            first output.
+        block: threads per block (default 256).
+        launch_dims: instead of ``grid``/``block``: the number of threads wanted along each
+            of 1 to 3 axes; blocks of ``threads_per_block`` (1-D), 16x16 (2-D) or 8x8x4
+            (3-D) threads, and enough of them to cover ``launch_dims``.
+        threads_per_block: block size of a 1-D ``launch_dims`` launch.
         shared_mem: dynamic shared memory in bytes.
         cc: compute capability to compile the PTX for.
 
     Returns:
-        A :class:`NumbaCudaKernel` to return from the generator.
+        A :class:`NumbaCudaKernel`.
 
     Example:
         >>> numba_cuda_kernel(None, grid=(4, 2), block=(32, 8)).grid
         (4, 2)
+        >>> k = numba_cuda_kernel(None, launch_dims=1000, threads_per_block=128)
+        >>> k.grid, k.block
+        ((8,), (128,))
     """
+    if launch_dims is not None:
+        if grid is not None or block is not None:
+            raise ValueError(
+                "numba_cuda_kernel: give either launch_dims or grid/block, not both "
+                f"(got launch_dims={launch_dims!r}, grid={grid!r}, block={block!r})"
+            )
+        dims = (launch_dims,) if isinstance(launch_dims, int) else tuple(launch_dims)
+        if not 1 <= len(dims) <= 3 or not all(isinstance(d, int) and d > 0 for d in dims):
+            raise ValueError(
+                f"numba_cuda_kernel: launch_dims must be 1 to 3 positive ints, got {launch_dims!r}"
+            )
+        if not isinstance(threads_per_block, int) or threads_per_block < 1:
+            raise ValueError(
+                "numba_cuda_kernel: threads_per_block must be a positive int, got "
+                f"{threads_per_block!r}"
+            )
+        block = {1: (threads_per_block,), 2: _BLOCK_2D, 3: _BLOCK_3D}[len(dims)]
+        grid = tuple(math.ceil(d / b) for d, b in zip(dims, block))
+    if block is None:
+        block = 256
     for what, v in (("grid", grid), ("block", block)):
         if v is None:
             continue
@@ -139,7 +248,9 @@ def numba_cuda_kernel(
             raise ValueError(f"numba_cuda_kernel: {what} must be 1 to 3 positive ints, got {v!r}")
     if not isinstance(shared_mem, int) or shared_mem < 0:
         raise ValueError("numba_cuda_kernel: shared_mem must be a non-negative int")
-    return NumbaCudaKernel(kernel, grid, block, shared_mem, cc)
+    if outs is not None:
+        outs = _as_structs(outs)
+    return NumbaCudaKernel(kernel, grid, block, shared_mem, cc, outs)
 
 
 def _dim3(v) -> tuple[int, int, int]:
@@ -365,6 +476,25 @@ def _simulated(spec: NumbaCudaKernel, outs, name: str):
     return call
 
 
+def product_form(product: Any, *, n_ins: int, n_outs: int, name: str) -> str:
+    """What a 'numba_cuda' kernel generator returned: ``"kernel"`` or ``"callable"``.
+
+    ``"kernel"``: a ``@cuda.jit`` kernel or a :class:`NumbaCudaKernel`, which this backend launches (anything else that is not callable
+    is reported by :func:`make_callable`). ``"callable"``: any other callable, taken to be
+    a traceable JAX function of the inputs (e.g. one that launches the kernel itself); the
+    kernel then uses it as it is.
+
+    Example:
+        >>> product_form(lambda x: x, n_ins=1, n_outs=1, name='k')
+        'callable'
+        >>> product_form(42, n_ins=1, n_outs=1, name='k')
+        'kernel'
+    """
+    if isinstance(product, NumbaCudaKernel) or hasattr(product, "py_func") or callable(getattr(product, "__getitem__", None)) or not callable(product):
+        return "kernel"
+    return "callable"
+
+
 def make_callable(
     product: Any,
     *,
@@ -384,13 +514,23 @@ def make_callable(
         ...               platform='gpu', name='k')
         Traceback (most recent call last):
         ...
-        TypeError: kernel 'k': the 'numba_cuda' kernel generator must return a @cuda.jit kernel or primforge.numba_cuda_kernel(...), got int
+        TypeError: kernel 'k': the 'numba_cuda' kernel generator must return a @cuda.jit kernel, primforge.numba_cuda_kernel(...) or a traceable JAX callable of the inputs, got int
     """
     spec = product if isinstance(product, NumbaCudaKernel) else NumbaCudaKernel(product)
     if not hasattr(spec.kernel, "py_func") and not callable(getattr(spec.kernel, "__getitem__", None)):
         raise TypeError(
-            f"kernel {name!r}: the 'numba_cuda' kernel generator must return a @cuda.jit kernel "
-            f"or primforge.numba_cuda_kernel(...), got {type(product).__name__}"
+            f"kernel {name!r}: the 'numba_cuda' kernel generator must return a @cuda.jit kernel, "
+            f"primforge.numba_cuda_kernel(...) or a traceable JAX callable of the inputs, got "
+            f"{type(product).__name__}"
+        )
+    bound = spec.out_structs()
+    if bound is not None and [(tuple(o.shape), np.dtype(o.dtype)) for o in bound] != [
+        (tuple(o.shape), np.dtype(o.dtype)) for o in outs
+    ]:
+        raise ValueError(
+            f"kernel {name!r}: the generator's numba_cuda_kernel(..., outs=...) declares "
+            f"outputs {[(tuple(o.shape), np.dtype(o.dtype).name) for o in bound]} but the "
+            f"call's outs are {[(tuple(o.shape), np.dtype(o.dtype).name) for o in outs]}"
         )
     _require()
     if platform == "cpu":

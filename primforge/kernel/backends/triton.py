@@ -45,7 +45,7 @@ EXTRA = "triton"
 
 __all__ = [
     "DEFAULT_CC", "TritonKernel", "UnsupportedTritonFeature", "interpret", "is_available",
-    "make_callable", "to_ttir", "triton_kernel",
+    "make_callable", "product_form", "to_ttir", "triton_kernel",
 ]
 
 _TRITON_DTYPES = {
@@ -431,6 +431,25 @@ def _default_cc(ctx: Any = None) -> int:
     return DEFAULT_CC if cc is None else cc
 
 
+def product_form(product: Any, *, n_ins: int, n_outs: int, name: str) -> str:
+    """What a 'triton' kernel generator returned: ``"kernel"`` or ``"callable"``.
+
+    ``"kernel"``: a ``@triton.jit`` function or a :class:`TritonKernel`, which this backend
+    launches (anything else that is not callable is reported by :func:`make_callable`). ``"callable"``: any other callable, taken to be
+    a traceable JAX function of the inputs (e.g. one that launches the kernel itself); the
+    kernel then uses it as it is.
+
+    Example:
+        >>> product_form(lambda x: x, n_ins=1, n_outs=1, name='k')
+        'callable'
+        >>> product_form(42, n_ins=1, n_outs=1, name='k')
+        'kernel'
+    """
+    if isinstance(product, TritonKernel) or hasattr(product, "arg_names") or not callable(product):
+        return "kernel"
+    return "callable"
+
+
 def make_callable(
     product: Any,
     *,
@@ -450,13 +469,14 @@ def make_callable(
         ...               platform='gpu', name='k')
         Traceback (most recent call last):
         ...
-        TypeError: kernel 'k': the 'triton' kernel generator must return primforge.triton_kernel(fn, grid=...) or a @triton.jit function, got str
+        TypeError: kernel 'k': the 'triton' kernel generator must return primforge.triton_kernel(fn, grid=...), a @triton.jit function or a traceable JAX callable of the inputs, got str
     """
     spec = product if isinstance(product, TritonKernel) else TritonKernel(product)
     if not hasattr(spec.fn, "arg_names"):
         raise TypeError(
             f"kernel {name!r}: the 'triton' kernel generator must return "
-            f"primforge.triton_kernel(fn, grid=...) or a @triton.jit function, got "
+            f"primforge.triton_kernel(fn, grid=...), a @triton.jit function or a traceable "
+            f"JAX callable of the inputs, got "
             f"{type(product).__name__}"
         )
     if platform != "gpu":

@@ -26,7 +26,7 @@ NAME = "warp"
 PLATFORMS = ("cpu", "gpu")
 EXTRA = "warp"
 
-__all__ = ["WarpKernel", "is_available", "make_callable", "warp_kernel"]
+__all__ = ["WarpKernel", "is_available", "make_callable", "product_form", "warp_kernel"]
 
 
 @functools.cache
@@ -113,6 +113,25 @@ def warp_kernel(
     return WarpKernel(kernel, dim, block_dim, dict(scalars or {}), vmap_method)
 
 
+def product_form(product: Any, *, n_ins: int, n_outs: int, name: str) -> str:
+    """What a 'warp' kernel generator returned: ``"kernel"`` or ``"callable"``.
+
+    ``"kernel"``: a ``@wp.kernel`` or a :class:`WarpKernel`, which this backend launches (anything else that is not callable
+    is reported by :func:`make_callable`). ``"callable"``: any other callable, taken to be
+    a traceable JAX function of the inputs (e.g. one that launches the kernel itself); the
+    kernel then uses it as it is.
+
+    Example:
+        >>> product_form(lambda x: x, n_ins=1, n_outs=1, name='k')
+        'callable'
+        >>> product_form(42, n_ins=1, n_outs=1, name='k')
+        'kernel'
+    """
+    if isinstance(product, WarpKernel) or hasattr(product, "adj") or not callable(product):
+        return "kernel"
+    return "callable"
+
+
 def make_callable(
     product: Any,
     *,
@@ -129,14 +148,15 @@ def make_callable(
         ...               platform='cpu', name='k')
         Traceback (most recent call last):
         ...
-        TypeError: kernel 'k': the 'warp' kernel generator must return a @wp.kernel or primforge.warp_kernel(...), got int
+        TypeError: kernel 'k': the 'warp' kernel generator must return a @wp.kernel, primforge.warp_kernel(...) or a traceable JAX callable of the inputs, got int
     """
     spec = product if isinstance(product, WarpKernel) else WarpKernel(product)
     kernel = spec.kernel
     if not hasattr(kernel, "adj") or not hasattr(kernel, "key"):
         raise TypeError(
-            f"kernel {name!r}: the 'warp' kernel generator must return a @wp.kernel or "
-            f"primforge.warp_kernel(...), got {type(product).__name__}"
+            f"kernel {name!r}: the 'warp' kernel generator must return a @wp.kernel, "
+            f"primforge.warp_kernel(...) or a traceable JAX callable of the inputs, got "
+            f"{type(product).__name__}"
         )
     if platform not in PLATFORMS:
         raise ValueError(f"kernel {name!r}: Warp serves {PLATFORMS}, not {platform!r}")
