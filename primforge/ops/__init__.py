@@ -35,3 +35,50 @@ __all__ = [
     "csrmv_p",
     "fixed_prob",
 ]
+
+# Fixed-number connectivity and dense event products.
+from primforge.ops.dense_event import (  # noqa: E402
+    binary_densemm,
+    binary_densemm_p,
+    binary_densemv,
+    binary_densemv_p,
+    densemm,
+    densemm_p,
+    densemv,
+    densemv_p,
+)
+from primforge.ops.fixed_num import (  # noqa: E402
+    FixedNum,
+    FixedNumStructureError,
+    binary_fixed_num_mm,
+    binary_fixed_num_mm_p,
+    binary_fixed_num_mv,
+    binary_fixed_num_mv_p,
+    fixed_num,
+    fixed_num_mm,
+    fixed_num_mm_p,
+    fixed_num_mv,
+    fixed_num_mv_p,
+)
+
+__all__ += [
+    "FixedNum",
+    "FixedNumStructureError",
+    "binary_densemm",
+    "binary_densemm_p",
+    "binary_densemv",
+    "binary_densemv_p",
+    "binary_fixed_num_mm",
+    "binary_fixed_num_mm_p",
+    "binary_fixed_num_mv",
+    "binary_fixed_num_mv_p",
+    "densemm",
+    "densemm_p",
+    "densemv",
+    "densemv_p",
+    "fixed_num",
+    "fixed_num_mm",
+    "fixed_num_mm_p",
+    "fixed_num_mv",
+    "fixed_num_mv_p",
+]
