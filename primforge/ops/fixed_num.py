@@ -132,7 +132,7 @@ def _check_structure_args(who, weights, indices, shape):
         raise TypeError(f"{who}: 'indices' must be an integer array, got {jnp.result_type(indices)}")
     if ishape[0] != m:
         raise ValueError(
-            f"{who}: 'indices' must have one row per stored row: shape ({m}, k) for shape "
+            f"{who}: 'indices' must have {m} rows (shape ({m}, k)) for the stored shape "
             f"{tuple(shape)}, got {ishape}"
         )
     if not jnp.issubdtype(jnp.result_type(weights), jnp.floating):
