@@ -37,7 +37,7 @@ __all__ = [
 ]
 
 # Fixed-number connectivity and dense event products.
-from primforge.ops.dense_event import (  # noqa: E402
+from primforge.ops.dense_event import (
     binary_densemm,
     binary_densemm_p,
     binary_densemv,
@@ -47,7 +47,7 @@ from primforge.ops.dense_event import (  # noqa: E402
     densemv,
     densemv_p,
 )
-from primforge.ops.fixed_num import (  # noqa: E402
+from primforge.ops.fixed_num import (
     FixedNum,
     FixedNumStructureError,
     binary_fixed_num_mm,

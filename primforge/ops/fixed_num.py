@@ -317,26 +317,24 @@ def _public(binary: bool, matrix: bool):
     return call
 
 
-_ARGS_DOC = """
+def fixed_num_mv(weights: Any, indices: Any, vector: Any, *, shape: tuple[int, int],
+                 transpose: bool = False, backend: str | None = None) -> jax.Array:
+    """``A @ v`` (or ``A.T @ v``) for a fixed-number matrix ``A`` and a float vector.
+
     Args:
         weights: one weight per entry, shape ``(m, k)`` like ``indices``, or a scalar /
             ``(1,)`` shared by every entry.
         indices: ``(m, k)`` integers: row ``i`` of ``A`` has entries in columns
             ``indices[i, :]`` (repeats add up). An index outside ``[0, n)`` is masked (the
-            entry is skipped); validate once with :meth:`FixedNum.from_indices`.
-        {x}
+            entry is skipped, never read or written); validate once with
+            :meth:`FixedNum.from_indices`.
+        vector: float vector of length ``n`` (``m`` when ``transpose``).
         shape: ``(m, n)`` of the stored matrix ``A``.
         transpose: compute ``A.T @ x`` (scatter; only rows with a non-zero input cost work).
         backend: 'numba' (CPU default) or 'jax' (reference; GPU/TPU default).
 
     Returns:
         The product, dtype of ``weights``.
-"""
-
-
-def fixed_num_mv(weights: Any, indices: Any, vector: Any, *, shape: tuple[int, int],
-                 transpose: bool = False, backend: str | None = None) -> jax.Array:
-    """``A @ v`` (or ``A.T @ v``) for a fixed-number matrix ``A`` and a float vector.
 
     Example:
         >>> import jax.numpy as jnp
@@ -353,6 +351,22 @@ def binary_fixed_num_mv(weights: Any, indices: Any, events: Any, *, shape: tuple
                         transpose: bool = False, backend: str | None = None) -> jax.Array:
     """``A @ (e != 0)`` (or ``A.T @ (e != 0)``) for binary events (bool, int or float).
 
+    Args:
+        weights: one weight per entry, shape ``(m, k)`` like ``indices``, or a scalar /
+            ``(1,)`` shared by every entry.
+        indices: ``(m, k)`` integers: row ``i`` of ``A`` has entries in columns
+            ``indices[i, :]`` (repeats add up). An index outside ``[0, n)`` is masked (the
+            entry is skipped, never read or written); validate once with
+            :meth:`FixedNum.from_indices`.
+        events: bool or numeric events (non-zero = active), length ``n``
+            (``m`` when ``transpose``).
+        shape: ``(m, n)`` of the stored matrix ``A``.
+        transpose: compute ``A.T @ x`` (scatter; only rows with a non-zero input cost work).
+        backend: 'numba' (CPU default) or 'jax' (reference; GPU/TPU default).
+
+    Returns:
+        The product, dtype of ``weights``.
+
     Example:
         >>> import jax.numpy as jnp
         >>> # row 1 fires: its k = 2 targets get the shared weight 0.5
@@ -368,6 +382,21 @@ def fixed_num_mm(weights: Any, indices: Any, matrix: Any, *, shape: tuple[int, i
                  transpose: bool = False, backend: str | None = None) -> jax.Array:
     """``A @ B`` (or ``A.T @ B``) for a fixed-number matrix ``A`` and a float matrix ``B``.
 
+    Args:
+        weights: one weight per entry, shape ``(m, k)`` like ``indices``, or a scalar /
+            ``(1,)`` shared by every entry.
+        indices: ``(m, k)`` integers: row ``i`` of ``A`` has entries in columns
+            ``indices[i, :]`` (repeats add up). An index outside ``[0, n)`` is masked (the
+            entry is skipped, never read or written); validate once with
+            :meth:`FixedNum.from_indices`.
+        matrix: float ``(n, cols)`` (``(m, cols)`` when ``transpose``).
+        shape: ``(m, n)`` of the stored matrix ``A``.
+        transpose: compute ``A.T @ x`` (scatter; only rows with a non-zero input cost work).
+        backend: 'numba' (CPU default) or 'jax' (reference; GPU/TPU default).
+
+    Returns:
+        The product, dtype of ``weights``.
+
     Example:
         >>> import jax.numpy as jnp
         >>> fixed_num_mm(1.0, jnp.array([[0, 2], [1, 2]]), jnp.ones((3, 2)), shape=(2, 3))
@@ -382,6 +411,21 @@ def binary_fixed_num_mm(weights: Any, indices: Any, events: Any, *, shape: tuple
                         transpose: bool = False, backend: str | None = None) -> jax.Array:
     """``A @ E`` (or ``A.T @ E``) for a matrix of binary events (one event vector per column).
 
+    Args:
+        weights: one weight per entry, shape ``(m, k)`` like ``indices``, or a scalar /
+            ``(1,)`` shared by every entry.
+        indices: ``(m, k)`` integers: row ``i`` of ``A`` has entries in columns
+            ``indices[i, :]`` (repeats add up). An index outside ``[0, n)`` is masked (the
+            entry is skipped, never read or written); validate once with
+            :meth:`FixedNum.from_indices`.
+        events: bool or numeric ``(n, cols)`` (``(m, cols)`` when ``transpose``).
+        shape: ``(m, n)`` of the stored matrix ``A``.
+        transpose: compute ``A.T @ x`` (scatter; only rows with a non-zero input cost work).
+        backend: 'numba' (CPU default) or 'jax' (reference; GPU/TPU default).
+
+    Returns:
+        The product, dtype of ``weights``.
+
     Example:
         >>> import jax.numpy as jnp
         >>> binary_fixed_num_mm(1.0, jnp.array([[0, 2], [1, 2]]),
@@ -393,17 +437,6 @@ def binary_fixed_num_mm(weights: Any, indices: Any, events: Any, *, shape: tuple
     """
     return _public(True, True)(weights, indices, events, shape=shape, transpose=transpose,
                                backend=backend)
-
-
-for _f, _x in ((fixed_num_mv, "vector: float vector of length ``n`` (``m`` when ``transpose``)."),
-               (binary_fixed_num_mv, "events: bool or numeric events (non-zero = active), "
-                                     "length ``n`` (``m`` when ``transpose``)."),
-               (fixed_num_mm, "matrix: float ``(n, cols)`` (``(m, cols)`` when ``transpose``)."),
-               (binary_fixed_num_mm, "events: bool or numeric ``(n, cols)`` (``(m, cols)`` when "
-                                     "``transpose``).")):
-    _head, _, _tail = _f.__doc__.partition("\n\n")
-    _f.__doc__ = _head + "\n" + _ARGS_DOC.format(x=_x) + "\n" + _tail
-del _f, _x, _head, _tail
 
 
 # ----------------------------------------------------------------------------- the matrix class
