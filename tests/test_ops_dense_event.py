@@ -239,4 +239,4 @@ def test_benchmark_data_is_correct_and_benchmark_agrees(binary, matrix):
 
 
 def test_cli_check_passes_for_the_dense_kernels():
-    cli_check("dense", ["densemv", "densemm"])
+    cli_check("dense", ["densemv", "densemm"], 2)

@@ -16,7 +16,8 @@ from jax.test_util import check_grads
 from primforge import ops
 from primforge.ops import FixedNum, FixedNumStructureError, fixed_num
 
-BACKENDS = ["jax", "numba"]
+# "pallas" runs the GPU kernels interpreted on the CPU: the same kernel bodies as on a GPU.
+BACKENDS = ["jax", "numba", "pallas"]
 M, N, K, C = 11, 7, 4, 3  # stored A is (M, N) with K entries per row; C input columns
 
 FUNCS = {
@@ -262,8 +263,8 @@ def test_vmap_over_input_is_one_matrix_call(backend, binary, transpose, shared):
     names = _names(jax.make_jaxpr(jax.vmap(f))(xs).jaxpr)
     assert names.count(PRIMS[(binary, True)]) == 1, names
     assert PRIMS[(binary, False)] not in names and "scan" not in names and "while" not in names
-    hlo = jax.jit(jax.vmap(f)).lower(xs).as_text()
-    assert "while" not in hlo
+    if backend != "pallas":  # interpreted Pallas lowers its grid to a loop by design
+        assert "while" not in jax.jit(jax.vmap(f)).lower(xs).as_text()
 
 
 @pytest.mark.parametrize("backend", BACKENDS)
@@ -410,11 +411,11 @@ def test_benchmark_data_is_correct_and_benchmark_agrees(binary, matrix):
         np.testing.assert_allclose(np.asarray(got), a @ xf.astype(np.float64), rtol=1e-4,
                                    atol=1e-4)
     result = kernel.benchmark(platform="cpu", n_warmup=1, n_runs=2)
-    assert {r.backend for r in result.records} == {"jax", "numba"}
+    assert {r.backend for r in result.records} == {"jax", "numba", "pallas"}
     assert all(r.ok and r.mismatch is None for r in result.records)
 
 
-def cli_check(tag, names):
+def cli_check(tag, names, backends):
     """Run ``primforge check --tags TAG`` and assert that every kernel named passed."""
     env = {k: v for k, v in os.environ.items() if k != "PRIMFORGE_AUTOTUNE"}
     env.update(JAX_PLATFORMS="cpu")
@@ -424,10 +425,60 @@ def cli_check(tag, names):
     assert proc.returncode == 0, proc.stdout + proc.stderr
     for name in names:
         for prefix in ("", "binary_"):
-            assert (f"PASS  primforge.ops.{prefix}{name}: 2 backend(s) x 4 config(s) "
+            assert (f"PASS  primforge.ops.{prefix}{name}: {backends} backend(s) x 4 config(s) "
                     f"against jax") in proc.stdout, proc.stdout
     assert "4 of 4 kernel(s) passed on cpu" in proc.stdout, proc.stdout
 
 
 def test_cli_check_passes_for_the_fixed_num_kernels():
-    cli_check("fixed_num", ["fixed_num_mv", "fixed_num_mm"])
+    cli_check("fixed_num", ["fixed_num_mv", "fixed_num_mm"], 3)
+
+
+# ---------------------------------------------------------------------------- pallas (GPU)
+def test_pallas_is_opt_in_and_the_defaults_stay():
+    for kernel in (ops.fixed_num_mv_p, ops.binary_fixed_num_mv_p, ops.fixed_num_mm_p,
+                   ops.binary_fixed_num_mm_p):
+        assert kernel.defaults["cpu"] == "numba" and kernel.defaults["gpu"] == "jax"
+        assert "pallas" in kernel.available_backends("gpu")
+
+
+@pytest.mark.parametrize("k,cols", [(_k, _c) for _k in (1, 33, 70) for _c in (1, 5, 37)])
+def test_pallas_chunks_and_column_blocks(k, cols):
+    """Rows longer than one chunk of entries, more columns than one block (interpreted)."""
+    from primforge.ops import _pallas_fixed_num
+
+    assert max(k, cols) > _pallas_fixed_num.BLOCK_K or k == 1
+    rng = np.random.default_rng([k, cols])
+    m, n = 5, 40
+    w, ind, a = structure(rng, m=m, n=n, k=k)
+    ind[0, -1] = -3  # masked
+    valid = ind >= 0
+    a = dense_of(w, np.where(valid, ind, 0), (m, n), valid)
+    for binary, transpose in itertools.product([False, True], repeat=2):
+        at = a.T if transpose else a
+        x = make_input(rng, at.shape[1], True, binary)[:, :1].repeat(cols, 1)
+        x[:, ::2] = 0
+        got = FUNCS[(binary, True)](w, ind, x, shape=(m, n), transpose=transpose,
+                                    backend="pallas")
+        np.testing.assert_allclose(np.asarray(got), at @ x.astype(np.float64), rtol=1e-5,
+                                   atol=1e-5)
+
+
+@pytest.mark.parametrize("dtype", ["float32", "float64"])
+def test_every_pallas_variant_lowers_to_a_triton_call_for_cuda(dtype):
+    from gpu_utils import lower_for_cuda
+
+    m, n, k = 6, 9, 4
+    with jax.enable_x64(dtype == "float64"):
+        idx = jnp.zeros((m, k), jnp.int64 if dtype == "float64" else jnp.int32)
+        for binary, matrix, transpose, shared in itertools.product([False, True], repeat=4):
+            rows_in = m if transpose else n
+            x = jnp.zeros((rows_in, 3) if matrix else (rows_in,),
+                          jnp.bool_ if binary else dtype)
+            w = jnp.ones((1,) if shared else (m, k), dtype)
+            f = lambda w, i, x, b=binary, mat=matrix, t=transpose: FUNCS[(b, mat)](
+                w, i, x, shape=(m, n), transpose=t, backend="pallas")
+            text = lower_for_cuda(f, w, idx, x)
+            assert "__gpu$xla.gpu.triton" in text, (binary, matrix, transpose, shared)
+            name = "pf_fixed_num_scatter" if transpose else "pf_fixed_num_gather"
+            assert name in text

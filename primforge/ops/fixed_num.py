@@ -19,6 +19,9 @@ Design:
       :class:`FixedNumStructureError`. In the hot path every backend *masks* an index
       outside ``[0, n)``: the entry is skipped and no memory outside the arrays is touched;
       there is no extra validation pass over the stored entries.
+    * Backends: ``jax`` (reference, every platform; GPU/TPU default), ``numba`` (CPU
+      default, :mod:`primforge.ops._numba_fixed_num`) and ``pallas`` (opt-in; Triton on the
+      GPU, interpreted on the CPU, :mod:`primforge.ops._pallas_fixed_num`).
     * Autodiff, batching and benchmarking follow the CSR kernels: bilinear in weights and
       input (JVP is two calls; transposes are the flipped float kernel, one unit-weight call
       for a shared weight, a gather for per-entry weights); ``vmap`` over the input alone is
@@ -108,6 +111,15 @@ def _numba_generator(binary: bool, matrix: bool):
 
         make = _numba_fixed_num.mm_kernel if matrix else _numba_fixed_num.mv_kernel
         return make(binary, bool(transpose), len(ins[0].shape) == 1)
+
+    return generate
+
+
+def _pallas_generator(binary: bool, matrix: bool):
+    def generate(**kw):
+        from primforge.ops import _pallas_fixed_num
+
+        return _pallas_fixed_num.generator(binary, matrix, _jax_generator(binary, matrix))(**kw)
 
     return generate
 
@@ -276,6 +288,9 @@ def _make_kernel(binary: bool, matrix: bool) -> XLACustomKernel:
     kernel.def_jvp_rule(_jvp_rule(binary, matrix))
     kernel.def_transpose_rule(_transpose_rule(binary, matrix))
     kernel.def_batching_rule(_batching_rule(binary, matrix))
+    # Pallas (Triton) on the GPU, and the same kernel bodies interpreted on the CPU; opt-in.
+    kernel.def_pallas_kernel("gpu", _pallas_generator(binary, matrix))
+    kernel.def_pallas_kernel("cpu", _pallas_generator(binary, matrix))
     kernel.def_tags("fixed_num", "sparse", "event" if binary else "float",
                     "matmat" if matrix else "matvec")
     KERNELS[(binary, matrix)] = kernel
@@ -331,7 +346,8 @@ def fixed_num_mv(weights: Any, indices: Any, vector: Any, *, shape: tuple[int, i
         vector: float vector of length ``n`` (``m`` when ``transpose``).
         shape: ``(m, n)`` of the stored matrix ``A``.
         transpose: compute ``A.T @ x`` (scatter; only rows with a non-zero input cost work).
-        backend: 'numba' (CPU default) or 'jax' (reference; GPU/TPU default).
+        backend: 'numba' (CPU default), 'jax' (reference; GPU/TPU default) or 'pallas'
+            (Triton on the GPU, interpreted on the CPU; opt-in).
 
     Returns:
         The product, dtype of ``weights``.
@@ -362,7 +378,8 @@ def binary_fixed_num_mv(weights: Any, indices: Any, events: Any, *, shape: tuple
             (``m`` when ``transpose``).
         shape: ``(m, n)`` of the stored matrix ``A``.
         transpose: compute ``A.T @ x`` (scatter; only rows with a non-zero input cost work).
-        backend: 'numba' (CPU default) or 'jax' (reference; GPU/TPU default).
+        backend: 'numba' (CPU default), 'jax' (reference; GPU/TPU default) or 'pallas'
+            (Triton on the GPU, interpreted on the CPU; opt-in).
 
     Returns:
         The product, dtype of ``weights``.
@@ -392,7 +409,8 @@ def fixed_num_mm(weights: Any, indices: Any, matrix: Any, *, shape: tuple[int, i
         matrix: float ``(n, cols)`` (``(m, cols)`` when ``transpose``).
         shape: ``(m, n)`` of the stored matrix ``A``.
         transpose: compute ``A.T @ x`` (scatter; only rows with a non-zero input cost work).
-        backend: 'numba' (CPU default) or 'jax' (reference; GPU/TPU default).
+        backend: 'numba' (CPU default), 'jax' (reference; GPU/TPU default) or 'pallas'
+            (Triton on the GPU, interpreted on the CPU; opt-in).
 
     Returns:
         The product, dtype of ``weights``.
@@ -421,7 +439,8 @@ def binary_fixed_num_mm(weights: Any, indices: Any, events: Any, *, shape: tuple
         events: bool or numeric ``(n, cols)`` (``(m, cols)`` when ``transpose``).
         shape: ``(m, n)`` of the stored matrix ``A``.
         transpose: compute ``A.T @ x`` (scatter; only rows with a non-zero input cost work).
-        backend: 'numba' (CPU default) or 'jax' (reference; GPU/TPU default).
+        backend: 'numba' (CPU default), 'jax' (reference; GPU/TPU default) or 'pallas'
+            (Triton on the GPU, interpreted on the CPU; opt-in).
 
     Returns:
         The product, dtype of ``weights``.
