@@ -100,7 +100,9 @@ def _program(binary, transpose, homo, *, m, n, k, cols, dtype, platform, wide):
         xv = value(xi)
         w0 = w_ref[0] if homo else None
         busy = jnp.sum(act.astype(jnp.int32), dtype=jnp.int32) > 0
-        trips = jnp.where(busy, chunks, 0)  # no active column in this row: no work
+        # No active column in this row: no work. (Both loop bounds int32: Triton's scf.for
+        # needs lower and upper bound of one type.)
+        trips = jnp.where(busy, jnp.int32(chunks), jnp.int32(0))
 
         def step(c, carry):
             tgt, ok, w = entries(w_ref, i_ref, i, c, w0)
@@ -109,7 +111,7 @@ def _program(binary, transpose, homo, *, m, n, k, cols, dtype, platform, wide):
             _scatter_add(y_ref, offs, w[:, None] * xv[None, :], both, platform)
             return carry
 
-        jax.lax.fori_loop(0, trips, step, jnp.int32(0))
+        jax.lax.fori_loop(jnp.int32(0), trips, step, jnp.int32(0))
 
     def call(weights, indices, x):
         out = jax.ShapeDtypeStruct((rows_out * cols,), dtype)
