@@ -240,3 +240,24 @@ def test_benchmark_data_is_correct_and_benchmark_agrees(binary, matrix):
 
 def test_cli_check_passes_for_the_dense_kernels():
     cli_check("dense", ["densemv", "densemm"], 2)
+
+
+@pytest.mark.parametrize("backend", BACKENDS)
+@pytest.mark.parametrize("binary,matrix,transpose",
+                         list(itertools.product([False, True], repeat=3)))
+@pytest.mark.parametrize("active", [3, 20, 60, 400])
+def test_sparse_and_dense_paths_of_the_kernels(backend, binary, matrix, transpose, active):
+    """Few active inputs (the gather over active entries) and many (the full dot product)."""
+    rng = np.random.default_rng([active, binary, matrix, transpose])
+    m, n = 7, 400
+    w = rng.normal(size=(m, n)).astype(np.float32)
+    a = w.T if transpose else w
+    rows = a.shape[1]
+    shape = (rows, 2) if matrix else (rows,)
+    x = np.zeros(shape, np.float32)
+    pick = rng.choice(rows, size=min(active, rows), replace=False)
+    x[pick] = rng.normal(size=(pick.size,) + shape[1:])
+    x = (x != 0) if binary else x
+    got = FUNCS[(binary, matrix)](w, x, transpose=transpose, backend=backend)
+    np.testing.assert_allclose(np.asarray(got), a.astype(np.float64) @ x.astype(np.float64),
+                               rtol=1e-4, atol=1e-4)

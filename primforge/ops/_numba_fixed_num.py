@@ -8,13 +8,13 @@ or ``A.T @ x``, vector or matrix) is fixed by closure constants.
 
 * ``A.T @ x`` (``transpose=True``) visits only the rows ``i`` with ``x[i] != 0`` and
   scatters their ``k`` entries: work is (number of events) x ``k``.
-* ``A @ x`` gathers ``k`` inputs per row; inactive inputs add nothing and their weights
-  are not read.
+* ``A @ x`` gathers ``k`` inputs per row, branch-free (inactive and masked entries are
+  multiplied by zero) so that the loop vectorises.
 
 Out-of-range column indices are *masked*: such an entry is skipped (it contributes
 nothing and receives no gradient), so no kernel ever reads or writes out of bounds. The
 structure is validated once, when a :class:`~primforge.ops.FixedNum` is built from
-concrete arrays, so the hot loops carry only the one unsigned-style range test.
+concrete arrays, so the hot loops carry only a range test per entry.
 """
 
 from __future__ import annotations
@@ -61,18 +61,23 @@ def mv_kernel(binary: bool, transpose: bool, homo: bool):
     def fixed_mv(weights, indices, x, out):
         m, k = indices.shape
         n = x.shape[0]
+        if n == 0:
+            out[:] = 0
+            return
         w0 = weights.ravel()[0] if HOMO and weights.size else 0
         for i in range(m):
+            # Branch-free: an out-of-range index reads x[0] and is multiplied by 0, so the
+            # loop has no data-dependent exit and vectorises (gathers).
             s = 0.0  # accumulate in float64
             for j in range(k):
                 t = indices[i, j]
-                if t >= 0 and t < n:
-                    xt = x[t]
-                    if xt != 0:
-                        if BINARY:
-                            s += 1.0 if HOMO else weights[i, j]
-                        else:
-                            s += xt if HOMO else weights[i, j] * xt
+                inside = (t >= 0) & (t < n)
+                xt = x[t if inside else 0]
+                if BINARY:
+                    v = 1.0 if (xt != 0) & inside else 0.0
+                else:
+                    v = xt if inside else 0.0
+                s += v if HOMO else weights[i, j] * v
             out[i] = s * w0 if HOMO else s
 
     return fixed_mv
