@@ -58,3 +58,50 @@ __all__ = [
     "jitc_matvec_p",
     "jitc_todense",
 ]
+
+# Fixed-number connectivity and dense event products.
+from primforge.ops.dense_event import (
+    binary_densemm,
+    binary_densemm_p,
+    binary_densemv,
+    binary_densemv_p,
+    densemm,
+    densemm_p,
+    densemv,
+    densemv_p,
+)
+from primforge.ops.fixed_num import (
+    FixedNum,
+    FixedNumStructureError,
+    binary_fixed_num_mm,
+    binary_fixed_num_mm_p,
+    binary_fixed_num_mv,
+    binary_fixed_num_mv_p,
+    fixed_num,
+    fixed_num_mm,
+    fixed_num_mm_p,
+    fixed_num_mv,
+    fixed_num_mv_p,
+)
+
+__all__ += [
+    "FixedNum",
+    "FixedNumStructureError",
+    "binary_densemm",
+    "binary_densemm_p",
+    "binary_densemv",
+    "binary_densemv_p",
+    "binary_fixed_num_mm",
+    "binary_fixed_num_mm_p",
+    "binary_fixed_num_mv",
+    "binary_fixed_num_mv_p",
+    "densemm",
+    "densemm_p",
+    "densemv",
+    "densemv_p",
+    "fixed_num",
+    "fixed_num_mm",
+    "fixed_num_mm_p",
+    "fixed_num_mv",
+    "fixed_num_mv_p",
+]

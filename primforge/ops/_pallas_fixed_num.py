@@ -1,0 +1,169 @@
+"""Pallas (Triton) kernels for the fixed-number products, on the GPU and, interpreted, on CPU.
+
+Design:
+    * Rows of the stored ``(m, n)`` matrix all hold ``k`` entries, so the grid is
+      ``(m, column blocks)``: program ``(i, b)`` handles row ``i`` for up to ``BLOCK_COLS``
+      neighbouring columns of the input (a vector is one column). Arrays are passed whole
+      and flattened; the ``k`` entries of a row are walked in chunks of ``BLOCK_K`` with
+      masked loads.
+    * ``A @ x`` (gather): accumulate in registers, write the program's own outputs (no
+      atomics, deterministic). ``A.T @ x`` (scatter, event-driven): a row with no active
+      input column runs its loop zero times; contributions go through ``atomic_add`` into an
+      aliased zero buffer (an exact scatter-add when interpreted, see
+      :func:`primforge.ops._pallas_csr._scatter_add`).
+    * Out-of-range column indices are masked exactly as in the other backends: the entry
+      is skipped and no load or store touches memory outside the arrays.
+    * Bool events are widened to int8 (Triton has no 1-bit memory type). Weights must be
+      float32 or float64 (atomic add); degenerate sizes use the pure-JAX kernel.
+"""
+
+from __future__ import annotations
+
+import functools
+
+import jax
+import jax.numpy as jnp
+import numpy as np
+
+from primforge.ops import _common
+from primforge.ops._pallas_csr import _compiler_params, _scatter_add, _values
+
+__all__ = ["BLOCK_COLS", "BLOCK_K", "generator"]
+
+BLOCK_K = 32  # entries of a row per chunk
+BLOCK_COLS = 32  # most input columns per program
+
+
+def _program(binary, transpose, homo, *, m, n, k, cols, dtype, platform, wide):
+    from jax.experimental import pallas as pl
+    from jax.experimental.pallas import triton as plgpu
+
+    block = min(BLOCK_K, pl.next_power_of_2(k))
+    bcols = min(BLOCK_COLS, pl.next_power_of_2(cols))
+    col_blocks = -(-cols // bcols)
+    chunks = -(-k // block)
+    rows_out = n if transpose else m
+    value = functools.partial(_values, binary=binary, dtype=dtype)
+
+    def col_vector():
+        cvec = pl.program_id(1) * bcols + jnp.arange(bcols, dtype=jnp.int32)
+        return cvec, cvec < cols
+
+    def flat(rows, cvec):
+        if wide:
+            rows, cvec = rows.astype(jnp.int64), cvec.astype(jnp.int64)
+        return rows * cols + cvec
+
+    def entries(w_ref, i_ref, i, c, w0):
+        """Targets, mask and weights of chunk ``c`` of row ``i`` (masked, never out of range)."""
+        pos = c * block + jnp.arange(block, dtype=jnp.int32)
+        live = pos < k
+        offs = jnp.where(live, i * k + pos, 0)
+        tgt = plgpu.load(i_ref.at[offs], mask=live, other=0)
+        ok = live & (tgt >= 0) & (tgt < n)  # masked, like every backend
+        w = jnp.full((block,), w0) if homo else plgpu.load(w_ref.at[offs], mask=live, other=0)
+        return jnp.where(ok, tgt, 0), ok, w.astype(dtype)
+
+    if not transpose:
+
+        def gather(w_ref, i_ref, x_ref, y_ref):
+            i = pl.program_id(0)
+            cvec, cmask = col_vector()
+            w0 = w_ref[0] if homo else None
+
+            def step(c, acc):
+                tgt, ok, w = entries(w_ref, i_ref, i, c, w0)
+                both = ok[:, None] & cmask[None, :]
+                offs = jnp.where(both, flat(tgt[:, None], cvec[None, :]), 0)
+                xv = value(plgpu.load(x_ref.at[offs], mask=both, other=0))
+                return acc + jnp.sum(jnp.where(both, w[:, None] * xv, 0), axis=0)
+
+            acc = jax.lax.fori_loop(0, chunks, step, jnp.zeros((bcols,), dtype))
+            y_ref[i, pl.ds(pl.program_id(1) * bcols, bcols)] = acc
+
+        def call(weights, indices, x):
+            out = jax.ShapeDtypeStruct((m, col_blocks * bcols), dtype)
+            y = pl.pallas_call(gather, out_shape=out, grid=(m, col_blocks),
+                               interpret=platform == "cpu",
+                               compiler_params=_compiler_params(platform),
+                               name="pf_fixed_num_gather")(weights.reshape(-1),
+                                                           indices.reshape(-1), x.reshape(-1))
+            return y[:, :cols]
+
+        return call
+
+    def scatter(w_ref, i_ref, x_ref, _zeros_ref, y_ref):
+        i = pl.program_id(0)
+        cvec, cmask = col_vector()
+        xi = plgpu.load(x_ref.at[jnp.where(cmask, flat(i, cvec), 0)], mask=cmask, other=0)
+        act = cmask & (xi != 0)
+        xv = value(xi)
+        w0 = w_ref[0] if homo else None
+        busy = jnp.sum(act.astype(jnp.int32), dtype=jnp.int32) > 0
+        # No active column in this row: no work. (Both loop bounds int32: Triton's scf.for
+        # needs lower and upper bound of one type.)
+        trips = jnp.where(busy, jnp.int32(chunks), jnp.int32(0))
+
+        def step(c, carry):
+            tgt, ok, w = entries(w_ref, i_ref, i, c, w0)
+            both = ok[:, None] & act[None, :]
+            offs = jnp.where(both, flat(tgt[:, None], cvec[None, :]), 0)
+            _scatter_add(y_ref, offs, w[:, None] * xv[None, :], both, platform)
+            return carry
+
+        jax.lax.fori_loop(jnp.int32(0), trips, step, jnp.int32(0))
+
+    def call(weights, indices, x):
+        out = jax.ShapeDtypeStruct((rows_out * cols,), dtype)
+        zeros = jnp.zeros((rows_out * cols,), dtype)
+        return pl.pallas_call(scatter, out_shape=out, grid=(m, col_blocks),
+                              input_output_aliases={3: 0}, interpret=platform == "cpu",
+                              compiler_params=_compiler_params(platform),
+                              name="pf_fixed_num_scatter")(weights.reshape(-1),
+                                                           indices.reshape(-1), x.reshape(-1),
+                                                           zeros)
+
+    return call
+
+
+def generator(binary: bool, matrix: bool, fallback):
+    """The 'pallas' kernel generator for one fixed-number kernel.
+
+    Args:
+        binary: the input holds events (non-zero = active).
+        matrix: the input is a ``(rows, cols)`` matrix rather than a vector.
+        fallback: the pure-JAX generator, used for degenerate sizes.
+
+    Example:
+        >>> import jax.numpy as jnp
+        >>> from primforge.ops import fixed_num_mv
+        >>> # A = [[1, 0, 2], [0, 3, 4]], interpreted on the CPU
+        >>> fixed_num_mv(jnp.array([[1., 2.], [3., 4.]]), jnp.array([[0, 2], [1, 2]]),
+        ...              jnp.array([1., 1., 1.]), shape=(2, 3), backend='pallas')
+        Array([3., 7.], dtype=float32)
+    """
+
+    def generate(*, ins, outs, shape, transpose, platform, **params):
+        m, n = (int(s) for s in shape)
+        weights, indices, x = ins
+        dtype = np.dtype(outs[0].dtype)
+        k = int(indices.shape[1])
+        cols = int(x.shape[1]) if matrix else 1
+        kind = ("binary_" if binary else "") + ("fixed_num_mm" if matrix else "fixed_num_mv")
+        _common.check_float_weights(kind, "pallas", dtype)
+        if min(m, n, k, cols) == 0:
+            return fallback(ins=ins, outs=outs, shape=shape, transpose=transpose, **params)
+        homo = len(weights.shape) == 1
+        wide = max(m, n) * cols >= 2**31 - 1
+        run = _program(binary, bool(transpose), homo, m=m, n=n, k=k, cols=cols, dtype=dtype,
+                       platform=platform, wide=wide)
+        out_shape = tuple(outs[0].shape)
+
+        def kernel(weights, indices, x):
+            if x.dtype == jnp.bool_:
+                x = x.astype(jnp.int8)
+            return run(weights.astype(dtype), indices, x).reshape(out_shape).astype(dtype)
+
+        return kernel
+
+    return generate
