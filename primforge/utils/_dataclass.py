@@ -320,32 +320,6 @@ class _Factory:
 _FACTORY = _Factory()
 
 
-class _Rebuild:
-    """Marker passed by JAX to ``__init__`` when it rebuilds an instance from a treedef."""
-
-    __slots__ = ()
-
-    def __repr__(self) -> str:
-        return "<rebuild>"
-
-    def __reduce__(self) -> str:
-        return "_REBUILD"
-
-
-_REBUILD = _Rebuild()
-# Name of the marker: a class attribute (so JAX's C++ flatten reads it as a static field)
-# and the keyword JAX's C++ unflatten passes back to the class.
-_MARK = "_primforge_rebuild_"
-
-
-def _slotted_fields(cls: type, names: list[str]) -> bool:
-    slotted: set[str] = set()
-    for klass in cls.__mro__:
-        slots_decl = klass.__dict__.get("__slots__", ())
-        slotted.update((slots_decl,) if isinstance(slots_decl, str) else slots_decl)
-    return bool(slotted.intersection(names))
-
-
 def _register_marked(cls: type, data: list[str], static: list[str]) -> bool:
     """Register with JAX's C++ dataclass node; rebuild without running ``__init__``.
 
