@@ -9,9 +9,15 @@ Compares, for binary spike vectors at a given event rate, on the default JAX dev
 * ``jax_ref``      the same kernel with backend='jax' (the pure-jax.numpy reference)
 * ``dense``        ``spikes.astype(f32) @ W_dense`` with jax.numpy (skipped when W does not fit)
 * ``bcoo``         ``spikes.astype(f32) @ W`` with jax.experimental.sparse.BCOO
+* ``brainevent``   ``EventArray(spikes) @ brainevent.CSR`` (shared weight), when
+  ``import brainevent`` works in this environment
 
 All are jitted; the time is the median wall time of repeated calls (block_until_ready).
-Every result is checked against the first primforge backend; a backend that fails to build
+Contenders are interleaved: each repetition calls every contender once, in a rotating
+order, so a slow phase of this shared machine hits all of them alike. Every call gets a
+spike vector from a pool of distinct vectors at the same rate (``--pool``, default 16), so
+no contender times a cache-hot repeat of one input. Every result is checked against the
+first primforge backend, on two vectors of the pool; a backend that fails to build
 or run is reported in the JSON ("failed") and the table, and the others still run. Writes a
 Markdown table to stdout and JSON + PNG to benchmarks/results/ (file names carry the
 platform: event_csr.json on a CPU, event_csr_gpu.json on a GPU).
@@ -42,8 +48,13 @@ from jax.experimental import sparse as jsparse
 
 from primforge import ops
 
+try:  # optional contender
+    import brainevent
+except ImportError:  # pragma: no cover - depends on the environment
+    brainevent = None
+
 RESULTS = os.path.join(os.path.dirname(os.path.abspath(__file__)), "results")
-BASELINES = ["jax_ref", "dense", "bcoo"]
+BASELINES = ["jax_ref", "dense", "bcoo", "brainevent"]
 
 GRIDS = {
     "quick": {"n": [2_000, 5_000], "p": [0.02, 0.05], "rate": [0.01, 0.1]},
@@ -61,22 +72,38 @@ def platform_backends() -> list[str]:
     return ["pallas", "cuda_raw"]
 
 
-def timeit(fn, *args, min_time=0.3, max_reps=50, min_reps=3):
-    jax.block_until_ready(fn(*args))  # compile + warm up
-    times, start = [], time.perf_counter()
-    while len(times) < min_reps or (len(times) < max_reps and time.perf_counter() - start < min_time):
-        t0 = time.perf_counter()
-        jax.block_until_ready(fn(*args))
-        times.append(time.perf_counter() - t0)
-    return statistics.median(times), len(times)
+def time_interleaved(fns, pools, *, min_time=0.3, max_reps=50, min_reps=5):
+    """Median seconds per call of each ``fns[name](*args, spikes)``, interleaved.
+
+    ``fns`` maps a name to ``(fn, args)``; ``pools[name]`` is that contender's list of spike
+    vectors (the same values, placed on its device). Repetition ``r`` calls the contenders in
+    an order rotated by ``r`` and gives each the next vector of its pool.
+    """
+    names = list(fns)
+    for name in names:  # compile and warm up
+        fn, args = fns[name]
+        jax.block_until_ready(fn(*args, pools[name][0]))
+    times = {n: [] for n in names}
+    start, r = time.perf_counter(), 0
+    while r < min_reps or (r < max_reps and time.perf_counter() - start < min_time * len(names)):
+        for name in names[r % len(names):] + names[: r % len(names)]:
+            fn, args = fns[name]
+            x = pools[name][r % len(pools[name])]
+            t0 = time.perf_counter()
+            jax.block_until_ready(fn(*args, x))
+            times[name].append(time.perf_counter() - t0)
+        r += 1
+    return {n: statistics.median(t) for n, t in times.items()}, r
 
 
-def run_config(n, p, rate, *, dense_limit_gb, nnz_limit_xla, host_numba, seed=0):
+def run_config(n, p, rate, *, dense_limit_gb, nnz_limit_xla, host_numba, pool=16, seed=0):
     W = ops.fixed_prob(n, n, p, weight=0.1, seed=seed)
     nnz = W.nnz
     rng = np.random.default_rng(seed + 1)
-    spikes = jnp.asarray(rng.random(n) < rate)
-    row = {"n": n, "p": p, "rate": rate, "nnz": nnz, "n_events": int(spikes.sum()), "times": {},
+    pool_np = [rng.random(n) < rate for _ in range(pool)]
+    spike_pool = [jnp.asarray(s) for s in pool_np]
+    row = {"n": n, "p": p, "rate": rate, "nnz": nnz,
+           "n_events": int(round(np.mean([s.sum() for s in pool_np]))), "pool": pool, "times": {},
            "skipped": {}, "failed": {}}
     hetero = W.with_data(jnp.full((nnz,), 0.1, jnp.float32))
 
@@ -85,18 +112,18 @@ def run_config(n, p, rate, *, dense_limit_gb, nnz_limit_xla, host_numba, seed=0)
 
     fns = {}
     for backend in platform_backends():
-        fns[backend] = (product(backend), (W, spikes))
-        fns[backend + "_hetero"] = (product(backend), (hetero, spikes))
+        fns[backend] = (product(backend), (W,))
+        fns[backend + "_hetero"] = (product(backend), (hetero,))
     if host_numba and jax.default_backend() != "cpu":
         cpu = jax.devices("cpu")[0]
-        fns["numba_host"] = (product("numba"), jax.device_put((W, spikes), cpu))
-    fns["jax_ref"] = (product("jax"), (W, spikes))
+        fns["numba_host"] = (product("numba"), (jax.device_put(W, cpu),))
+    fns["jax_ref"] = (product("jax"), (W,))
     dense_gb = n * n * 4 / 1e9
     if dense_gb <= dense_limit_gb:
         dense = np.zeros((n, n), np.float32)
         rows = np.repeat(np.arange(n), np.diff(np.asarray(W.indptr)))
         dense[rows, np.asarray(W.indices)] = 0.1
-        fns["dense"] = (jax.jit(lambda D, s: s.astype(jnp.float32) @ D), (jnp.asarray(dense), spikes))
+        fns["dense"] = (jax.jit(lambda D, s: s.astype(jnp.float32) @ D), (jnp.asarray(dense),))
         del dense
     else:
         row["skipped"]["dense"] = f"W is {dense_gb:.0f} GB > {dense_limit_gb} GB limit"
@@ -105,24 +132,35 @@ def run_config(n, p, rate, *, dense_limit_gb, nnz_limit_xla, host_numba, seed=0)
         idx = np.stack([rows, np.asarray(W.indices)], axis=1)
         bcoo = jsparse.BCOO((jnp.full((nnz,), 0.1, jnp.float32), jnp.asarray(idx)), shape=(n, n),
                             indices_sorted=True, unique_indices=True)
-        fns["bcoo"] = (jax.jit(lambda B, s: s.astype(jnp.float32) @ B), (bcoo, spikes))
+        fns["bcoo"] = (jax.jit(lambda B, s: s.astype(jnp.float32) @ B), (bcoo,))
     else:
         row["skipped"]["bcoo"] = f"nnz {nnz:.2g} > {nnz_limit_xla:.2g} limit"
         row["skipped"]["jax_ref"] = f"nnz {nnz:.2g} > {nnz_limit_xla:.2g} limit"
         fns.pop("jax_ref")
+    if brainevent is not None:
+        # brainevent sizes its workspace from a concrete indptr: build the matrix outside jit.
+        be_w = brainevent.CSR((W.data, W.indices, W.indptr), shape=W.shape)
+        events = getattr(brainevent, "BinaryArray", None) or brainevent.EventArray
+        fns["brainevent"] = (jax.jit(lambda s: events(s) @ be_w), ())
+    else:
+        row["skipped"]["brainevent"] = "brainevent is not installed"
+    pools = {name: (jax.device_put(spike_pool, jax.devices("cpu")[0]) if name == "numba_host"
+                    else spike_pool) for name in fns}
     errors, reference, ref_name = {}, None, None
-    for name, (fn, args) in fns.items():
-        try:
-            out = np.asarray(fn(*args))
-            row["times"][name], _ = timeit(fn, *args)
+    for name, (fn, args) in list(fns.items()):
+        try:  # two vectors of the pool: agreement, and that the input is not ignored
+            out = np.stack([np.asarray(fn(*args, pools[name][k])) for k in (0, pool - 1)])
         except Exception as e:  # noqa: BLE001 - report it and time the others
             row["failed"][name] = f"{type(e).__name__}: {str(e).splitlines()[0][:200]}"
             print(f"FAILED {name} at n={n} p={p} rate={rate}: {row['failed'][name]}",
                   file=sys.stderr)
+            fns.pop(name)
             continue
         if reference is None:
             reference, ref_name = out, name
         errors[name] = float(np.max(np.abs(out - reference))) if out.size else 0.0
+    if fns:
+        row["times"], row["reps"] = time_interleaved(fns, pools)
     row["reference"] = ref_name
     row["max_abs_err_vs_reference"] = errors
     scale = 1e-3 * max(1.0, float(np.abs(reference).max())) if reference is not None else 0.0
@@ -162,7 +200,7 @@ def methods_of(rows):
 def table(rows):
     methods = methods_of(rows)
     head = ("| N | p | rate | nnz | events | " + " | ".join(f"{m} ms" for m in methods)
-            + " | best | x dense | x BCOO |")
+            + " | best | x dense | x BCOO | x brainevent |")
     lines = [head, "|" + "---|" * (head.count("|") - 1)]
     for r in rows:
         t = r["times"]
@@ -172,8 +210,9 @@ def table(rows):
         best, tb = best_primforge(r)
         vs_dense = f"{t['dense'] / tb:.0f}" if "dense" in t and tb else "skip"
         vs_bcoo = f"{t['bcoo'] / tb:.0f}" if "bcoo" in t and tb else "skip"
+        vs_be = f"{t['brainevent'] / tb:.1f}" if "brainevent" in t and tb else "skip"
         lines.append(f"| {r['n']} | {r['p']} | {r['rate']:.1%} | {r['nnz']:.3g} | {r['n_events']} | "
-                     + " | ".join(cells) + f" | {best or '-'} | {vs_dense} | {vs_bcoo} |")
+                     + " | ".join(cells) + f" | {best or '-'} | {vs_dense} | {vs_bcoo} | {vs_be} |")
     notes = sorted({f"{m}: {why}" for r in rows for m, why in r["skipped"].items()})
     if notes:
         lines.append("")
@@ -250,6 +289,8 @@ def main(argv=None):
                     help="skip the dense matvec when W would exceed this (default 4 GB)")
     ap.add_argument("--nnz-limit-xla", type=float, default=1.5e8,
                     help="skip BCOO and the jax reference above this many synapses")
+    ap.add_argument("--pool", type=int, default=16,
+                    help="distinct spike vectors per case, used in turn (default 16)")
     ap.add_argument("--out", default=RESULTS, help="results folder")
     args = ap.parse_args(argv)
     grid = GRIDS["quick" if args.quick else "full" if args.full else
@@ -262,7 +303,7 @@ def main(argv=None):
             t0 = time.perf_counter()
             rows.append(run_config(n, p, rate, dense_limit_gb=args.dense_limit_gb,
                                    nnz_limit_xla=args.nnz_limit_xla,
-                                   host_numba=not args.no_host_numba))
+                                   host_numba=not args.no_host_numba, pool=args.pool))
             print(f"  N={n} p={p} rate={rate}: {time.perf_counter() - t0:.1f}s", file=sys.stderr)
     text = table(rows)
     if args.compare:
