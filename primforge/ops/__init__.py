@@ -105,3 +105,13 @@ __all__ += [
     "fixed_num_mv",
     "fixed_num_mv_p",
 ]
+
+# Plasticity: weight updates driven by pre- and postsynaptic spikes.
+from primforge.ops.plasticity import (
+    compressed_update_p,
+    dense_update_p,
+    update_on_post,
+    update_on_pre,
+)
+
+__all__ += ["compressed_update_p", "dense_update_p", "update_on_post", "update_on_pre"]

@@ -1,0 +1,153 @@
+"""Numba CPU kernels for the plasticity updates (imported only when one is generated).
+
+Every kernel follows the numba backend's convention and fills its output in place; the
+output starts as a copy of the weights, then only the synapses that an event touches are
+changed. The variant (which side fires, clipping bounds, whether an out-of-range index is a
+masked slot or a structural error) is fixed by closure constants.
+
+* Compressed storage ``(data, indices, indptr)`` of ``rows`` stored rows:
+  ``on_rows`` walks only the stored rows whose spike is non-zero (event-driven: work is the
+  number of active rows times their length, plus the copy); ``on_cols`` must read every
+  stored column index to find the synapses of the spiking columns, but returns straight
+  after the copy when no column spikes.
+* Dense ``(m, n)`` weights: ``on_rows`` adds the trace to the rows of active events
+  (unit stride); ``on_cols`` first lists the active columns, then updates them row by row.
+* A structural error (``indptr`` not running from 0 to nnz non-decreasingly, or, when
+  indices are not masked, a visited column index outside ``[0, cols)``) fills the output
+  with NaN, like the products: never an out-of-bounds access.
+"""
+
+from __future__ import annotations
+
+import functools
+
+import numpy as np
+
+
+def _clamp(lo, hi):
+    """An inlined ``clamp(w)`` for optional bounds (``None`` = no bound)."""
+    import numba
+
+    has_lo, has_hi = lo is not None, hi is not None
+    LO = lo if has_lo else 0.0
+    HI = hi if has_hi else 0.0
+
+    @numba.njit(inline="always", nogil=True)
+    def clamp(w):
+        if has_lo and w < LO:
+            return LO
+        if has_hi and w > HI:
+            return HI
+        return w
+
+    return clamp
+
+
+@functools.cache
+def compressed_kernel(on_rows: bool, masked: bool, lo, hi):
+    """``kernel(data, indices, indptr, spikes, trace, out)`` for compressed storage."""
+    import numba
+
+    from primforge.ops._numba_csr import _indptr_checker
+
+    indptr_ok = _indptr_checker()
+    clamp = _clamp(lo, hi)
+    MASKED = masked
+
+    if on_rows:
+
+        @numba.njit(nogil=True)
+        def on_rows_kernel(data, indices, indptr, spikes, trace, out):
+            m = spikes.shape[0]
+            n = trace.shape[0]
+            nnz = indices.shape[0]
+            out[:] = data
+            ok = indptr_ok(indptr, m, nnz)
+            if ok:
+                for i in range(m):
+                    if spikes[i] != 0:
+                        for k in range(indptr[i], indptr[i + 1]):
+                            j = indices[k]
+                            if j < 0 or j >= n:
+                                if MASKED:
+                                    continue
+                                ok = False
+                                break
+                            out[k] = clamp(out[k] + trace[j])
+                        if not ok:
+                            break
+            if not ok:
+                out[:] = np.nan
+
+        return on_rows_kernel
+
+    @numba.njit(nogil=True)
+    def on_cols_kernel(data, indices, indptr, spikes, trace, out):
+        m = trace.shape[0]
+        n = spikes.shape[0]
+        nnz = indices.shape[0]
+        out[:] = data
+        ok = indptr_ok(indptr, m, nnz)
+        any_spike = False
+        for j in range(n):
+            if spikes[j] != 0:
+                any_spike = True
+                break
+        if ok and any_spike:
+            for i in range(m):
+                ti = trace[i]
+                for k in range(indptr[i], indptr[i + 1]):
+                    j = indices[k]
+                    if j < 0 or j >= n:
+                        if MASKED:
+                            continue
+                        ok = False
+                        break
+                    if spikes[j] != 0:
+                        out[k] = clamp(out[k] + ti)
+                if not ok:
+                    break
+        if not ok:
+            out[:] = np.nan
+
+    return on_cols_kernel
+
+
+@functools.cache
+def dense_kernel(on_rows: bool, lo, hi):
+    """``kernel(weights, spikes, trace, out)`` for a dense ``(m, n)`` weight matrix."""
+    import numba
+
+    clamp = _clamp(lo, hi)
+
+    if on_rows:
+
+        @numba.njit(nogil=True)
+        def dense_rows(weights, spikes, trace, out):
+            out[:] = weights
+            m, n = weights.shape
+            for i in range(m):
+                if spikes[i] != 0:
+                    for j in range(n):
+                        out[i, j] = clamp(out[i, j] + trace[j])
+
+        return dense_rows
+
+    @numba.njit(nogil=True)
+    def dense_cols(weights, spikes, trace, out):
+        out[:] = weights
+        m, n = weights.shape
+        active = np.empty(n, np.int64)
+        count = 0
+        for j in range(n):
+            if spikes[j] != 0:
+                active[count] = j
+                count += 1
+        if count:
+            for i in range(m):
+                ti = trace[i]
+                for a in range(count):
+                    j = active[a]
+                    out[i, j] = clamp(out[i, j] + ti)
+
+    return dense_cols

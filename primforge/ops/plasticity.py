@@ -1,0 +1,439 @@
+"""Plasticity: event-driven weight updates driven by pre- and postsynaptic spikes.
+
+Design:
+    * The two updates spike-timing-dependent plasticity needs, as functions that return new
+      weights (nothing is modified in place): :func:`update_on_pre` adds a postsynaptic
+      trace to the synapses of every presynaptic neuron that fired
+      (``w[i, j] += post_trace[j]`` for ``pre_spikes[i] != 0``), :func:`update_on_post`
+      adds a presynaptic trace to the synapses of every postsynaptic neuron that fired
+      (``w[i, j] += pre_trace[i]`` for ``post_spikes[j] != 0``). Only stored synapses
+      change; the changed ones are clipped to ``[w_min, w_max]`` when bounds are given.
+    * One kernel per storage and side: compressed storage (``CSR``, ``CSC`` and
+      ``FixedNum``, whose ``(rows, k)`` arrays are compressed rows of length ``k``) and
+      dense ``(n_pre, n_post)`` arrays, each updated on its stored rows or on its stored
+      columns. Which one a call uses follows from the format: a ``CSR`` (rows are
+      presynaptic) updates on rows for presynaptic spikes, a ``CSC`` on columns.
+    * Backends: ``jax`` (reference, every platform, the GPU/TPU default: one fused pass
+      over the stored synapses) and ``numba`` (CPU default, event-driven on the stored rows).
+    * Autodiff: the result is ``where(touched & inside bounds, w + trace, clip)``; its JVP
+      is linear jax.numpy in the tangents of the weights and the trace (a clipped synapse
+      has zero derivative), so ``grad``, ``jvp`` and ``vjp`` all work; spikes have no
+      derivative. ``vmap`` batches natively (one call for the whole batch).
+    * Bad structure never reads out of bounds: a ``CSR``/``CSC`` whose ``indptr`` is
+      malformed, or with a column index out of range in a row the update visits, yields
+      all-NaN weights (as the products do); ``FixedNum`` slots with an out-of-range index
+      are masked (left unchanged), as its products skip them.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+import jax
+import jax.numpy as jnp
+import numpy as np
+
+from primforge import _compat
+from primforge.kernel.kernel import XLACustomKernel
+from primforge.ops import _common
+from primforge.ops.csr import CSC, CSR
+from primforge.ops.fixed_num import FixedNum
+
+__all__ = [
+    "compressed_update_p",
+    "dense_update_p",
+    "update_on_post",
+    "update_on_pre",
+]
+
+
+def _bound(value):
+    if isinstance(value, (np.generic, np.ndarray)) and np.ndim(value) == 0:
+        return value.item()
+    return value
+
+
+def _cast_bound(bound, dtype):
+    return None if bound is None else np.dtype(dtype).type(bound)
+
+
+# ----------------------------------------------------------------------------- reference
+def _compressed_masks(data, indices, indptr, spikes, *, shape, on_rows, masked):
+    """(touched, safe column, row of each entry, poisoned) for compressed storage."""
+    m, n = shape
+    nnz = indices.shape[0]
+    rows = _common.row_ids(indptr, nnz)
+    valid = (indices >= 0) & (indices < n)
+    safe = jnp.where(valid, indices, 0)
+    if on_rows:
+        touched = spikes.at[rows].get(mode="fill", fill_value=0) != 0
+    else:
+        touched = spikes[safe] != 0
+    if masked:
+        touched = touched & valid
+        poisoned = jnp.array(False)
+    else:
+        visited = touched if on_rows else jnp.ones((nnz,), bool)
+        poisoned = ~_common.indptr_ok(indptr, nnz) | jnp.any(visited & ~valid)
+        touched = touched & valid
+    return touched, safe, rows, poisoned
+
+
+def _clip(w, lo, hi):
+    if lo is not None:
+        w = jnp.maximum(w, jnp.asarray(lo, w.dtype))
+    if hi is not None:
+        w = jnp.minimum(w, jnp.asarray(hi, w.dtype))
+    return w
+
+
+def _compressed_reference(data, indices, indptr, spikes, trace, *, shape, on_rows, masked,
+                          w_min, w_max):
+    touched, safe, rows, poisoned = _compressed_masks(
+        data, indices, indptr, spikes, shape=shape, on_rows=on_rows, masked=masked)
+    add = trace[safe] if on_rows else trace.at[rows].get(mode="fill", fill_value=0)
+    new = jnp.where(touched, _clip(data + add.astype(data.dtype), w_min, w_max), data)
+    return jnp.where(poisoned, jnp.nan, new).astype(data.dtype)
+
+
+def _dense_reference(weights, spikes, trace, *, on_rows, w_min, w_max):
+    active = spikes != 0
+    if on_rows:
+        touched, add = active[:, None], trace[None, :]
+    else:
+        touched, add = active[None, :], trace[:, None]
+    updated = _clip(weights + add.astype(weights.dtype), w_min, w_max)
+    return jnp.where(touched, updated, weights).astype(weights.dtype)
+
+
+# ----------------------------------------------------------------------------- generators
+def _jax_compressed(*, shape, on_rows, masked, w_min, w_max, **_):
+    def kernel(data, indices, indptr, spikes, trace):
+        return _compressed_reference(data, indices, indptr, spikes, trace, shape=shape,
+                                     on_rows=on_rows, masked=masked, w_min=w_min, w_max=w_max)
+
+    return kernel
+
+
+def _numba_compressed(*, outs, on_rows, masked, w_min, w_max, **_):
+    from primforge.ops import _numba_plasticity
+
+    dtype = outs[0].dtype
+    return _numba_plasticity.compressed_kernel(bool(on_rows), bool(masked),
+                                               _cast_bound(w_min, dtype),
+                                               _cast_bound(w_max, dtype))
+
+
+def _jax_dense(*, on_rows, w_min, w_max, **_):
+    def kernel(weights, spikes, trace):
+        return _dense_reference(weights, spikes, trace, on_rows=on_rows, w_min=w_min,
+                                w_max=w_max)
+
+    return kernel
+
+
+def _numba_dense(*, outs, on_rows, w_min, w_max, **_):
+    from primforge.ops import _numba_plasticity
+
+    dtype = outs[0].dtype
+    return _numba_plasticity.dense_kernel(bool(on_rows), _cast_bound(w_min, dtype),
+                                          _cast_bound(w_max, dtype))
+
+
+# ----------------------------------------------------------------------------- shape rules
+def _check_vector(who, name, x, length, *, floating):
+    if len(x.shape) != 1 or x.shape[0] != length:
+        raise ValueError(f"{who}: {name!r} must have shape ({length},), got {tuple(x.shape)}")
+    if floating and not jnp.issubdtype(x.dtype, jnp.floating):
+        raise TypeError(f"{who}: {name!r} must be floating point, got {x.dtype}")
+
+
+def _compressed_shape_rule(data, indices, indptr, spikes, trace, *, shape, on_rows, **_):
+    who = "compressed_update"
+    m, n = shape
+    if len(data.shape) != 1 or data.shape != indices.shape:
+        raise ValueError(f"{who}: 'data' must hold one weight per stored synapse, shape "
+                         f"{tuple(indices.shape)}, got {tuple(data.shape)}")
+    if not jnp.issubdtype(data.dtype, jnp.floating):
+        raise TypeError(f"{who}: 'data' must be floating point, got {data.dtype}")
+    _check_vector(who, "indptr", indptr, m + 1, floating=False)
+    spike_len, trace_len = (m, n) if on_rows else (n, m)
+    _check_vector(who, "spikes", spikes, spike_len, floating=False)
+    _check_vector(who, "trace", trace, trace_len, floating=True)
+    return jax.ShapeDtypeStruct(data.shape, data.dtype)
+
+
+def _dense_shape_rule(weights, spikes, trace, *, on_rows, **_):
+    who = "dense_update"
+    if len(weights.shape) != 2 or not jnp.issubdtype(weights.dtype, jnp.floating):
+        raise ValueError(f"{who}: 'weights' must be a 2-D float matrix, got "
+                         f"{weights.dtype}{list(weights.shape)}")
+    m, n = weights.shape
+    spike_len, trace_len = (m, n) if on_rows else (n, m)
+    _check_vector(who, "spikes", spikes, spike_len, floating=False)
+    _check_vector(who, "trace", trace, trace_len, floating=True)
+    return jax.ShapeDtypeStruct(weights.shape, weights.dtype)
+
+
+# ----------------------------------------------------------------------------- autodiff
+def _inside(w, lo, hi):
+    ok = jnp.ones(w.shape, bool)
+    if lo is not None:
+        ok = ok & (w >= jnp.asarray(lo, w.dtype))
+    if hi is not None:
+        ok = ok & (w <= jnp.asarray(hi, w.dtype))
+    return ok
+
+
+def _is_zero(t) -> bool:
+    return type(t) is _compat.Zero
+
+
+def _compressed_jvp(primals, tangents, *, outs, shape, on_rows, masked, w_min, w_max,
+                    backend=None, **_):
+    data, indices, indptr, spikes, trace = primals
+    d_data, _, _, _, d_trace = tangents
+    del outs
+    y = _compressed_call(data, indices, indptr, spikes, trace, shape=shape, on_rows=on_rows,
+                         masked=masked, w_min=w_min, w_max=w_max, backend=backend)
+    touched, safe, rows, _ = _compressed_masks(data, indices, indptr, spikes, shape=shape,
+                                               on_rows=on_rows, masked=masked)
+    gather = (lambda t: t[safe]) if on_rows else (lambda t: t.at[rows].get(mode="fill",
+                                                                            fill_value=0))
+    raw = data + gather(trace).astype(data.dtype)
+    moves = touched & _inside(raw, w_min, w_max)  # d(new)/d(raw) = 1 here, 0 when clipped
+    t = None
+    if not _is_zero(d_data):
+        t = jnp.where(~touched | moves, d_data, 0).astype(data.dtype)
+    if not _is_zero(d_trace):
+        td = jnp.where(moves, gather(d_trace).astype(data.dtype), 0)
+        t = td if t is None else t + td
+    return [y], [t]
+
+
+def _dense_jvp(primals, tangents, *, outs, on_rows, w_min, w_max, backend=None, **_):
+    weights, spikes, trace = primals
+    d_w, _, d_trace = tangents
+    del outs
+    y = _dense_call(weights, spikes, trace, on_rows=on_rows, w_min=w_min, w_max=w_max,
+                    backend=backend)
+    active = spikes != 0
+    touched = active[:, None] if on_rows else active[None, :]
+    shape_trace = (lambda t: t[None, :]) if on_rows else (lambda t: t[:, None])
+    raw = weights + shape_trace(trace).astype(weights.dtype)
+    moves = touched & _inside(raw, w_min, w_max)
+    t = None
+    if not _is_zero(d_w):
+        t = jnp.where(~touched | moves, d_w, 0).astype(weights.dtype)
+    if not _is_zero(d_trace):
+        td = jnp.where(moves, shape_trace(d_trace).astype(weights.dtype), 0)
+        t = td if t is None else t + td
+    return [y], [t]
+
+
+# ----------------------------------------------------------------------------- kernels
+def _make(name, jax_gen, numba_gen, shape_rule, jvp, tags) -> XLACustomKernel:
+    kernel = XLACustomKernel("primforge.ops." + name, doc=__doc__, replace=True)
+    for platform in ("cpu", "gpu", "tpu"):
+        kernel.def_kernel("jax", platform, jax_gen)
+    kernel.def_numba_kernel(numba_gen, asdefault=True)
+    kernel.def_abstract_eval(shape_rule)
+    kernel.def_jvp_rule(jvp)
+    kernel.def_tags("plasticity", *tags)
+    return kernel
+
+
+compressed_update_p = _make("compressed_update", _jax_compressed, _numba_compressed,
+                            _compressed_shape_rule, _compressed_jvp, ("csr", "fixed_num"))
+dense_update_p = _make("dense_update", _jax_dense, _numba_dense, _dense_shape_rule,
+                       _dense_jvp, ("dense",))
+
+
+def _compressed_call(data, indices, indptr, spikes, trace, *, shape, on_rows, masked=False,
+                     w_min=None, w_max=None, backend=None):
+    out = jax.ShapeDtypeStruct(data.shape, data.dtype)
+    return compressed_update_p(data, indices, indptr, spikes, trace, outs=out,
+                               shape=tuple(int(s) for s in shape), on_rows=bool(on_rows),
+                               masked=bool(masked), w_min=w_min, w_max=w_max,
+                               backend=backend)
+
+
+def _dense_call(weights, spikes, trace, *, on_rows, w_min=None, w_max=None, backend=None):
+    out = jax.ShapeDtypeStruct(weights.shape, weights.dtype)
+    return dense_update_p(weights, spikes, trace, outs=out, on_rows=bool(on_rows),
+                          w_min=w_min, w_max=w_max, backend=backend)
+
+
+# ----------------------------------------------------------------------------- public API
+def _bounds(who, w_min, w_max):
+    lo, hi = _bound(w_min), _bound(w_max)
+    for name, b in (("w_min", lo), ("w_max", hi)):
+        if b is not None and not isinstance(b, (int, float)):
+            raise TypeError(f"{who}: {name!r} must be a Python number or None (a static "
+                            f"bound), got {type(b).__name__}")
+    lo = None if lo is None else float(lo)
+    hi = None if hi is None else float(hi)
+    if lo is not None and hi is not None and lo > hi:
+        raise ValueError(f"{who}: w_min ({lo}) must not exceed w_max ({hi})")
+    return lo, hi
+
+
+def _events(who, name, x):
+    x = jnp.asarray(x)
+    if x.ndim != 1:
+        raise ValueError(f"{who}: {name!r} must be a vector, got shape {tuple(x.shape)}")
+    return x
+
+
+def _shared_error(who):
+    return ValueError(f"{who}: the matrix shares one weight across its synapses; plasticity "
+                      f"needs one weight per synapse: give it a full weight array first "
+                      f"(e.g. W.with_data(jnp.full(..., w)))")
+
+
+def _update(W, spikes, trace, *, pre: bool, w_min, w_max, backend, who):
+    lo, hi = _bounds(who, w_min, w_max)
+    spikes = _events(who, "pre_spikes" if pre else "post_spikes", spikes)
+    trace = _events(who, "post_trace" if pre else "pre_trace", trace)
+    if isinstance(W, (CSR, CSC)):
+        if W.homogeneous:
+            raise _shared_error(who)
+        trace = trace.astype(W.dtype)
+        # CSR rows are presynaptic; a CSC stores the rows of its transpose (postsynaptic).
+        on_rows = pre != isinstance(W, CSC)
+        new = _compressed_call(W.data, W.indices, W.indptr, spikes, trace,
+                               shape=W._csr_shape, on_rows=on_rows, w_min=lo, w_max=hi,
+                               backend=backend)
+        return type(W)._unchecked(new, W.indices, W.indptr, W.shape)
+    if isinstance(W, FixedNum):
+        if W.homogeneous:
+            raise _shared_error(who)
+        trace = trace.astype(W.dtype)
+        rows, k = W.indices.shape
+        indptr = jnp.arange(rows + 1, dtype=W.indices.dtype) * k
+        on_rows = pre == (W.per == "pre")
+        new = _compressed_call(W.weights.reshape(-1), W.indices.reshape(-1), indptr, spikes,
+                               trace, shape=W._stored_shape, on_rows=on_rows, masked=True,
+                               w_min=lo, w_max=hi, backend=backend)
+        return W.with_data(new.reshape(rows, k))
+    weights = jnp.asarray(W)
+    if not jnp.issubdtype(weights.dtype, jnp.floating):
+        raise TypeError(f"{who}: W must be a CSR, CSC, FixedNum or a float dense matrix, got "
+                        f"{type(W).__name__} of {weights.dtype}")
+    return _dense_call(weights, spikes, trace.astype(weights.dtype), on_rows=pre, w_min=lo,
+                       w_max=hi, backend=backend)
+
+
+def update_on_pre(W: Any, pre_spikes: Any, post_trace: Any, *, w_min: float | None = None,
+                  w_max: float | None = None, backend: str | None = None) -> Any:
+    """New weights after presynaptic spikes: ``w[i, j] += post_trace[j]`` where ``pre_spikes[i]``.
+
+    The potentiation half of pair-based STDP (with ``post_trace`` the decaying trace of
+    postsynaptic spikes). Only stored synapses of the firing presynaptic neurons change,
+    and those are clipped to ``[w_min, w_max]``.
+
+    Args:
+        W: ``(n_pre, n_post)`` weights: a :class:`CSR`, :class:`CSC` or :class:`FixedNum`
+            with one weight per synapse, or a dense float array.
+        pre_spikes: ``(n_pre,)`` events (bool, or numbers: non-zero fires).
+        post_trace: ``(n_post,)`` floats.
+        w_min: optional static lower bound for the updated weights.
+        w_max: optional static upper bound for the updated weights.
+        backend: 'numba' (CPU default) or 'jax' (reference; GPU/TPU default).
+
+    Returns:
+        The same kind of matrix as ``W`` (same structure), with the new weights.
+
+    Example:
+        >>> import jax.numpy as jnp
+        >>> from primforge import ops
+        >>> W = ops.CSR.from_dense(jnp.array([[1., 0., 2.], [0., 3., 0.]]))
+        >>> new = ops.update_on_pre(W, jnp.array([True, False]), jnp.array([.5, .5, .5]),
+        ...                         w_max=2.2)
+        >>> new.todense().tolist()
+        [[1.5, 0.0, 2.200000047683716], [0.0, 3.0, 0.0]]
+    """
+    return _update(W, pre_spikes, post_trace, pre=True, w_min=w_min, w_max=w_max,
+                   backend=backend, who="update_on_pre")
+
+
+def update_on_post(W: Any, post_spikes: Any, pre_trace: Any, *, w_min: float | None = None,
+                   w_max: float | None = None, backend: str | None = None) -> Any:
+    """New weights after postsynaptic spikes: ``w[i, j] += pre_trace[i]`` where ``post_spikes[j]``.
+
+    With a negative ``pre_trace`` (or a trace scaled by a negative amplitude) this is the
+    depression half of pair-based STDP. Only stored synapses onto the firing postsynaptic
+    neurons change, and those are clipped to ``[w_min, w_max]``.
+
+    Args:
+        W: ``(n_pre, n_post)`` weights: a :class:`CSR`, :class:`CSC` or :class:`FixedNum`
+            with one weight per synapse, or a dense float array.
+        post_spikes: ``(n_post,)`` events (bool, or numbers: non-zero fires).
+        pre_trace: ``(n_pre,)`` floats.
+        w_min: optional static lower bound for the updated weights.
+        w_max: optional static upper bound for the updated weights.
+        backend: 'numba' (CPU default) or 'jax' (reference; GPU/TPU default).
+
+    Returns:
+        The same kind of matrix as ``W`` (same structure), with the new weights.
+
+    Example:
+        >>> import jax.numpy as jnp
+        >>> from primforge import ops
+        >>> W = jnp.array([[1., 1.], [1., 1.]])
+        >>> ops.update_on_post(W, jnp.array([False, True]), jnp.array([-.25, -2.]),
+        ...                    w_min=0.)
+        Array([[1.  , 0.75],
+               [1.  , 0.  ]], dtype=float32)
+    """
+    return _update(W, post_spikes, pre_trace, pre=False, w_min=w_min, w_max=w_max,
+                   backend=backend, who="update_on_post")
+
+
+# ----------------------------------------------------------------------------- benchmark hooks
+_BENCH_CASES = ((2_000, 0.02), (10_000, 0.01))  # (n, p)
+_BENCH_RATE = 0.02
+
+
+def _bench_compressed(*, platform: str) -> list:
+    del platform
+    from primforge.bench import BenchmarkConfig
+    from primforge.ops.connectivity import fixed_prob
+
+    out = []
+    for i, (n, p) in enumerate(_BENCH_CASES):
+        W = fixed_prob(n, n, p, weight=0.5, seed=11 + i)
+        rs = np.random.RandomState(5 + i)
+        data = rs.random_sample(W.nnz).astype(np.float32)
+        for on_rows in (True, False):
+            spikes = rs.random_sample(n) < _BENCH_RATE
+            trace = rs.standard_normal(n).astype(np.float32) * 0.01
+            out.append(BenchmarkConfig(
+                args=(data, np.asarray(W.indices), np.asarray(W.indptr), spikes, trace),
+                kwargs={"shape": (n, n), "on_rows": on_rows, "w_min": 0.0, "w_max": 1.0},
+                params={"n": n, "p": p, "rate": _BENCH_RATE, "on_rows": on_rows}))
+    return out
+
+
+def _bench_dense(*, platform: str) -> list:
+    del platform
+    from primforge.bench import BenchmarkConfig
+
+    out = []
+    for i, n in enumerate((500, 2_000)):
+        rs = np.random.RandomState(23 + i)
+        weights = rs.random_sample((n, n)).astype(np.float32)
+        for on_rows in (True, False):
+            spikes = rs.random_sample(n) < _BENCH_RATE
+            trace = rs.standard_normal(n).astype(np.float32) * 0.01
+            out.append(BenchmarkConfig(
+                args=(weights, spikes, trace),
+                kwargs={"on_rows": on_rows, "w_min": 0.0, "w_max": 1.0},
+                params={"n": n, "rate": _BENCH_RATE, "on_rows": on_rows}))
+    return out
+
+
+compressed_update_p.def_call(_compressed_call)
+compressed_update_p.def_benchmark_data(_bench_compressed)
+dense_update_p.def_call(_dense_call)
+dense_update_p.def_benchmark_data(_bench_dense)
