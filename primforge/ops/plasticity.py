@@ -14,7 +14,9 @@ Design:
       columns. Which one a call uses follows from the format: a ``CSR`` (rows are
       presynaptic) updates on rows for presynaptic spikes, a ``CSC`` on columns.
     * Backends: ``jax`` (reference, every platform, the GPU/TPU default: one fused pass
-      over the stored synapses) and ``numba`` (CPU default, event-driven on the stored rows).
+      over the stored synapses), ``numba`` (CPU default, event-driven on the stored rows)
+      and, for compressed storage, ``pallas`` (opt-in on the GPU; interpreted on the CPU):
+      its output aliases the weights, so only the synapses an event touches are written.
     * Autodiff: the result is ``where(touched & inside bounds, w + trace, clip)``; its JVP
       is linear jax.numpy in the tangents of the weights and the trace (a clipped synapse
       has zero derivative), so ``grad``, ``jvp`` and ``vjp`` all work; spikes have no
@@ -73,7 +75,8 @@ def _compressed_masks(data, indices, indptr, spikes, *, shape, on_rows, masked):
         touched = touched & valid
         poisoned = jnp.array(False)
     else:
-        visited = touched if on_rows else jnp.ones((nnz,), bool)
+        # The update on columns visits every entry, unless no column fired at all.
+        visited = touched if on_rows else jnp.broadcast_to(jnp.any(spikes != 0), (nnz,))
         poisoned = ~_common.indptr_ok(indptr, nnz) | jnp.any(visited & ~valid)
         touched = touched & valid
     return touched, safe, rows, poisoned
@@ -232,11 +235,20 @@ def _dense_jvp(primals, tangents, *, outs, on_rows, w_min, w_max, backend=None, 
 
 
 # ----------------------------------------------------------------------------- kernels
-def _make(name, jax_gen, numba_gen, shape_rule, jvp, tags) -> XLACustomKernel:
+def _pallas_compressed(**kw):
+    from primforge.ops import _pallas_plasticity
+
+    return _pallas_plasticity.generator(_jax_compressed)(**kw)
+
+
+def _make(name, jax_gen, numba_gen, shape_rule, jvp, tags, pallas_gen=None) -> XLACustomKernel:
     kernel = XLACustomKernel("primforge.ops." + name, doc=__doc__, replace=True)
     for platform in ("cpu", "gpu", "tpu"):
         kernel.def_kernel("jax", platform, jax_gen)
     kernel.def_numba_kernel(numba_gen, asdefault=True)
+    if pallas_gen is not None:  # opt-in: 'gpu', and 'cpu' in interpret mode
+        kernel.def_pallas_kernel("gpu", pallas_gen)
+        kernel.def_pallas_kernel("cpu", pallas_gen)
     kernel.def_abstract_eval(shape_rule)
     kernel.def_jvp_rule(jvp)
     kernel.def_tags("plasticity", *tags)
@@ -244,7 +256,8 @@ def _make(name, jax_gen, numba_gen, shape_rule, jvp, tags) -> XLACustomKernel:
 
 
 compressed_update_p = _make("compressed_update", _jax_compressed, _numba_compressed,
-                            _compressed_shape_rule, _compressed_jvp, ("csr", "fixed_num"))
+                            _compressed_shape_rule, _compressed_jvp, ("csr", "fixed_num"),
+                            pallas_gen=_pallas_compressed)
 dense_update_p = _make("dense_update", _jax_dense, _numba_dense, _dense_shape_rule,
                        _dense_jvp, ("dense",))
 
@@ -339,7 +352,8 @@ def update_on_pre(W: Any, pre_spikes: Any, post_trace: Any, *, w_min: float | No
         post_trace: ``(n_post,)`` floats.
         w_min: optional static lower bound for the updated weights.
         w_max: optional static upper bound for the updated weights.
-        backend: 'numba' (CPU default) or 'jax' (reference; GPU/TPU default).
+        backend: 'numba' (CPU default), 'jax' (reference; GPU/TPU default) or, for
+            compressed storage, 'pallas'.
 
     Returns:
         The same kind of matrix as ``W`` (same structure), with the new weights.
@@ -372,7 +386,8 @@ def update_on_post(W: Any, post_spikes: Any, pre_trace: Any, *, w_min: float | N
         pre_trace: ``(n_pre,)`` floats.
         w_min: optional static lower bound for the updated weights.
         w_max: optional static upper bound for the updated weights.
-        backend: 'numba' (CPU default) or 'jax' (reference; GPU/TPU default).
+        backend: 'numba' (CPU default), 'jax' (reference; GPU/TPU default) or, for
+            compressed storage, 'pallas'.
 
     Returns:
         The same kind of matrix as ``W`` (same structure), with the new weights.

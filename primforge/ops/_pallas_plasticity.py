@@ -1,0 +1,150 @@
+"""Pallas (Triton) kernels for the compressed plasticity update, on the GPU and, interpreted, on the CPU.
+
+Design:
+    * One program per stored row. The output aliases the weights (``input_output_aliases``),
+      so a synapse no event touches is never read or written by the kernel (XLA copies the
+      weights into the output buffer first unless they are donated).
+    * Update on rows (``w[k] += trace[col[k]]`` for the entries of a row whose spike is
+      non-zero): a row that did not fire runs its loop zero times (event-driven).
+    * Update on columns (``w[k] += trace[row]`` where ``spikes[col[k]] != 0``): every row
+      reads its column indices in chunks of ``BLOCK_NNZ`` and stores only the entries whose
+      column fired; when no column fired at all, every loop runs zero times.
+    * Validation without out-of-bounds access, as in the CSR products: the row range is
+      clamped to ``[0, nnz]``, every load and store is masked, and a per-program count of
+      column indices outside ``[0, cols)`` (on the entries the update visits) turns, with a
+      malformed ``indptr``, into an all-NaN result. With ``masked`` (``FixedNum`` slots),
+      an out-of-range index is simply skipped.
+    * Interpreted on the CPU, a masked scattered store is written as an exact ``.at[].set``
+      on the whole buffer (programs run one after another, so this is the same result).
+"""
+
+from __future__ import annotations
+
+import jax
+import jax.numpy as jnp
+import numpy as np
+
+from primforge.ops import _common
+from primforge.ops._pallas_csr import NUM_WARPS, _chunks, _row_range
+
+__all__ = ["BLOCK_NNZ", "generator"]
+
+BLOCK_NNZ = 128  # stored entries per chunk
+
+
+def _compiler_params(platform: str):
+    if platform == "cpu":
+        return None
+    from jax.experimental.pallas import triton as plgpu
+
+    return plgpu.CompilerParams(num_warps=NUM_WARPS, num_stages=1)
+
+
+def _clamp(w, lo, hi):
+    if lo is not None:
+        w = jnp.maximum(w, jnp.asarray(lo, w.dtype))
+    if hi is not None:
+        w = jnp.minimum(w, jnp.asarray(hi, w.dtype))
+    return w
+
+
+def _store(y_ref, offs, vals, mask, *, nnz, platform):
+    if platform == "cpu":
+        y_ref[...] = y_ref[...].at[jnp.where(mask, offs, nnz)].set(vals, mode="drop")
+        return
+    from jax.experimental.pallas import triton as plgpu
+
+    plgpu.store(y_ref.at[jnp.where(mask, offs, 0)], vals, mask=mask)
+
+
+def _chunk(i_ref, start, end, c, *, n):
+    """Offsets, column indices (0 where unusable), usable mask and bad count of one chunk."""
+    from jax.experimental.pallas import triton as plgpu
+
+    offs = start + c * BLOCK_NNZ + jnp.arange(BLOCK_NNZ, dtype=start.dtype)
+    live = offs < end
+    cols = plgpu.load(i_ref.at[offs], mask=live, other=0)
+    inside = (cols >= 0) & (cols < n)
+    ok = live & inside
+    bad = jnp.sum((live & ~inside).astype(jnp.int32), dtype=jnp.int32)
+    return offs, jnp.where(ok, cols, 0), ok, bad
+
+
+def _program(on_rows, *, m, n, nnz, lo, hi, platform):
+    from jax.experimental import pallas as pl
+    from jax.experimental.pallas import triton as plgpu
+
+    def body(i_ref, p_ref, s_ref, t_ref, any_ref, _w_ref, y_ref, bad_ref):
+        i = pl.program_id(0)
+        start, end = _row_range(p_ref, i, nnz)
+        fires = (s_ref[i] != 0) if on_rows else (any_ref[0] != 0)
+        trips = jnp.where(fires, _chunks(start, end, BLOCK_NNZ), 0)
+        t_row = None if on_rows else t_ref[i]
+
+        def step(c, bad):
+            offs, cols, ok, b = _chunk(i_ref, start, end, c, n=n)
+            w = plgpu.load(y_ref.at[jnp.where(ok, offs, 0)], mask=ok, other=0)
+            if on_rows:
+                add, hit = plgpu.load(t_ref.at[cols], mask=ok, other=0), ok
+            else:
+                hit = ok & (plgpu.load(s_ref.at[cols], mask=ok, other=0) != 0)
+                add = jnp.full((BLOCK_NNZ,), t_row)
+            _store(y_ref, offs, _clamp(w + add.astype(w.dtype), lo, hi), hit, nnz=nnz,
+                   platform=platform)
+            return bad + b
+
+        bad_ref[i] = jax.lax.fori_loop(0, trips, step, jnp.int32(0))
+
+    def call(data, indices, indptr, spikes, trace):
+        outs = (jax.ShapeDtypeStruct((nnz,), data.dtype), jax.ShapeDtypeStruct((m,), jnp.int32))
+        any_fired = jnp.any(spikes != 0).astype(jnp.int32).reshape(1)
+        name = "pf_plasticity_rows" if on_rows else "pf_plasticity_cols"
+        return pl.pallas_call(body, out_shape=outs, grid=(m,), input_output_aliases={5: 0},
+                              interpret=platform == "cpu",
+                              compiler_params=_compiler_params(platform),
+                              name=name)(indices, indptr, spikes, trace, any_fired, data)
+
+    return call
+
+
+def generator(fallback):
+    """The 'pallas' kernel generator of the compressed plasticity update.
+
+    Args:
+        fallback: the pure-JAX generator, used for degenerate sizes (no rows or entries).
+
+    Returns:
+        ``generate(*, ins, outs, shape, on_rows, masked, w_min, w_max, platform)`` whose
+        kernel is ``(data, indices, indptr, spikes, trace) -> new data``.
+
+    Example:
+        >>> import jax.numpy as jnp
+        >>> from primforge import ops
+        >>> W = ops.CSR.from_dense(jnp.array([[1., 0., 2.], [0., 3., 0.]]))
+        >>> ops.update_on_pre(W, jnp.array([True, False]), jnp.ones(3),
+        ...                   backend='pallas').data    # interpreted on the CPU
+        Array([2., 3., 3.], dtype=float32)
+    """
+
+    def generate(*, ins, outs, shape, on_rows, masked, w_min, w_max, platform, **params):
+        m, n = (int(s) for s in shape)
+        nnz = int(ins[1].shape[0])
+        if min(m, nnz) == 0:
+            return fallback(ins=ins, outs=outs, shape=shape, on_rows=on_rows, masked=masked,
+                            w_min=w_min, w_max=w_max, platform=platform, **params)
+        run = _program(bool(on_rows), m=m, n=n, nnz=nnz, lo=w_min, hi=w_max,
+                       platform=platform)
+        dtype = np.dtype(outs[0].dtype)
+
+        def kernel(data, indices, indptr, spikes, trace):
+            if spikes.dtype == jnp.bool_:
+                spikes = spikes.astype(jnp.int8)
+            y, bad = run(data, indices, indptr, spikes, trace)
+            ok = _common.indptr_ok(indptr, nnz)
+            if not masked:
+                ok = ok & (jnp.sum(bad) == 0)
+            return jnp.where(ok, y, jnp.nan).astype(dtype)
+
+        return kernel
+
+    return generate
