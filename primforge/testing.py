@@ -21,6 +21,10 @@ for that target (custom calls resolve, Triton kernels compile, PTX assembles). W
 not: that anything runs (launch, the values an FFI handler decodes at run time, driver
 compatibility, speed).
 
+Layout: this module holds what depends on the machine (is the plugin installed, where is
+ptxas, the compile-only topology) and :func:`compile_for_gpu`; the result types and the
+readers of XLA's output live in ``primforge._gpu_compile`` and are re-exported here.
+
 Example (doctests run without the plugin too, so this one only asks):
 
     >>> from primforge import testing
@@ -33,21 +37,30 @@ Example (doctests run without the plugin too, so this one only asks):
 
 from __future__ import annotations
 
-import dataclasses
 import functools
 import importlib.metadata
 import importlib.util
 import os
 import pathlib
-import re
 import shutil
-import subprocess
 import tempfile
 from collections.abc import Callable, Mapping
 from typing import Any
 
 import jax
-import numpy as np
+
+from primforge._gpu_compile.dump import named_in as _named_in
+from primforge._gpu_compile.dump import parse_thunks as _parse_thunks  # noqa: F401 - tests
+from primforge._gpu_compile.dump import read_dump as _read_dump
+from primforge._gpu_compile.lowered import assemble_embedded_ptx as _assemble_embedded_ptx
+from primforge._gpu_compile.lowered import custom_calls as _custom_calls
+from primforge._gpu_compile.lowered import kernel_names as _kernel_names
+from primforge._gpu_compile.results import (
+    GpuCompileError,
+    GpuCompileResult,
+    GpuCompilerUnavailable,
+    GpuKernel,
+)
 
 __all__ = [
     "TARGETS",
@@ -70,127 +83,6 @@ TARGETS: Mapping[str, pathlib.Path] = {
 
 _INSTALL = "pip install 'primforge[gpu-compile]'"
 _PLUGINS = ("jax-cuda12-plugin", "jax-cuda13-plugin")
-
-
-class GpuCompilerUnavailable(RuntimeError):
-    """XLA:GPU cannot be run here: the CUDA plugin, its version, ptxas or the setup is wrong.
-
-    Example:
-        >>> issubclass(GpuCompilerUnavailable, RuntimeError)
-        True
-    """
-
-
-class GpuCompileError(RuntimeError):
-    """XLA:GPU rejected the function; ``.result`` is the :class:`GpuCompileResult`.
-
-    Example:
-        >>> issubclass(GpuCompileError, RuntimeError)
-        True
-    """
-
-    def __init__(self, result: GpuCompileResult):
-        super().__init__(result.describe())
-        self.result = result
-
-
-@dataclasses.dataclass(frozen=True)
-class GpuKernel:
-    """One launch XLA:GPU planned: a GPU kernel (with its launch shape) or a custom call.
-
-    Attributes:
-        name: the kernel's name (a fusion, a Triton kernel, or the custom call's target).
-        kind: XLA's thunk kind, e.g. ``'kKernel'``, ``'kCustomKernel'``, ``'kCustomCall'``;
-            ``'embedded-ptx'`` for a kernel whose PTX a custom call launches itself
-            (primforge's PTX launcher), assembled by ptxas for the target.
-        grid: blocks per grid ``(x, y, z)``, or None for a custom call (it launches itself;
-            for ``'embedded-ptx'``, the grid primforge's launcher will use).
-        block: threads per block ``(x, y, z)``, or None for a custom call.
-        shared_memory: dynamic shared memory in bytes, or None for a custom call.
-
-    Example:
-        >>> k = GpuKernel('loop_add_fusion', 'kKernel', (8, 1, 1), (128, 1, 1), 0)
-        >>> k.threads
-        1024
-    """
-
-    name: str
-    kind: str
-    grid: tuple[int, int, int] | None = None
-    block: tuple[int, int, int] | None = None
-    shared_memory: int | None = None
-
-    @property
-    def threads(self) -> int | None:
-        """Threads in the whole launch (grid times block), or None for a custom call."""
-        if self.grid is None or self.block is None:
-            return None
-        return int(np.prod(self.grid) * np.prod(self.block))
-
-
-@dataclasses.dataclass(frozen=True)
-class GpuCompileResult:
-    """What XLA:GPU made of a function for one target.
-
-    Attributes:
-        target: the target as given (``'h100'``, ``'a100'`` or a path).
-        device_kind: the device the target describes, e.g. ``'NVIDIA H100 80GB HBM3'``.
-        compute_capability: e.g. ``'9.0'``.
-        ok: whether XLA:GPU compiled the function.
-        error: XLA's error text when it did not, else None.
-        failed_kernel: the kernel or custom call the error names, when it names one.
-        kernels: every launch of the compiled program, in order, then the PTX kernels that
-            custom calls launch themselves (empty on failure).
-        custom_calls: the custom-call targets of the lowered program (FFI handlers, Triton).
-        ptx: kernel entry name -> the PTX module holding it (only with ``ptx=True``), for
-            XLA's kernels and for PTX that custom calls carry.
-        hlo: XLA's optimised HLO text (on success).
-
-    Example:
-        >>> r = GpuCompileResult('h100', 'NVIDIA H100 80GB HBM3', '9.0', ok=False,
-        ...                      error='bad', failed_kernel='k')
-        >>> r.describe().splitlines()[0]
-        "XLA:GPU failed to compile for h100 (NVIDIA H100 80GB HBM3, sm_90), in kernel 'k':"
-    """
-
-    target: str
-    device_kind: str
-    compute_capability: str
-    ok: bool
-    error: str | None = None
-    failed_kernel: str | None = None
-    kernels: tuple[GpuKernel, ...] = ()
-    custom_calls: tuple[str, ...] = ()
-    ptx: Mapping[str, str] = dataclasses.field(default_factory=dict)
-    hlo: str | None = None
-
-    @property
-    def sm(self) -> str:
-        """The target architecture as ``'sm_XY'``."""
-        return "sm_" + self.compute_capability.replace(".", "")
-
-    def describe(self) -> str:
-        """A human-readable summary: the error, or the kernels with their launch shapes."""
-        where = f"{self.target} ({self.device_kind}, {self.sm})"
-        if not self.ok:
-            named = f", in kernel {self.failed_kernel!r}" if self.failed_kernel else ""
-            calls = (f"\ncustom calls in the program: {', '.join(self.custom_calls)}"
-                     if self.custom_calls else "")
-            return f"XLA:GPU failed to compile for {where}{named}:\n{self.error}{calls}"
-        lines = [f"XLA:GPU compiled for {where}: {len(self.kernels)} launch(es)"]
-        for k in self.kernels:
-            if k.grid is None:
-                lines.append(f"  {k.kind:14s} {k.name}")
-            else:
-                lines.append(f"  {k.kind:14s} {k.name} grid={k.grid} block={k.block} "
-                             f"shared={k.shared_memory}")
-        return "\n".join(lines)
-
-    def check(self) -> GpuCompileResult:
-        """Raise :class:`GpuCompileError` unless the compile succeeded; return self."""
-        if not self.ok:
-            raise GpuCompileError(self)
-        return self
 
 
 # --------------------------------------------------------------------------- availability
@@ -253,15 +145,21 @@ def unavailable_reason() -> str | None:
 
     plugin = _plugin_version()
     if plugin is None:
-        return (f"compiling for a GPU target needs JAX's CUDA plugin (jax-cuda12-plugin of "
-                f"the installed jaxlib version, {jaxlib.__version__}) and ptxas: {_INSTALL}")
+        return (
+            f"compiling for a GPU target needs JAX's CUDA plugin (jax-cuda12-plugin of "
+            f"the installed jaxlib version, {jaxlib.__version__}) and ptxas: {_INSTALL}"
+        )
     dist, version = plugin
     if version != jaxlib.__version__:
-        return (f"{dist} {version} does not match jaxlib {jaxlib.__version__}: install the "
-                f"same version (pip install '{dist}=={jaxlib.__version__}' or {_INSTALL})")
+        return (
+            f"{dist} {version} does not match jaxlib {jaxlib.__version__}: install the "
+            f"same version (pip install '{dist}=={jaxlib.__version__}' or {_INSTALL})"
+        )
     if _cuda_dir() is None:
-        return ("compiling for a GPU target needs ptxas (not found on PATH, in CUDA_ROOT, "
-                f"CUDA_HOME or /usr/local/cuda, nor from pip's nvidia-cuda-nvcc): {_INSTALL}")
+        return (
+            "compiling for a GPU target needs ptxas (not found on PATH, in CUDA_ROOT, "
+            f"CUDA_HOME or /usr/local/cuda, nor from pip's nvidia-cuda-nvcc): {_INSTALL}"
+        )
     return None
 
 
@@ -283,7 +181,8 @@ def target_config(target: str | os.PathLike) -> str:
     if not path.is_file():
         raise ValueError(
             f"target={str(target)!r}: expected one of {', '.join(repr(t) for t in sorted(TARGETS))}"
-            f" or the path of a text-format GpuTargetConfigProto file (.txtpb)")
+            f" or the path of a text-format GpuTargetConfigProto file (.txtpb)"
+        )
     return path.read_text()
 
 
@@ -293,15 +192,14 @@ def _topology(config: str):
     from jax.experimental import topologies
 
     try:
-        topo = topologies.get_topology_desc(platform="cuda", topology="1x1x1",
-                                            target_config=config)
+        topo = topologies.get_topology_desc(platform="cuda", topology="1x1x1", target_config=config)
     except NotImplementedError as e:
         raise GpuCompilerUnavailable(
             "JAX's CUDA plugin is installed but did not start (no GPU driver here?), so no "
             "CUDA topology can be made. On a machine without a GPU, set JAX_PLATFORMS=cpu "
             f"before JAX starts (the plugin then loads for compiling only). JAX said: {e}"
         ) from e
-    except Exception as e:  # noqa: BLE001 - XLA's own error type varies across versions
+    except Exception as e:  # XLA's own error type varies across versions
         if "GpuTargetConfigProto" in str(e):
             raise ValueError(f"the target description does not parse: {e}") from e
         raise
@@ -320,140 +218,17 @@ def _place(args, sharding):
 
     def leaf(x):
         if isinstance(x, jax.ShapeDtypeStruct):
-            return jax.ShapeDtypeStruct(x.shape, x.dtype, weak_type=x.weak_type,
-                                        sharding=sharding)
+            return jax.ShapeDtypeStruct(x.shape, x.dtype, weak_type=x.weak_type, sharding=sharding)
         aval = jax.typeof(x)
-        return jax.ShapeDtypeStruct(aval.shape, aval.dtype, weak_type=aval.weak_type,
-                                    sharding=sharding)
+        return jax.ShapeDtypeStruct(
+            aval.shape, aval.dtype, weak_type=aval.weak_type, sharding=sharding
+        )
 
     return jax.tree.map(leaf, args, is_leaf=lambda x: isinstance(x, jax.ShapeDtypeStruct))
 
 
-_THUNK = re.compile(
-    r"^(?P<id>\d+):\s+(?P<kind>k\w+)\s+\[[^\]]*\]\s+(?P<name>\S+)"
-    r"(?:\s+grid:\s*\[(?P<grid>[\d,\s]+)\]\s+threads:\s*\[(?P<block>[\d,\s]+)\]"
-    r"\s+shared_memory:\s*(?P<smem>\d+))?")
-_THUNK_META = re.compile(
-    r'profile_annotation:\s*"(?P<name>[^"]*)"\s*thunk_id:\s*(?P<id>\d+)\s*\}\s*'
-    r'thunk_kind:\s*"(?P<kind>\w+)"')
-_CUSTOM_CALL_HLO = re.compile(r'%(?P<inst>[\w.\-]+) = [^\n]*?custom-call\([^\n]*?'
-                              r'custom_call_target="(?P<target>[^"]+)"')
-
-
-def _dims(text: str) -> tuple[int, int, int]:
-    vals = [int(v) for v in text.replace(" ", "").split(",") if v]
-    return tuple((vals + [1, 1, 1])[:3])  # type: ignore[return-value]
-
-
-def _parse_thunks(sequence: str, metadata: str, hlo: str) -> tuple[GpuKernel, ...]:
-    """Launches from XLA's thunk sequence; custom calls named by their target."""
-    annotation = {m["id"]: m["name"] for m in _THUNK_META.finditer(metadata)}
-    targets = {m["inst"]: m["target"] for m in _CUSTOM_CALL_HLO.finditer(hlo)}
-    kernels = []
-    for line in sequence.splitlines():
-        m = _THUNK.match(line.strip())
-        if m is None:
-            continue
-        if m["grid"] is not None:
-            kernels.append(GpuKernel(m["name"], m["kind"], _dims(m["grid"]), _dims(m["block"]),
-                                     int(m["smem"])))
-            continue
-        inst = annotation.get(str(int(m["id"])), m["name"])
-        kernels.append(GpuKernel(targets.get(inst, inst), m["kind"]))
-    return tuple(kernels)
-
-
-def _read_dump(folder: str, hlo: str, want_ptx: bool):
-    files = {name: pathlib.Path(folder, name) for name in sorted(os.listdir(folder))}
-    kernels: tuple[GpuKernel, ...] = ()
-    ptx: dict[str, str] = {}
-    for name, path in files.items():
-        if name.endswith(".thunk_sequence.txt"):
-            meta = files.get(name.replace(".thunk_sequence.txt", ".thunk_metadata.txt"))
-            kernels += _parse_thunks(path.read_text(), meta.read_text() if meta else "", hlo)
-        elif want_ptx and name.endswith(".ptx"):
-            text = path.read_text()
-            for entry in re.findall(r"\.entry\s+([\w$]+)\s*\(", text):
-                ptx[entry] = text
-    return kernels, ptx
-
-
-def _named_in(error: str, names) -> str | None:
-    hits = [n for n in names if n and n in error]
-    return max(hits, key=len) if hits else None
-
-
-# --------------------------------------------------------------------------- PTX in attributes
-def _custom_calls(module) -> list[tuple[str, dict[str, Any]]]:
-    """(target, backend_config attributes) of every custom call in a lowered module."""
-    found: list[tuple[str, dict[str, Any]]] = []
-
-    def walk(op):
-        for region in op.regions:
-            for block in region.blocks:
-                for inner in block.operations:
-                    o = inner.operation
-                    if o.name == "stablehlo.custom_call":
-                        attrs = o.attributes
-                        target = attrs["call_target_name"].value
-                        config = {}
-                        if "mhlo.backend_config" in attrs:
-                            try:
-                                config = {a.name: a.attr for a in attrs["mhlo.backend_config"]}
-                            except TypeError:  # a string backend_config (e.g. Triton's)
-                                config = {}
-                        found.append((target, config))
-                    walk(o)
-
-    walk(module.operation)
-    return found
-
-
-def _kernel_names(custom_calls) -> set[str]:
-    """What an XLA error may name: the custom-call targets and the kernels they carry
-    (Triton's ``name``, the PTX launcher's ``kernel``)."""
-    names = {target for target, _ in custom_calls}
-    for _, config in custom_calls:
-        for key in ("name", "kernel"):
-            value = getattr(config.get(key), "value", None)
-            if isinstance(value, str) and value:
-                names.add(value)
-    return names
-
-
-def _assemble_embedded_ptx(custom_calls, sm: str, ptx: dict[str, str]
-                           ) -> tuple[list[GpuKernel], str | None, str | None]:
-    """Assemble, with ptxas for ``sm``, the PTX that custom calls carry as an attribute.
-
-    primforge's PTX launcher (the numba_cuda backend) hands the driver PTX at run time; XLA
-    never looks inside it, so ptxas is what proves it assembles for the target. Returns the
-    launches found, and the kernel and error of the first PTX that does not assemble; fills
-    ``ptx`` (entry name -> PTX).
-    """
-    kernels, ptxas = [], os.path.join(_cuda_dir() or "", "bin", "ptxas")
-    for target, config in custom_calls:
-        if "ptx" not in config or "kernel" not in config:
-            continue
-        name = config["kernel"].value
-        dims = {key: tuple(int(v) for v in np.asarray(config[key]))
-                for key in ("grid", "block") if key in config}
-        smem = int(config["shared_mem"].value) if "shared_mem" in config else None
-        ptx[name] = config["ptx"].value
-        with tempfile.TemporaryDirectory(prefix="primforge-ptxas-") as tmp:
-            src = pathlib.Path(tmp, "kernel.ptx")
-            src.write_text(ptx[name])
-            proc = subprocess.run([ptxas, f"-arch={sm}", str(src), "-o",
-                                   str(pathlib.Path(tmp, "kernel.cubin"))],
-                                  capture_output=True, text=True, check=False)
-        if proc.returncode != 0:
-            return kernels, name, (f"ptxas -arch={sm} rejected the PTX of {name!r} "
-                                   f"(custom call {target}):\n{proc.stderr.strip()}")
-        kernels.append(GpuKernel(name, "embedded-ptx", dims.get("grid"), dims.get("block"),
-                                 smem))
-    return kernels, None, None
-
-
 # --------------------------------------------------------------------------- compile
+# Long only for its docstring (arguments, results, a runnable example); the code is short.
 def compile_for_gpu(
     fn: Callable[..., Any],
     *args: Any,
@@ -499,47 +274,62 @@ def compile_for_gpu(
         (True, 'sm_80', [((8, 1, 1), (128, 1, 1))])
     """
     _require()
-    config = target_config(target)
-    mesh = _topology(config)
+    mesh = _topology(target_config(target))
     device = mesh.devices.flat[0]
     sharding = jax.sharding.NamedSharding(mesh, jax.sharding.PartitionSpec())
     # out_shardings too: a function without array arguments must still land on the target.
     lowered = jax.jit(fn, out_shardings=sharding).lower(*_place(args, sharding))
-    module = lowered.compiler_ir("stablehlo")
-    custom = _custom_calls(module)
-    calls = tuple(dict.fromkeys(target for target, _ in custom))
-    kernel_names = _kernel_names(custom)
-    info: dict[str, Any] = dict(
-        target=str(target), device_kind=device.device_kind,
-        compute_capability=str(getattr(device, "compute_capability", "?")), custom_calls=calls)
-    sm = "sm_" + info["compute_capability"].replace(".", "")
+    custom = _custom_calls(lowered.compiler_ir("stablehlo"))
+    info: dict[str, Any] = {
+        "target": str(target),
+        "device_kind": device.device_kind,
+        "compute_capability": str(getattr(device, "compute_capability", "?")),
+        "custom_calls": tuple(dict.fromkeys(name for name, _ in custom)),
+    }
 
     def failed(error: str, kernel: str | None) -> GpuCompileResult:
         result = GpuCompileResult(ok=False, error=error, failed_kernel=kernel, **info)
         return result.check() if check else result
 
+    error, hlo, kernels, ptx_map = _compile_with_dump(lowered, target, ptx)
+    if error is not None:
+        return failed(error, _named_in(error, _kernel_names(custom)))
+    embedded_ptx: dict[str, str] = {}
+    sm = "sm_" + info["compute_capability"].replace(".", "")
+    embedded, bad_kernel, error = _assemble_embedded_ptx(custom, sm, embedded_ptx, _cuda_dir())
+    if error is not None:
+        return failed(error, bad_kernel)
+    if ptx:
+        ptx_map.update(embedded_ptx)
+    return GpuCompileResult(
+        ok=True, kernels=kernels + tuple(embedded), ptx=ptx_map, hlo=hlo, **info
+    )
+
+
+def _compile_with_dump(
+    lowered: Any, target: str | os.PathLike, want_ptx: bool
+) -> tuple[str | None, str | None, tuple[GpuKernel, ...], dict[str, str]]:
+    """Compile with XLA:GPU, dumping into a private folder read back before it is removed.
+
+    Returns XLA's error (None on success), the optimised HLO, the launches and the PTX.
+    """
     options = {"xla_gpu_cuda_data_dir": _cuda_dir() or ""}
     with tempfile.TemporaryDirectory(prefix="primforge-gpu-compile-") as dump:
         options["xla_dump_to"] = dump
         try:
             compiled = lowered.compile(compiler_options=options)
-        except Exception as e:  # noqa: BLE001 - XLA raises its own runtime error types
+        except Exception as e:  # XLA raises its own runtime error types
             error = str(e)
             if "ptxas" in error and ("not found" in error.lower() or "No such" in error):
-                raise GpuCompilerUnavailable(f"XLA:GPU could not run ptxas: {_INSTALL}\n"
-                                             f"{error}") from e
-            return failed(error, _named_in(error, kernel_names))
+                raise GpuCompilerUnavailable(
+                    f"XLA:GPU could not run ptxas: {_INSTALL}\n{error}"
+                ) from e
+            return error, None, (), {}
         if not any(name.endswith("gpu_after_optimizations.txt") for name in os.listdir(dump)):
             raise RuntimeError(  # a guard: never report another compiler's success as XLA:GPU's
                 f"compile_for_gpu: the function was not compiled by XLA:GPU for {target!r} "
-                "(its computation went to another device)")
+                "(its computation went to another device)"
+            )
         hlo = compiled.as_text()
-        kernels, ptx_map = _read_dump(dump, hlo, ptx)
-    embedded_ptx: dict[str, str] = {}
-    embedded, bad_kernel, error = _assemble_embedded_ptx(custom, sm, embedded_ptx)
-    if error is not None:
-        return failed(error, bad_kernel)
-    if ptx:
-        ptx_map.update(embedded_ptx)
-    return GpuCompileResult(ok=True, kernels=kernels + tuple(embedded), ptx=ptx_map, hlo=hlo,
-                            **info)
+        kernels, ptx_map = _read_dump(dump, hlo, want_ptx)
+    return None, hlo, kernels, ptx_map

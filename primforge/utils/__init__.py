@@ -2,8 +2,9 @@
 
 The public surface is re-exported here from private modules:
 
-- ``_dataclass``: :func:`dataclass`, :func:`field`, :func:`lens_field`, switchable
-  ``__post_init__`` validation.
+- ``_dataclass``: :func:`dataclass`, :func:`field`, :func:`lens_field` (with
+  ``_dataclass_fields``, field analysis, and ``_dataclass_nodes``, pytree registration).
+- ``_post_init``: switchable ``__post_init__`` validation.
 - ``_tree``: :func:`tree_map` with :class:`SupportsTreeMatch` alignment, scatter, stack,
   concat, zeros, select, :class:`PyTreeDef`.
 - ``_transforms``: typed ``jit`` / ``vectorize`` / ``linearize`` / ``shard_map``, tracing
@@ -11,16 +12,14 @@ The public surface is re-exported here from private modules:
 - ``_numerics``: :func:`kahan_summation`, :func:`key_chain`, :func:`isin`.
 """
 
-from primforge.utils._dataclass import (
-    dataclass,
+from primforge.utils._dataclass import dataclass, field, lens_field
+from primforge.utils._numerics import isin, kahan_summation, key_chain
+from primforge.utils._post_init import (
     enable_post_init,
-    field,
     is_post_init_enabled,
-    lens_field,
     no_post_init,
     skip_post_init_if_disabled,
 )
-from primforge.utils._numerics import isin, kahan_summation, key_chain
 from primforge.utils._transforms import (
     NotJaxCompatibleError,
     is_traced,
