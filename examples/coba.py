@@ -185,8 +185,8 @@ def _numba_step(*, steps, **_):
         n = v.shape[0]
         ne = e_ptr.shape[0] - 1
         w_e, w_i = we[0], wi[0]
-        acc_e = np.empty(n, np.float32)
-        acc_i = np.empty(n, np.float32)
+        acc_e = np.zeros(n, np.float32)
+        acc_i = np.zeros(n, np.float32)
         v_out[:] = v
         ge_out[:] = ge
         gi_out[:] = gi
@@ -194,22 +194,29 @@ def _numba_step(*, steps, **_):
         ok = True
         for t in range(n_steps):
             spk = spike_out[t]
-            # Neurons: branch-free (selects), so LLVM can vectorize the loop.
+            pending = t > 0  # acc holds the previous step's input, not yet added
+            # One pass over the neurons, branch-free (selects) so LLVM can vectorize it:
+            # finish the previous step's conductances (decay + input, the plain step's
+            # arithmetic), integrate, detect and reset.
             for i in range(n):
+                g_e = ge_out[i] * de + acc_e[i] if pending else ge_out[i]
+                g_i = gi_out[i] * di + acc_i[i] if pending else gi_out[i]
+                ge_out[i] = g_e
+                gi_out[i] = g_i
+                acc_e[i] = 0
+                acc_i[i] = 0
                 vi = v_out[i]
                 r = ref_out[i]
                 active = r == 0
-                dv = (el - vi) + ge_out[i] * (ee - vi) + gi_out[i] * (ei - vi)
+                dv = (el - vi) + g_e * (ee - vi) + g_i * (ei - vi)
                 vn = vi + k_m * dv
                 vn = vn if active else vi
                 s = active & (vn > vt)
                 spk[i] = s
                 v_out[i] = vr if s else vn
                 ref_out[i] = ref_steps if s else (0 if active else r - 1)
-                acc_e[i] = 0
-                acc_i[i] = 0
-            # Propagation into zeroed accumulators, rows in increasing order (the CSR
-            # kernels' summation order), then added to the decayed conductances.
+            # Propagation of the neurons that fired into the zeroed accumulators, rows in
+            # increasing order (the CSR kernels' summation order).
             for i in range(n):
                 if not spk[i]:
                     continue
@@ -228,9 +235,9 @@ def _numba_step(*, steps, **_):
                             ok = False
                         else:
                             acc_i[j] += w_i
-            for i in range(n):
-                ge_out[i] = ge_out[i] * de + acc_e[i]
-                gi_out[i] = gi_out[i] * di + acc_i[i]
+        for i in range(n):  # the last step's conductances
+            ge_out[i] = ge_out[i] * de + acc_e[i]
+            gi_out[i] = gi_out[i] * di + acc_i[i]
         if not ok:
             ge_out[:] = np.nan
             gi_out[:] = np.nan
