@@ -1,7 +1,7 @@
 """Warp backend: ``@wp.kernel`` functions launched through Warp's own JAX interop.
 
-* Available when ``warp`` (package ``warp-lang``, extra ``primforge[warp]``) imports; the
-  probe imports it only when asked.
+* Available when ``warp`` (package ``warp-lang``, extra ``primforge[warp]``) is installed;
+  the probe finds it without importing it (it is imported when a kernel is built).
 * Platforms: 'gpu' and 'cpu' (Warp compiles kernels for the host too).
 * Product: a ``wp.Kernel`` whose parameters are the inputs followed by the outputs, or a
   :class:`WarpKernel` (made by :func:`warp_kernel`) that adds launch dimensions, block size
@@ -22,6 +22,8 @@ from typing import Any
 
 import jax
 
+from primforge.kernel.backends import _common
+
 NAME = "warp"
 PLATFORMS = ("cpu", "gpu")
 EXTRA = "warp"
@@ -30,28 +32,33 @@ __all__ = ["WarpKernel", "is_available", "make_callable", "product_form", "warp_
 
 
 @functools.cache
-def is_available() -> bool:
-    """Whether ``warp`` (warp-lang) imports and offers ``wp.jax_kernel``.
+def is_available(platform: str | None = None) -> bool:
+    """Whether ``warp`` (warp-lang) is installed here (and serves ``platform``).
+
+    Looks for the package without importing it; that its JAX interop (``wp.jax_kernel``)
+    is there is checked when a kernel is built.
 
     Example:
-        >>> isinstance(is_available(), bool)
-        True
+        >>> isinstance(is_available(), bool), is_available('tpu')
+        (True, False)
     """
-    try:
-        import warp
-    except Exception:  # noqa: BLE001
+    if platform is not None and platform not in PLATFORMS:
         return False
-    return hasattr(warp, "jax_kernel")
+    return _common.package_installed("warp")
+
+
+_NEEDS = "NVIDIA Warp with JAX interop (wp.jax_kernel, package warp-lang)"
 
 
 def _require_warp():
+    """Import warp (once ``is_available`` said it is there) and check its JAX interop."""
     if not is_available():
-        raise ImportError(
-            "the 'warp' backend needs NVIDIA Warp with JAX interop (wp.jax_kernel): "
-            "pip install 'primforge[warp]'"
-        )
+        raise _common.missing_package(NAME, _NEEDS, EXTRA)
     import warp
 
+    if not hasattr(warp, "jax_kernel"):
+        raise _common.missing_package(
+            NAME, _NEEDS, EXTRA, f"(warp {getattr(warp, '__version__', '?')} has no jax_kernel)")
     return warp
 
 
@@ -139,8 +146,12 @@ def make_callable(
     outs: Sequence[jax.ShapeDtypeStruct],
     platform: str,
     name: str,
+    **options: Any,
 ) -> Callable[..., tuple[jax.Array, ...]]:
     """Turn a ``wp.Kernel`` or :class:`WarpKernel` into a traceable call of ``wp.jax_kernel``.
+
+    It takes no options (``batch=()`` only: the FFI call batches as the
+    :class:`WarpKernel`'s ``vmap_method`` says).
 
     Example:
         >>> import jax, jax.numpy as jnp
@@ -150,6 +161,10 @@ def make_callable(
         ...
         TypeError: kernel 'k': the 'warp' kernel generator must return a @wp.kernel, primforge.warp_kernel(...) or a traceable JAX callable of the inputs, got int
     """
+    _common.check_platform(NAME, PLATFORMS, platform, name)
+    if not is_available(platform):
+        raise _common.missing_package(NAME, _NEEDS, EXTRA)
+    _common.check_options(NAME, name, options)
     spec = product if isinstance(product, WarpKernel) else WarpKernel(product)
     kernel = spec.kernel
     if not hasattr(kernel, "adj") or not hasattr(kernel, "key"):
@@ -158,9 +173,6 @@ def make_callable(
             f"primforge.warp_kernel(...) or a traceable JAX callable of the inputs, got "
             f"{type(product).__name__}"
         )
-    if platform not in PLATFORMS:
-        raise ValueError(f"kernel {name!r}: Warp serves {PLATFORMS}, not {platform!r}")
-    wp = _require_warp()
     arg_names = [a.label for a in kernel.adj.args]
     n_out = len(outs)
     in_names = arg_names[: len(arg_names) - n_out]
@@ -178,6 +190,7 @@ def make_callable(
             f"{n_out} output(s) and scalars {sorted(spec.scalars)} it expects "
             f"{len(array_names)} input array(s) ({array_names}) but the call has {len(ins)}"
         )
+    wp = _require_warp()
     dim = spec.dim if spec.dim is not None else tuple(outs[0].shape)
     kwargs: dict[str, Any] = {"num_outputs": n_out, "vmap_method": spec.vmap_method}
     if spec.block_dim is not None:
