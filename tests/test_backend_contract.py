@@ -86,7 +86,7 @@ def test_names_and_types(name):
         with open(os.path.join(ROOT, "pyproject.toml"), encoding="utf-8") as f:
             text = f.read()
         extras = text.split("[project.optional-dependencies]", 1)[1].split("\n[", 1)[0]
-        assert re.search(rf"^{re.escape(m.EXTRA)}\s*=", extras, re.M), m.EXTRA
+        assert re.search(rf"^{re.escape(m.EXTRA)}\s*=", extras, re.MULTILINE), m.EXTRA
 
 
 @pytest.mark.parametrize("name", _params(pending=("numba",)))

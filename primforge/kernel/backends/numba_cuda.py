@@ -175,6 +175,27 @@ _BLOCK_2D = (16, 16)
 _BLOCK_3D = (8, 8, 4)
 
 
+def _grid_for(launch_dims, threads_per_block, grid, block) -> tuple[tuple, tuple]:
+    """``(grid, block)`` covering ``launch_dims`` threads (see :func:`numba_cuda_kernel`)."""
+    if grid is not None or block is not None:
+        raise ValueError(
+            "numba_cuda_kernel: give either launch_dims or grid/block, not both "
+            f"(got launch_dims={launch_dims!r}, grid={grid!r}, block={block!r})"
+        )
+    dims = (launch_dims,) if isinstance(launch_dims, int) else tuple(launch_dims)
+    if not 1 <= len(dims) <= 3 or not all(isinstance(d, int) and d > 0 for d in dims):
+        raise ValueError(
+            f"numba_cuda_kernel: launch_dims must be 1 to 3 positive ints, got {launch_dims!r}"
+        )
+    if not isinstance(threads_per_block, int) or threads_per_block < 1:
+        raise ValueError(
+            "numba_cuda_kernel: threads_per_block must be a positive int, got "
+            f"{threads_per_block!r}"
+        )
+    block = {1: (threads_per_block,), 2: _BLOCK_2D, 3: _BLOCK_3D}[len(dims)]
+    return tuple(math.ceil(d / b) for d, b in zip(dims, block)), block
+
+
 def numba_cuda_kernel(
     kernel: Any,
     outs: Any = None,
@@ -214,23 +235,7 @@ def numba_cuda_kernel(
         ((8,), (128,))
     """
     if launch_dims is not None:
-        if grid is not None or block is not None:
-            raise ValueError(
-                "numba_cuda_kernel: give either launch_dims or grid/block, not both "
-                f"(got launch_dims={launch_dims!r}, grid={grid!r}, block={block!r})"
-            )
-        dims = (launch_dims,) if isinstance(launch_dims, int) else tuple(launch_dims)
-        if not 1 <= len(dims) <= 3 or not all(isinstance(d, int) and d > 0 for d in dims):
-            raise ValueError(
-                f"numba_cuda_kernel: launch_dims must be 1 to 3 positive ints, got {launch_dims!r}"
-            )
-        if not isinstance(threads_per_block, int) or threads_per_block < 1:
-            raise ValueError(
-                "numba_cuda_kernel: threads_per_block must be a positive int, got "
-                f"{threads_per_block!r}"
-            )
-        block = {1: (threads_per_block,), 2: _BLOCK_2D, 3: _BLOCK_3D}[len(dims)]
-        grid = tuple(math.ceil(d / b) for d, b in zip(dims, block))
+        grid, block = _grid_for(launch_dims, threads_per_block, grid, block)
     if block is None:
         block = 256
     for what, v in (("grid", grid), ("block", block)):
@@ -319,6 +324,19 @@ def product_form(product: Any, *, n_ins: int, n_outs: int, name: str) -> str:
     return "callable"
 
 
+def _check_bound_outs(spec: NumbaCudaKernel, outs, name: str) -> None:
+    """The outputs a :class:`NumbaCudaKernel` was made with must be the call's."""
+    bound = spec.out_structs()
+    if bound is not None and [(tuple(o.shape), np.dtype(o.dtype)) for o in bound] != [
+        (tuple(o.shape), np.dtype(o.dtype)) for o in outs
+    ]:
+        raise ValueError(
+            f"kernel {name!r}: the generator's numba_cuda_kernel(..., outs=...) declares "
+            f"outputs {[(tuple(o.shape), np.dtype(o.dtype).name) for o in bound]} but the "
+            f"call's outs are {[(tuple(o.shape), np.dtype(o.dtype).name) for o in outs]}"
+        )
+
+
 def make_callable(
     product: Any,
     *,
@@ -353,15 +371,7 @@ def make_callable(
             f"primforge.numba_cuda_kernel(...) or a traceable JAX callable of the inputs, got "
             f"{type(product).__name__}"
         )
-    bound = spec.out_structs()
-    if bound is not None and [(tuple(o.shape), np.dtype(o.dtype)) for o in bound] != [
-        (tuple(o.shape), np.dtype(o.dtype)) for o in outs
-    ]:
-        raise ValueError(
-            f"kernel {name!r}: the generator's numba_cuda_kernel(..., outs=...) declares "
-            f"outputs {[(tuple(o.shape), np.dtype(o.dtype).name) for o in bound]} but the "
-            f"call's outs are {[(tuple(o.shape), np.dtype(o.dtype).name) for o in outs]}"
-        )
+    _check_bound_outs(spec, outs, name)
     if platform == "cpu":
         if not simulator_enabled():
             raise ValueError(

@@ -139,6 +139,28 @@ def product_form(product: Any, *, n_ins: int, n_outs: int, name: str) -> str:
     return "callable"
 
 
+def _parameter_names(kernel, spec: WarpKernel, n_ins: int, n_out: int,
+                     name: str) -> tuple[list[str], list[str]]:
+    """The kernel's input and output parameter names, checked against the call."""
+    arg_names = [a.label for a in kernel.adj.args]
+    in_names = arg_names[: len(arg_names) - n_out]
+    out_names = arg_names[len(arg_names) - n_out :]
+    array_names = [n for n in in_names if n not in spec.scalars]
+    unknown = set(spec.scalars) - set(in_names)
+    if unknown:
+        raise ValueError(
+            f"kernel {name!r}: scalars {sorted(unknown)} are not input parameters of the Warp "
+            f"kernel {kernel.key!r} (its inputs: {in_names})"
+        )
+    if len(array_names) != n_ins:
+        raise ValueError(
+            f"kernel {name!r}: the Warp kernel {kernel.key!r} has parameters {arg_names}; with "
+            f"{n_out} output(s) and scalars {sorted(spec.scalars)} it expects "
+            f"{len(array_names)} input array(s) ({array_names}) but the call has {n_ins}"
+        )
+    return in_names, out_names
+
+
 def make_callable(
     product: Any,
     *,
@@ -173,26 +195,10 @@ def make_callable(
             f"primforge.warp_kernel(...) or a traceable JAX callable of the inputs, got "
             f"{type(product).__name__}"
         )
-    arg_names = [a.label for a in kernel.adj.args]
-    n_out = len(outs)
-    in_names = arg_names[: len(arg_names) - n_out]
-    out_names = arg_names[len(arg_names) - n_out :]
-    array_names = [n for n in in_names if n not in spec.scalars]
-    unknown = set(spec.scalars) - set(in_names)
-    if unknown:
-        raise ValueError(
-            f"kernel {name!r}: scalars {sorted(unknown)} are not input parameters of the Warp "
-            f"kernel {kernel.key!r} (its inputs: {in_names})"
-        )
-    if len(array_names) != len(ins):
-        raise ValueError(
-            f"kernel {name!r}: the Warp kernel {kernel.key!r} has parameters {arg_names}; with "
-            f"{n_out} output(s) and scalars {sorted(spec.scalars)} it expects "
-            f"{len(array_names)} input array(s) ({array_names}) but the call has {len(ins)}"
-        )
+    in_names, out_names = _parameter_names(kernel, spec, len(ins), len(outs), name)
     wp = _require_warp()
     dim = spec.dim if spec.dim is not None else tuple(outs[0].shape)
-    kwargs: dict[str, Any] = {"num_outputs": n_out, "vmap_method": spec.vmap_method}
+    kwargs: dict[str, Any] = {"num_outputs": len(outs), "vmap_method": spec.vmap_method}
     if spec.block_dim is not None:
         kwargs["block_dim"] = spec.block_dim
     jk = wp.jax_kernel(kernel, **kwargs)
