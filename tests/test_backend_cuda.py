@@ -11,6 +11,7 @@ import pytest
 from gpu_utils import compile_for_targets, lower_for_cuda, requires_gpu, requires_gpu_compiler
 
 import primforge
+from primforge.kernel.backends import _cuda_find
 from primforge.kernel.backends import cuda as pcuda
 
 CPP_SOURCE = r"""
@@ -193,7 +194,7 @@ def test_find_nvcc_in_pip_layout(tmp_path, monkeypatch):
     monkeypatch.delenv("PRIMFORGE_NVCC", raising=False)
     monkeypatch.setenv("CUDA_HOME", "/nonexistent")
     monkeypatch.delenv("CUDA_PATH", raising=False)
-    monkeypatch.setattr(pcuda, "_site_dirs", lambda: [str(site_dir)])
+    monkeypatch.setattr(_cuda_find, "_site_dirs", lambda: [str(site_dir)])
     monkeypatch.setattr(os.path, "isfile", lambda p, _f=os.path.isfile: (
         False if p.startswith("/usr/local/cuda") else _f(p)))
     assert pcuda.find_nvcc() == str(nvcc)

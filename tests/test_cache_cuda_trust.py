@@ -26,6 +26,7 @@ import pytest
 
 import primforge
 from primforge import _cache, autotune
+from primforge.kernel.backends import _common, _cuda_build
 from primforge.kernel.backends import cuda as pcuda
 
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
@@ -307,13 +308,13 @@ def test_same_name_different_source_never_shares_a_library(cache_root):
 def test_key_covers_compiler_identity_and_versions(cache_root, monkeypatch):
     kw = {"kind": "cpp", "flags": (), "arch": None, "include_dirs": ()}
     base = pcuda._recipe("int x;", "", **kw).key
-    monkeypatch.setattr(pcuda, "_compiler_version", lambda c: "g++ (other) 99.0")
+    monkeypatch.setattr(_cuda_build, "compiler_version", lambda c: "g++ (other) 99.0")
     assert pcuda._recipe("int x;", "", **kw).key != base
     monkeypatch.undo()
     monkeypatch.setattr(jax, "__version__", "0.0.0-other")
     assert pcuda._recipe("int x;", "", **kw).key != base
     monkeypatch.undo()
-    monkeypatch.setattr(pcuda, "_jaxlib_version", lambda: "0.0.0-other")
+    monkeypatch.setattr(_common, "jaxlib_version", lambda: "0.0.0-other")
     assert pcuda._recipe("int x;", "", **kw).key != base
 
 
@@ -392,6 +393,14 @@ def test_cxx_planted_in_the_current_directory_is_not_used(tmp_path, monkeypatch,
 
 
 # ------------------------------------------------------------------ availability per platform
+@pytest.fixture
+def fresh_availability():
+    """``is_available`` is cached: probe again under the test's compilers, and after it."""
+    pcuda.is_available.cache_clear()
+    yield
+    pcuda.is_available.cache_clear()
+
+
 def _probe_kernel(name):
     k = primforge.XLACustomKernel(name, replace=True)
     for platform in ("cpu", "gpu"):
@@ -409,7 +418,7 @@ def _built(k, platform):
     return np.asarray(fn(jnp.ones(3))[0]), record
 
 
-def test_cuda_raw_on_gpu_needs_nvcc_not_just_a_cxx(monkeypatch):
+def test_cuda_raw_on_gpu_needs_nvcc_not_just_a_cxx(monkeypatch, fresh_availability):
     monkeypatch.setattr(pcuda, "find_nvcc", lambda: None)
     monkeypatch.setattr(pcuda, "find_cxx", lambda: "/usr/bin/g++", raising=False)
     monkeypatch.setattr(pcuda, "_find_cxx", lambda: "/usr/bin/g++", raising=False)
@@ -422,7 +431,7 @@ def test_cuda_raw_on_gpu_needs_nvcc_not_just_a_cxx(monkeypatch):
     assert not pcuda.is_available("gpu") and pcuda.is_available("cpu")
 
 
-def test_cuda_raw_on_cpu_needs_a_cxx_not_just_nvcc(monkeypatch):
+def test_cuda_raw_on_cpu_needs_a_cxx_not_just_nvcc(monkeypatch, fresh_availability):
     monkeypatch.setattr(pcuda, "find_nvcc", lambda: "/opt/cuda/bin/nvcc")
     monkeypatch.setattr(pcuda, "find_cxx", lambda: None, raising=False)
     monkeypatch.setattr(pcuda, "_find_cxx", lambda: None, raising=False)
@@ -513,7 +522,7 @@ def test_autotune_symlinked_file_is_not_read(tmp_path):
         assert autotune.choices(path) == {}
 
 
-def test_csr_products_on_gpu_fall_back_when_nvcc_is_missing(monkeypatch):
+def test_csr_products_on_gpu_fall_back_when_nvcc_is_missing(monkeypatch, fresh_availability):
     """The shipped CSR kernels: asking for cuda_raw on a GPU without nvcc falls back."""
     from primforge.ops import _kernels
 

@@ -1,9 +1,11 @@
 """Backends: one module per backend, all answering the same four questions.
 
-Each module defines ``NAME``, ``PLATFORMS``, ``EXTRA``, ``is_available()`` and
-``make_callable(product, *, ins, outs, platform, name)`` (see docs/architecture.md).
-Modules are imported lazily by :func:`get_backend`, so a missing optional package never
-breaks ``import primforge``.
+Each module satisfies the :class:`~primforge.kernel.backends._contract.Backend` protocol:
+``NAME``, ``PLATFORMS``, ``EXTRA``, a cached ``is_available(platform=None)`` and
+``make_callable(product, *, ins, outs, platform, name, **options)`` (see
+docs/architecture.md); helpers they share are in :mod:`._common`. Modules are imported
+lazily by :func:`get_backend`, and import without their optional package, so a missing
+package never breaks ``import primforge``.
 """
 
 from __future__ import annotations
@@ -38,10 +40,10 @@ def get_backend(name: str) -> ModuleType:
 
 
 def is_available_on(module: ModuleType, platform: str) -> bool:
-    """Whether backend ``module`` can serve ``platform`` here.
+    """Whether backend ``module`` can serve ``platform`` here (its ``is_available(platform)``).
 
-    A backend whose ``is_available`` takes a platform (``cuda_raw``: nvcc for 'gpu', a C++
-    compiler for 'cpu') is asked about that platform; the others answer for all.
+    A backend whose ``is_available`` takes no platform yet (the contract asks for one) is
+    asked without it.
 
     Example:
         >>> is_available_on(get_backend('jax'), 'cpu')

@@ -155,6 +155,14 @@ def install_patches() -> None:
     builder = ti.InterpreterBuilder
     if getattr(builder, "_primforge_patched", False):
         return
+    _patch_extern_elementwise(ti)
+    _patch_bfloat16(ti)  # after the above: it wraps the new create_extern_elementwise too
+    _patch_libdevice_modules(ti)
+    builder._primforge_patched = True
+
+
+def _patch_extern_elementwise(ti) -> None:
+    """libdevice calls get NumPy stand-ins (the interpreter has no implementation)."""
     table = _libdevice_numpy()
     bf16 = ti.tl.bfloat16
 
@@ -173,25 +181,34 @@ def install_patches() -> None:
             return ti.TensorHandle(data.astype(np.float32), ti.tl.float32)
         return ti.TensorHandle(data.astype(ti._get_np_dtype(scalar)), scalar)
 
-    builder.create_extern_elementwise = create_extern_elementwise
+    ti.InterpreterBuilder.create_extern_elementwise = create_extern_elementwise
 
-    def widen(h):  # bfloat16 is held as its raw upper 16 bits: make it float32
-        if isinstance(h, ti.TensorHandle) and h.dtype.scalar == bf16:
-            return ti.TensorHandle((h.data.astype(np.uint32) << 16).view(np.float32),
-                                   ti.tl.float32), True
-        return h, False
 
-    def narrow(h):  # float32 back to bfloat16 bits, rounded to nearest even
-        bits = np.asarray(h.data, np.float32).astype(ml_dtypes.bfloat16).view(np.uint16)
-        return ti.TensorHandle(bits, bf16)
+def _widen(ti, h):
+    """A bfloat16 handle (held as its raw upper 16 bits) as float32; (handle, widened)."""
+    if isinstance(h, ti.TensorHandle) and h.dtype.scalar == ti.tl.bfloat16:
+        return ti.TensorHandle((h.data.astype(np.uint32) << 16).view(np.float32),
+                               ti.tl.float32), True
+    return h, False
+
+
+def _narrow(ti, h):
+    """A float32 handle back to bfloat16 bits, rounded to nearest even."""
+    bits = np.asarray(h.data, np.float32).astype(ml_dtypes.bfloat16).view(np.uint16)
+    return ti.TensorHandle(bits, ti.tl.bfloat16)
+
+
+def _patch_bfloat16(ti) -> None:
+    """bfloat16 arithmetic, dots, reductions and scans run in float32, rounded back."""
+    builder, bf16 = ti.InterpreterBuilder, ti.tl.bfloat16
 
     def via_float32(method):
         def wrapped(self, *args, **kwargs):
-            args, was = zip(*(widen(a) for a in args)) if args else ((), ())
+            args, was = zip(*(_widen(ti, a) for a in args)) if args else ((), ())
             out = method(self, *args, **kwargs)
             if any(was) and isinstance(out, ti.TensorHandle):
                 if np.asarray(out.data).dtype == np.float32:
-                    return narrow(out)
+                    return _narrow(ti, out)
                 return ti.TensorHandle(out.data, bf16)  # a comparison: keep its quirk
             return out
         return wrapped
@@ -204,7 +221,7 @@ def install_patches() -> None:
     plain_dot = builder.create_dot
 
     def create_dot(self, a, b, d, input_precision, max_num_imprecise_acc):
-        return plain_dot(self, widen(a)[0], widen(b)[0], d, input_precision,
+        return plain_dot(self, _widen(ti, a)[0], _widen(ti, b)[0], d, input_precision,
                          max_num_imprecise_acc)
 
     plain_apply = ti.ReduceScanOpInterface.apply
@@ -215,15 +232,19 @@ def install_patches() -> None:
         was = [t.dtype == bf16 for t in input]
         if not any(was):
             return plain_apply(self, input)
-        wide = tuple(ti.tl.core.tensor(widen(t.handle)[0], t.type.with_element_ty(ti.tl.float32))
+        wide = tuple(ti.tl.core.tensor(_widen(ti, t.handle)[0],
+                                       t.type.with_element_ty(ti.tl.float32))
                      if w else t for t, w in zip(input, was))
         outs = plain_apply(self, wide)
-        return tuple(ti.tl.core.tensor(narrow(o.handle), o.type.with_element_ty(bf16))
+        return tuple(ti.tl.core.tensor(_narrow(ti, o.handle), o.type.with_element_ty(bf16))
                      if o.dtype == ti.tl.float32 else o for o in outs)
 
     ti.ReduceScanOpInterface.apply = apply
     builder.create_dot = create_dot
-    # libdevice functions need the interpreter's semantic passed in, like tl.* builtins.
+
+
+def _patch_libdevice_modules(ti) -> None:
+    """libdevice functions need the interpreter's semantic passed in, like tl.* builtins."""
     import triton.language.extra.cuda.libdevice as cuda_libdevice
     import triton.language.extra.libdevice as generic_libdevice
 
@@ -232,7 +253,6 @@ def install_patches() -> None:
     for name in dir(generic_libdevice):
         if not name.startswith("_") and hasattr(cuda_libdevice, name):
             setattr(generic_libdevice, name, getattr(cuda_libdevice, name))
-    builder._primforge_patched = True
 
 
 def run_here(fn: Any, grid: tuple[int, ...], constexprs: Mapping[str, Any],

@@ -7,26 +7,28 @@ platform and is the oracle every other backend is tested against. Batching is JA
 
 from __future__ import annotations
 
+import functools
 from collections.abc import Callable, Sequence
 from typing import Any
 
 import jax
 
-from primforge.kernel.backends import tuple_results
+from primforge.kernel.backends import _common, tuple_results
 
 NAME = "jax"
 PLATFORMS = ("cpu", "gpu", "tpu")
 EXTRA = None
 
 
-def is_available() -> bool:
-    """The JAX backend needs nothing beyond JAX itself.
+@functools.cache
+def is_available(platform: str | None = None) -> bool:
+    """The JAX backend needs nothing beyond JAX itself: True on every platform it serves.
 
     Example:
-        >>> is_available()
-        True
+        >>> is_available(), is_available('gpu'), is_available('fpga')
+        (True, True, False)
     """
-    return True
+    return platform is None or platform in PLATFORMS
 
 
 def make_callable(
@@ -36,8 +38,11 @@ def make_callable(
     outs: Sequence[jax.ShapeDtypeStruct],
     platform: str,
     name: str,
+    **options: Any,
 ) -> Callable[..., tuple[jax.Array, ...]]:
     """Wrap a ``jax.numpy`` function so it returns a tuple of outputs matching ``outs``.
+
+    It takes no options (``batch=()`` only: JAX's ``vmap`` batches the function).
 
     Example:
         >>> import jax, jax.numpy as jnp
@@ -47,6 +52,8 @@ def make_callable(
         >>> f(jnp.ones(3))
         (Array([2., 2., 2.], dtype=float32),)
     """
+    _common.check_platform(NAME, PLATFORMS, platform, name)
+    _common.check_options(NAME, name, options)
     if not callable(product):
         raise TypeError(
             f"kernel {name!r}: the 'jax' kernel generator must return a callable written in "

@@ -26,7 +26,6 @@ from __future__ import annotations
 
 import dataclasses
 import functools
-import importlib.util
 import math
 import os
 import re
@@ -36,6 +35,9 @@ from typing import Any
 import jax
 import jax.numpy as jnp
 import numpy as np
+
+from primforge.kernel.backends import _common
+from primforge.kernel.backends._ptx_launcher import HANDLER, launcher
 
 NAME = "numba_cuda"
 PLATFORMS = ("gpu", "cpu")
@@ -52,17 +54,19 @@ __all__ = [
 ]
 
 
-def is_available() -> bool:
-    """Whether ``numba-cuda`` is installed (checked without importing it).
+@functools.cache
+def is_available(platform: str | None = None) -> bool:
+    """Whether ``numba-cuda`` is installed (checked without importing it), cached.
+
+    'cpu' is served only under Numba's CUDA simulator, which :func:`make_callable` checks.
 
     Example:
-        >>> isinstance(is_available(), bool)
-        True
+        >>> isinstance(is_available(), bool), is_available('tpu')
+        (True, False)
     """
-    try:
-        return importlib.util.find_spec("numba_cuda") is not None
-    except (ImportError, ValueError):
+    if platform is not None and platform not in PLATFORMS:
         return False
+    return _common.package_installed("numba_cuda")
 
 
 def simulator_enabled() -> bool:
@@ -73,17 +77,6 @@ def simulator_enabled() -> bool:
         True
     """
     return os.environ.get("NUMBA_ENABLE_CUDASIM", "0") not in ("", "0")
-
-
-def _require():
-    if not is_available():
-        raise ImportError(
-            "the 'numba_cuda' backend needs the numba-cuda package: "
-            "pip install 'primforge[numba-cuda]'"
-        )
-    from numba import cuda
-
-    return cuda
 
 
 @dataclasses.dataclass(frozen=True)
@@ -182,6 +175,27 @@ _BLOCK_2D = (16, 16)
 _BLOCK_3D = (8, 8, 4)
 
 
+def _grid_for(launch_dims, threads_per_block, grid, block) -> tuple[tuple, tuple]:
+    """``(grid, block)`` covering ``launch_dims`` threads (see :func:`numba_cuda_kernel`)."""
+    if grid is not None or block is not None:
+        raise ValueError(
+            "numba_cuda_kernel: give either launch_dims or grid/block, not both "
+            f"(got launch_dims={launch_dims!r}, grid={grid!r}, block={block!r})"
+        )
+    dims = (launch_dims,) if isinstance(launch_dims, int) else tuple(launch_dims)
+    if not 1 <= len(dims) <= 3 or not all(isinstance(d, int) and d > 0 for d in dims):
+        raise ValueError(
+            f"numba_cuda_kernel: launch_dims must be 1 to 3 positive ints, got {launch_dims!r}"
+        )
+    if not isinstance(threads_per_block, int) or threads_per_block < 1:
+        raise ValueError(
+            "numba_cuda_kernel: threads_per_block must be a positive int, got "
+            f"{threads_per_block!r}"
+        )
+    block = {1: (threads_per_block,), 2: _BLOCK_2D, 3: _BLOCK_3D}[len(dims)]
+    return tuple(math.ceil(d / b) for d, b in zip(dims, block)), block
+
+
 def numba_cuda_kernel(
     kernel: Any,
     outs: Any = None,
@@ -221,23 +235,7 @@ def numba_cuda_kernel(
         ((8,), (128,))
     """
     if launch_dims is not None:
-        if grid is not None or block is not None:
-            raise ValueError(
-                "numba_cuda_kernel: give either launch_dims or grid/block, not both "
-                f"(got launch_dims={launch_dims!r}, grid={grid!r}, block={block!r})"
-            )
-        dims = (launch_dims,) if isinstance(launch_dims, int) else tuple(launch_dims)
-        if not 1 <= len(dims) <= 3 or not all(isinstance(d, int) and d > 0 for d in dims):
-            raise ValueError(
-                f"numba_cuda_kernel: launch_dims must be 1 to 3 positive ints, got {launch_dims!r}"
-            )
-        if not isinstance(threads_per_block, int) or threads_per_block < 1:
-            raise ValueError(
-                "numba_cuda_kernel: threads_per_block must be a positive int, got "
-                f"{threads_per_block!r}"
-            )
-        block = {1: (threads_per_block,), 2: _BLOCK_2D, 3: _BLOCK_3D}[len(dims)]
-        grid = tuple(math.ceil(d / b) for d, b in zip(dims, block))
+        grid, block = _grid_for(launch_dims, threads_per_block, grid, block)
     if block is None:
         block = 256
     for what, v in (("grid", grid), ("block", block)):
@@ -268,181 +266,12 @@ def _launch_dims(spec: NumbaCudaKernel, outs) -> tuple[tuple[int, ...], tuple[in
     return grid, block
 
 
-# The launcher: host-only C++ on the XLA FFI; opens libcuda at run time, so it builds on
-# machines without the CUDA toolkit or a driver.
-_LAUNCHER_SOURCE = r"""
-#include <dlfcn.h>
-#include <cstdint>
-#include <cstring>
-#include <functional>
-#include <map>
-#include <mutex>
-#include <string>
-#include <string_view>
-#include <tuple>
-#include <vector>
-#include "xla/ffi/api/ffi.h"
-
-namespace ffi = xla::ffi;
-typedef int CUresult;
-typedef struct CUctx_st* CUcontext;
-typedef struct CUmod_st* CUmodule;
-typedef struct CUfunc_st* CUfunction;
-typedef struct CUstream_st* CUstream;
-
-namespace {
-struct Driver {
-  CUresult (*ctx_get_current)(CUcontext*) = nullptr;
-  CUresult (*module_load_data)(CUmodule*, const void*) = nullptr;
-  CUresult (*module_get_function)(CUfunction*, CUmodule, const char*) = nullptr;
-  CUresult (*launch_kernel)(CUfunction, unsigned, unsigned, unsigned, unsigned, unsigned,
-                            unsigned, unsigned, CUstream, void**, void**) = nullptr;
-  CUresult (*get_error_string)(CUresult, const char**) = nullptr;
-  std::string error;
-};
-
-const Driver& driver() {
-  static Driver d = [] {
-    Driver d;
-    void* lib = dlopen("libcuda.so.1", RTLD_NOW | RTLD_GLOBAL);
-    if (!lib) { d.error = "cannot open libcuda.so.1 (no NVIDIA driver?)"; return d; }
-    d.ctx_get_current = (decltype(d.ctx_get_current))dlsym(lib, "cuCtxGetCurrent");
-    d.module_load_data = (decltype(d.module_load_data))dlsym(lib, "cuModuleLoadData");
-    d.module_get_function = (decltype(d.module_get_function))dlsym(lib, "cuModuleGetFunction");
-    d.launch_kernel = (decltype(d.launch_kernel))dlsym(lib, "cuLaunchKernel");
-    d.get_error_string = (decltype(d.get_error_string))dlsym(lib, "cuGetErrorString");
-    if (!d.ctx_get_current || !d.module_load_data || !d.module_get_function || !d.launch_kernel)
-      d.error = "libcuda.so.1 lacks the driver API entry points";
-    return d;
-  }();
-  return d;
-}
-
-std::string describe(CUresult r) {
-  const char* s = nullptr;
-  if (driver().get_error_string) driver().get_error_string(r, &s);
-  return std::to_string(r) + (s ? std::string(" (") + s + ")" : std::string());
-}
-
-std::mutex cache_mutex;
-std::map<std::tuple<CUcontext, size_t, std::string>, CUfunction> cache;
-
-ffi::Error Launch(CUstream stream, ffi::RemainingArgs args, ffi::RemainingRets rets,
-                  std::string_view ptx, std::string_view kernel, std::string_view abi,
-                  ffi::Span<const int64_t> grid, ffi::Span<const int64_t> block,
-                  int64_t shared_mem) {
-  const Driver& d = driver();
-  if (!d.error.empty()) return ffi::Error::Internal(d.error);
-  if (grid.size() != 3 || block.size() != 3)
-    return ffi::Error::InvalidArgument("grid and block must have 3 entries");
-  CUcontext ctx = nullptr;
-  CUresult r = d.ctx_get_current(&ctx);
-  if (r != 0) return ffi::Error::Internal("cuCtxGetCurrent failed: " + describe(r));
-  std::string name(kernel);
-  size_t h = std::hash<std::string_view>{}(ptx);
-  CUfunction fn = nullptr;
-  {
-    std::lock_guard<std::mutex> lock(cache_mutex);
-    auto key = std::make_tuple(ctx, h, name);
-    auto it = cache.find(key);
-    if (it != cache.end()) {
-      fn = it->second;
-    } else {
-      std::string image(ptx);  // NUL-terminated copy for the driver's PTX JIT
-      CUmodule mod = nullptr;
-      r = d.module_load_data(&mod, image.c_str());
-      if (r != 0) return ffi::Error::Internal("cuModuleLoadData failed: " + describe(r));
-      r = d.module_get_function(&fn, mod, name.c_str());
-      if (r != 0) return ffi::Error::Internal("cuModuleGetFunction(" + name + ") failed: " + describe(r));
-      cache[key] = fn;
-    }
-  }
-  // Storage for every kernel parameter; params[i] points into it.
-  std::vector<int64_t> slots;
-  std::vector<size_t> offsets;
-  const bool numba_abi = abi == "numba";
-  auto add_buffer = [&](void* data, ffi::Span<const int64_t> dims, size_t itemsize) {
-    if (!numba_abi) { offsets.push_back(slots.size()); slots.push_back((int64_t)(intptr_t)data); return; }
-    int64_t n = 1;
-    for (int64_t v : dims) n *= v;
-    for (int64_t v : {int64_t(0), int64_t(0), n, int64_t(itemsize), (int64_t)(intptr_t)data}) {
-      offsets.push_back(slots.size()); slots.push_back(v);
-    }
-    for (int64_t v : dims) { offsets.push_back(slots.size()); slots.push_back(v); }
-    std::vector<int64_t> strides(dims.size());
-    int64_t s = itemsize;
-    for (size_t i = dims.size(); i-- > 0;) { strides[i] = s; s *= dims[i]; }
-    for (int64_t v : strides) { offsets.push_back(slots.size()); slots.push_back(v); }
-  };
-  for (size_t i = 0; i < args.size(); ++i) {
-    auto b = args.get<ffi::AnyBuffer>(i);
-    if (!b.has_value()) return ffi::Error::InvalidArgument("argument is not a buffer");
-    add_buffer(b->untyped_data(), b->dimensions(), ffi::ByteWidth(b->element_type()));
-  }
-  for (size_t i = 0; i < rets.size(); ++i) {
-    auto b = rets.get<ffi::AnyBuffer>(i);
-    if (!b.has_value()) return ffi::Error::InvalidArgument("result is not a buffer");
-    add_buffer((*b)->untyped_data(), (*b)->dimensions(), ffi::ByteWidth((*b)->element_type()));
-  }
-  std::vector<void*> params;
-  for (size_t off : offsets) params.push_back(&slots[off]);
-  r = d.launch_kernel(fn, grid[0], grid[1], grid[2], block[0], block[1], block[2],
-                      (unsigned)shared_mem, stream, params.data(), nullptr);
-  if (r != 0) return ffi::Error::Internal("cuLaunchKernel(" + name + ") failed: " + describe(r));
-  return ffi::Error::Success();
-}
-}  // namespace
-
-XLA_FFI_DEFINE_HANDLER_SYMBOL(
-    PrimforgePtxLaunch, Launch,
-    ffi::Ffi::Bind()
-        .Ctx<ffi::PlatformStream<CUstream>>()
-        .RemainingArgs()
-        .RemainingRets()
-        .Attr<std::string_view>("ptx")
-        .Attr<std::string_view>("kernel")
-        .Attr<std::string_view>("abi")
-        .Attr<ffi::Span<const int64_t>>("grid")
-        .Attr<ffi::Span<const int64_t>>("block")
-        .Attr<int64_t>("shared_mem"));
-"""
-
-
-@functools.cache
-def launcher():
-    """The PTX launcher module (compiled once, cached on disk, registered for CUDA).
-
-    Returns:
-        A :class:`primforge.kernel.backends.cuda.FFIModule` exporting ``PrimforgePtxLaunch``,
-        which launches a PTX kernel with attributes ``ptx``, ``kernel``, ``abi`` ('numba' or
-        'plain': one pointer per buffer), ``grid``, ``block`` and ``shared_mem``.
-
-    Example:
-        >>> launcher().target('PrimforgePtxLaunch')  # doctest: +ELLIPSIS
-        'primforge_ptx_launcher...PrimforgePtxLaunch'
-    """
-    from primforge.kernel.backends import cuda
-
-    return cuda._load(_LAUNCHER_SOURCE, kind="cpp", name="primforge_ptx_launcher",
-                      handlers=["PrimforgePtxLaunch"], flags=(), arch=None, include_dirs=(),
-                      verbose=False, register=True, platform="CUDA")
-
-
-def _default_cc() -> tuple[int, int]:
-    try:
-        gpus = jax.devices("gpu")
-    except RuntimeError:
-        gpus = []
-    if gpus and getattr(gpus[0], "compute_capability", None):
-        major, minor = str(gpus[0].compute_capability).split(".")
-        return int(major), int(minor)
-    return (8, 0)
-
-
 def compile_ptx(kernel, ins, outs, cc=None) -> tuple[str, str]:
     """PTX and entry name of ``kernel`` for C-contiguous arrays shaped like ``ins + outs``.
 
-    Needs ``numba-cuda`` with NVVM and NVRTC, but no GPU.
+    Needs ``numba-cuda`` with NVVM and NVRTC, but no GPU. ``cc`` defaults to the visible
+    GPU, else :data:`._common.FALLBACK_COMPUTE_CAPABILITY` (the driver JIT-compiles the PTX
+    for newer GPUs).
     """
     import numba
     from numba import cuda
@@ -452,7 +281,7 @@ def compile_ptx(kernel, ins, outs, cc=None) -> tuple[str, str]:
         numba.types.Array(numba.from_dtype(np.dtype(s.dtype)), len(s.shape), "C")
         for s in (*ins, *outs)
     )
-    ptx, _ = cuda.compile_ptx(py_func, sig, cc=cc or _default_cc())
+    ptx, _ = cuda.compile_ptx(py_func, sig, cc=cc or _common.default_compute_capability())
     m = re.search(r"\.entry\s+([\w$]+)\s*\(", ptx)
     if m is None:
         raise RuntimeError("numba-cuda produced PTX without a kernel entry")
@@ -495,34 +324,8 @@ def product_form(product: Any, *, n_ins: int, n_outs: int, name: str) -> str:
     return "callable"
 
 
-def make_callable(
-    product: Any,
-    *,
-    ins: Sequence[jax.ShapeDtypeStruct],
-    outs: Sequence[jax.ShapeDtypeStruct],
-    platform: str,
-    name: str,
-) -> Callable[..., tuple[jax.Array, ...]]:
-    """Turn a ``@cuda.jit`` kernel or :class:`NumbaCudaKernel` into a traceable call.
-
-    On 'gpu' the kernel is compiled to PTX and launched by :func:`launcher` on XLA's
-    stream; on 'cpu' (simulator only) it runs through ``jax.pure_callback``.
-
-    Example:
-        >>> import jax, jax.numpy as jnp
-        >>> make_callable(3, ins=[], outs=[jax.ShapeDtypeStruct((1,), jnp.float32)],
-        ...               platform='gpu', name='k')
-        Traceback (most recent call last):
-        ...
-        TypeError: kernel 'k': the 'numba_cuda' kernel generator must return a @cuda.jit kernel, primforge.numba_cuda_kernel(...) or a traceable JAX callable of the inputs, got int
-    """
-    spec = product if isinstance(product, NumbaCudaKernel) else NumbaCudaKernel(product)
-    if not hasattr(spec.kernel, "py_func") and not callable(getattr(spec.kernel, "__getitem__", None)):
-        raise TypeError(
-            f"kernel {name!r}: the 'numba_cuda' kernel generator must return a @cuda.jit kernel, "
-            f"primforge.numba_cuda_kernel(...) or a traceable JAX callable of the inputs, got "
-            f"{type(product).__name__}"
-        )
+def _check_bound_outs(spec: NumbaCudaKernel, outs, name: str) -> None:
+    """The outputs a :class:`NumbaCudaKernel` was made with must be the call's."""
     bound = spec.out_structs()
     if bound is not None and [(tuple(o.shape), np.dtype(o.dtype)) for o in bound] != [
         (tuple(o.shape), np.dtype(o.dtype)) for o in outs
@@ -532,7 +335,43 @@ def make_callable(
             f"outputs {[(tuple(o.shape), np.dtype(o.dtype).name) for o in bound]} but the "
             f"call's outs are {[(tuple(o.shape), np.dtype(o.dtype).name) for o in outs]}"
         )
-    _require()
+
+
+def make_callable(
+    product: Any,
+    *,
+    ins: Sequence[jax.ShapeDtypeStruct],
+    outs: Sequence[jax.ShapeDtypeStruct],
+    platform: str,
+    name: str,
+    **options: Any,
+) -> Callable[..., tuple[jax.Array, ...]]:
+    """Turn a ``@cuda.jit`` kernel or :class:`NumbaCudaKernel` into a traceable call.
+
+    On 'gpu' the kernel is compiled to PTX and launched by :func:`launcher` on XLA's
+    stream; on 'cpu' (simulator only) it runs through ``jax.pure_callback``. It takes no
+    options (``batch=()`` only: the call loops over a batch).
+
+    Example:
+        >>> import jax, jax.numpy as jnp
+        >>> make_callable(3, ins=[], outs=[jax.ShapeDtypeStruct((1,), jnp.float32)],
+        ...               platform='gpu', name='k')
+        Traceback (most recent call last):
+        ...
+        TypeError: kernel 'k': the 'numba_cuda' kernel generator must return a @cuda.jit kernel, primforge.numba_cuda_kernel(...) or a traceable JAX callable of the inputs, got int
+    """
+    _common.check_platform(NAME, PLATFORMS, platform, name)
+    if not is_available(platform):
+        raise _common.missing_package(NAME, "the numba-cuda package", EXTRA)
+    _common.check_options(NAME, name, options)
+    spec = product if isinstance(product, NumbaCudaKernel) else NumbaCudaKernel(product)
+    if not hasattr(spec.kernel, "py_func") and not callable(getattr(spec.kernel, "__getitem__", None)):
+        raise TypeError(
+            f"kernel {name!r}: the 'numba_cuda' kernel generator must return a @cuda.jit kernel, "
+            f"primforge.numba_cuda_kernel(...) or a traceable JAX callable of the inputs, got "
+            f"{type(product).__name__}"
+        )
+    _check_bound_outs(spec, outs, name)
     if platform == "cpu":
         if not simulator_enabled():
             raise ValueError(
@@ -540,11 +379,9 @@ def make_callable(
                 f"CUDA simulator (set NUMBA_ENABLE_CUDASIM=1 before importing numba)"
             )
         return _simulated(spec, outs, name)
-    if platform != "gpu":
-        raise ValueError(f"kernel {name!r}: numba_cuda serves 'gpu', not {platform!r}")
     ptx, entry = compile_ptx(spec.kernel, ins, outs, spec.cc)
     grid, block = _launch_dims(spec, outs)
-    target = launcher().target("PrimforgePtxLaunch")
+    target = launcher().target(HANDLER)
     attrs = {
         "ptx": ptx, "kernel": entry, "abi": "numba",
         "grid": np.asarray(grid, np.int64), "block": np.asarray(block, np.int64),

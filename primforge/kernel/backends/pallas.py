@@ -1,8 +1,8 @@
 """Pallas backend: kernels written with ``jax.experimental.pallas`` on GPU, TPU and CPU.
 
 * Available wherever JAX is: Pallas ships with JAX, so the extra ``primforge[pallas]`` adds
-  nothing beyond ``jax`` (the probe still imports lazily, so a broken install only disables
-  this backend).
+  nothing beyond ``jax`` (the probe looks for ``jax.experimental.pallas`` without
+  importing it, so a broken install only disables this backend).
 * Platforms: 'gpu' (Triton or Mosaic GPU, chosen by the ``compiler_params`` the kernel
   passes), 'tpu' (Mosaic), and 'cpu' in interpret mode.
 * Product: the generator returns a function of the input arrays built on
@@ -16,30 +16,30 @@
 
 from __future__ import annotations
 
+import functools
 from collections.abc import Callable, Sequence
 from typing import Any
 
 import jax
 
-from primforge.kernel.backends import tuple_results
+from primforge.kernel.backends import _common, tuple_results
 
 NAME = "pallas"
 PLATFORMS = ("cpu", "gpu", "tpu")
 EXTRA = "pallas"
 
 
-def is_available() -> bool:
-    """Whether ``jax.experimental.pallas`` imports here.
+@functools.cache
+def is_available(platform: str | None = None) -> bool:
+    """Whether ``jax.experimental.pallas`` is found here (and serves ``platform``).
 
     Example:
-        >>> is_available()
-        True
+        >>> is_available(), is_available('cpu')
+        (True, True)
     """
-    try:
-        from jax.experimental import pallas  # noqa: F401
-    except Exception:  # noqa: BLE001 - any import failure means "not available"
+    if platform is not None and platform not in PLATFORMS:
         return False
-    return True
+    return _common.package_installed("jax.experimental.pallas")
 
 
 def _sub_jaxprs(value):
@@ -82,6 +82,7 @@ def make_callable(
     outs: Sequence[jax.ShapeDtypeStruct],
     platform: str,
     name: str,
+    **options: Any,
 ) -> Callable[..., tuple[jax.Array, ...]]:
     """Wrap a function built on ``pl.pallas_call`` so it returns a tuple of outputs.
 
@@ -90,6 +91,7 @@ def make_callable(
         ins: input structs. outs: output structs.
         platform: 'cpu' (interpret mode required), 'gpu' or 'tpu'.
         name: the kernel's name, for error messages.
+        **options: none (``batch=()`` only).
 
     Example:
         >>> import jax, jax.numpy as jnp
@@ -101,13 +103,16 @@ def make_callable(
         >>> make_callable(prod, ins=[s], outs=[s], platform='cpu', name='inc')(jnp.zeros(4))
         (Array([1., 1., 1., 1.], dtype=float32),)
     """
+    _common.check_platform(NAME, PLATFORMS, platform, name)
+    if not is_available(platform):
+        raise _common.missing_package(NAME, "jax.experimental.pallas (it ships with jax)",
+                                      EXTRA)
+    _common.check_options(NAME, name, options)
     if not callable(product):
         raise TypeError(
             f"kernel {name!r}: the 'pallas' kernel generator must return a function built on "
             f"pl.pallas_call, got {type(product).__name__}."
         )
-    if platform not in PLATFORMS:
-        raise ValueError(f"kernel {name!r}: Pallas serves {PLATFORMS}, not {platform!r}")
     if platform == "cpu":
         _check_interpreted(product, ins, name)
 

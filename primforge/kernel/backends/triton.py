@@ -28,9 +28,7 @@ from __future__ import annotations
 
 import dataclasses
 import functools
-import importlib.util
 import io
-import re
 from collections.abc import Callable, Mapping, Sequence
 from typing import Any
 
@@ -38,6 +36,18 @@ import jax
 import numpy as np
 
 from primforge import _compat
+from primforge.kernel.backends import _common
+from primforge.kernel.backends._triton_ir import (  # noqa: F401 - also this module's names
+    _UNSUPPORTED,
+    DEFAULT_CC,
+    UnsupportedTritonFeature,
+    _build_ir,
+    _cached_ir,
+    _check_for_xla,
+    _prepared_ir,
+    _signature,
+    to_ttir,
+)
 
 NAME = "triton"
 PLATFORMS = ("gpu",)
@@ -48,32 +58,19 @@ __all__ = [
     "make_callable", "product_form", "to_ttir", "triton_kernel",
 ]
 
-_TRITON_DTYPES = {
-    "float32": "fp32", "float16": "fp16", "bfloat16": "bf16", "float64": "fp64",
-    "int8": "i8", "int16": "i16", "int32": "i32", "int64": "i64",
-    "uint8": "u8", "uint16": "u16", "uint32": "u32", "uint64": "u64", "bool": "i1",
-}
+@functools.cache
+def is_available(platform: str | None = None) -> bool:
+    """Whether ``triton`` is installed and jaxlib ships the Triton dialect (cached).
 
-
-#: Compute capability used when neither the lowering nor this machine names a GPU (a
-#: device-less ``lower(lowering_platforms=('cuda',))``): Hopper. The IR depends on it only
-#: through tensor descriptors (rewritten to plain pointers below sm_90, which XLA:GPU also
-#: does itself when it compiles for such a target) and fp8 conversions.
-DEFAULT_CC = 90
-
-
-def is_available() -> bool:
-    """Whether ``triton`` is installed and jaxlib ships the Triton dialect.
+    The package is found without importing it.
 
     Example:
-        >>> isinstance(is_available(), bool)
-        True
+        >>> isinstance(is_available(), bool), is_available('cpu')
+        (True, False)
     """
-    try:
-        found = importlib.util.find_spec("triton") is not None
-    except (ImportError, ValueError):
-        found = False
-    return found and _compat.triton_dialect() is not None
+    if platform is not None and platform not in PLATFORMS:
+        return False
+    return _common.package_installed("triton") and _compat.triton_dialect() is not None
 
 
 @dataclasses.dataclass(frozen=True)
@@ -157,149 +154,6 @@ def _grid3(grid, constexprs) -> tuple[int, int, int]:
     return dims
 
 
-def to_ttir(fn, pointer_dtypes: Sequence[Any], constexprs: Mapping[str, Any], *,
-            num_warps: int = 4, num_stages: int = 3, cc: int = DEFAULT_CC,
-            debug: bool = False) -> str:
-    """Triton IR (text) of ``fn`` as XLA receives it, for pointers of ``pointer_dtypes``.
-
-    The installed ``triton`` front end builds the IR for a CUDA target of compute
-    capability ``cc`` (no GPU needed) and Triton's own first stage (the one
-    ``triton.compile`` runs before any GPU-specific lowering) prepares it: helper
-    functions inlined, canonicalised, dead code removed. ``debug=True`` keeps
-    ``tl.device_assert`` checks. Raises :class:`UnsupportedTritonFeature` for what XLA's
-    Triton pipeline cannot take.
-
-    Example:
-        >>> import triton, triton.language as tl
-        >>> @triton.jit
-        ... def fill(o_ptr, N: tl.constexpr):
-        ...     tl.store(o_ptr + tl.arange(0, N), tl.zeros((N,), tl.float32))
-        >>> ir = to_ttir(fill, ['float32'], {'N': 8})
-        >>> 'tt.call' in ir, 'tt.func public @fill' in ir
-        (False, True)
-    """
-    return _prepared_ir(fn, tuple(np.dtype(d).name for d in pointer_dtypes),
-                        tuple(constexprs.items()), num_warps, num_stages, cc, debug)
-
-
-def _signature(fn, dtype_names: Sequence[str], constexprs: Mapping[str, Any]):
-    names = list(fn.arg_names)
-    unknown = set(constexprs) - set(names)
-    if unknown:
-        raise ValueError(
-            f"constexprs {sorted(unknown)} are not parameters of {fn.__name__}: {names}")
-    ptr_names = [n for n in names if n not in constexprs]
-    if len(ptr_names) != len(dtype_names):
-        raise ValueError(
-            f"the Triton kernel {fn.__name__} has parameters {names}; without the constexprs "
-            f"{sorted(constexprs)} it takes {len(ptr_names)} pointer(s) {ptr_names}, but the "
-            f"call has {len(dtype_names)} inputs + outputs. Pass every other parameter as "
-            f"a constexpr in triton_kernel(..., NAME=value)."
-        )
-    signature, attrs = {}, {}
-    for i, n in enumerate(names):
-        if n in constexprs:
-            signature[n] = "constexpr"
-        else:
-            dt = dtype_names[ptr_names.index(n)]
-            if dt not in _TRITON_DTYPES:
-                raise TypeError(
-                    f"the Triton kernel {fn.__name__}: parameter {n!r} would be a pointer to "
-                    f"{dt}, which has no Triton pointer type (supported: "
-                    f"{sorted(_TRITON_DTYPES)})"
-                )
-            signature[n] = "*" + _TRITON_DTYPES[dt]
-            attrs[(i,)] = [["tt.divisibility", 16]]  # XLA buffers are at least 16-byte aligned
-    return signature, attrs
-
-
-def _prepared_ir(*key) -> str:
-    """Front end + Triton's first stage, once per (kernel, dtypes, constexprs, target)."""
-    try:
-        hash(key)
-    except TypeError:  # an unhashable constexpr value: build without the cache
-        return _build_ir(*key)
-    return _cached_ir(*key)
-
-
-def _build_ir(fn, dtype_names, constexpr_items, num_warps, num_stages, cc, debug) -> str:
-    import triton  # noqa: F401
-    from triton._C import libtriton
-    from triton.backends.compiler import GPUTarget
-    from triton.backends.nvidia.compiler import CUDABackend
-    from triton.compiler import ASTSource
-
-    constexprs = dict(constexpr_items)
-    signature, attrs = _signature(fn, dtype_names, constexprs)
-    target = GPUTarget("cuda", cc, 32)
-    backend = CUDABackend(target)
-    options = backend.parse_options({"num_warps": num_warps, "num_stages": num_stages,
-                                     "enable_fp_fusion": True, "debug": debug})
-    src = ASTSource(fn, signature=signature, constexprs=constexprs, attrs=attrs)
-    context = libtriton.ir.context()
-    libtriton.ir.load_dialects(context)
-    backend.load_dialects(context)
-    module = src.make_ir(target, options, backend.get_codegen_implementation(options),
-                         backend.get_module_map(), context)
-    # Triton's own first stage, exactly as triton.compile runs it. XLA:GPU runs an
-    # equivalent list too, but only after passes of its own: for sm_90 one puts a launch
-    # control instruction (griddepcontrol) into every function, which its inliner cannot
-    # move, so a helper call such as tl.zeros' survives, gets a result layout its callee
-    # does not have, and the compile fails. Handed over inlined, nothing is left to break.
-    stages: dict[str, Any] = {}
-    backend.add_stages(stages, options, src.language)
-    text = str(stages["ttir"](module, {}))
-    _check_for_xla(text, fn.__name__, cc)
-    return text
-
-
-_cached_ir = functools.lru_cache(maxsize=256)(_build_ir)
-
-
-class UnsupportedTritonFeature(ValueError):
-    """A ``@triton.jit`` kernel uses something XLA's Triton pipeline cannot compile.
-
-    Raised while the call is lowered, naming the feature, instead of a failure deep in
-    XLA:GPU's compiler (or a kernel that silently misbehaves).
-
-    Example:
-        >>> issubclass(UnsupportedTritonFeature, ValueError)
-        True
-    """
-
-
-def _check_for_xla(ir_text: str, kernel: str, cc: int) -> None:
-    """Reject, by name, what XLA's Triton custom call cannot take (each rule measured)."""
-    for pattern, min_cc, feature, why in _UNSUPPORTED:
-        if cc >= min_cc and re.search(pattern, ir_text):
-            raise UnsupportedTritonFeature(
-                f"the Triton kernel {kernel!r} uses {feature}, which XLA:GPU's Triton custom "
-                f"call cannot take for sm_{cc}: {why}"
-            )
-
-
-#: (regex on the prepared IR, lowest compute capability it applies to, feature, why).
-_UNSUPPORTED: tuple[tuple[str, int, str, str], ...] = (
-    (r"tt\.call @[^\n]*->[^\n]*tensor<", 0,
-     "a helper kept out of line (@triton.jit(noinline=True)) that returns a tensor",
-     "the call's result and the helper's return type get different layouts, and the "
-     "compile fails ('tt.call' op result type mismatch). Drop noinline=True (helpers "
-     "returning scalars are fine)."),
-    (r"tt\.make_tensor_descriptor", 90,
-     "a tensor descriptor built on the device (tl.make_tensor_descriptor)",
-     "from sm_90 on, Triton writes the TMA descriptor to a global scratch buffer, and "
-     "XLA:GPU's Triton custom call passes a null pointer for it, so the kernel would fault "
-     "at run time. Use pointer arithmetic with tl.load/tl.store (below sm_90 Triton "
-     "rewrites descriptors to exactly that, and they compile)."),
-    (r"\btt\.warp_specialize\b", 90,
-     "a warp-specialised loop (tl.range(..., warp_specialize=True))",
-     "from sm_90 on XLA:GPU's warp-specialisation pass stops the whole process with an "
-     "LLVM fatal error on it (Triton's own compile refuses it too without device-side "
-     "tensor descriptors, which XLA cannot give). Drop warp_specialize=True (below sm_90 "
-     "it is ignored)."),
-)
-
-
 #: Dialects XLA:GPU's Triton reads that jaxlib's Python bindings do not register (the front
 #: end emits e.g. ``ttg.barrier`` for ``tl.debug_barrier()``).
 _XLA_ONLY_DIALECTS = ("ttg",)
@@ -350,7 +204,7 @@ class _Launch:
             raise RuntimeError(
                 f"kernel {self.name!r}: jaxlib's Triton dialect could not read the IR produced "
                 f"by triton {triton.__version__} ({type(e).__name__}: {e}). Install a triton "
-                f"release matching jaxlib {'.'.join(map(str, _compat.jaxlib_version()))}."
+                f"release matching jaxlib {_common.jaxlib_version()}."
             ) from e
 
 
@@ -408,27 +262,17 @@ def _primitive():
     return prim
 
 
-def _cc_of(devices) -> int | None:
-    for d in devices:
-        cc = getattr(d, "compute_capability", None)
-        if getattr(d, "platform", None) == "gpu" and cc:
-            return int(str(cc).replace(".", ""))
-    return None
-
-
 def _default_cc(ctx: Any = None) -> int:
-    """The compute capability to build for.
+    """The compute capability to build for, as Triton writes it (90 for sm_90).
 
     In order: the GPU the lowering targets (a real device or a compile-only topology's),
-    the first local GPU, :data:`DEFAULT_CC`.
+    the first local GPU, :data:`DEFAULT_CC` (Triton's own fallback, not the sm_80 other
+    backends build PTX for: the lowering names its target, so only a device-less
+    cross-lowering gets here, and the IR depends on the target only slightly).
     """
-    cc = _cc_of(_compat.lowering_devices(ctx)) if ctx is not None else None
-    if cc is None:
-        try:
-            cc = _cc_of(jax.devices("gpu"))
-        except RuntimeError:
-            cc = None
-    return DEFAULT_CC if cc is None else cc
+    cc = _common.compute_capability_of(_compat.lowering_devices(ctx)) if ctx is not None else None
+    cc = cc or _common.local_compute_capability()
+    return DEFAULT_CC if cc is None else cc[0] * 10 + cc[1]
 
 
 def product_form(product: Any, *, n_ins: int, n_outs: int, name: str) -> str:
@@ -457,11 +301,13 @@ def make_callable(
     outs: Sequence[jax.ShapeDtypeStruct],
     platform: str,
     name: str,
+    **options: Any,
 ) -> Callable[..., tuple[jax.Array, ...]]:
     """Check a :class:`TritonKernel` against the call and return a call of XLA's Triton custom call.
 
     The kernel's parameters are checked here; its IR is built when the call is lowered,
-    for the GPU the lowering targets.
+    for the GPU the lowering targets. It takes no options (``batch=()`` only: the call
+    loops over a batch).
 
     Example:
         >>> import jax, jax.numpy as jnp
@@ -471,6 +317,11 @@ def make_callable(
         ...
         TypeError: kernel 'k': the 'triton' kernel generator must return primforge.triton_kernel(fn, grid=...), a @triton.jit function or a traceable JAX callable of the inputs, got str
     """
+    _common.check_platform(NAME, PLATFORMS, platform, name)
+    if not is_available(platform):
+        raise _common.missing_package(
+            NAME, "the triton package and a jaxlib with the Triton dialect", EXTRA)
+    _common.check_options(NAME, name, options)
     spec = product if isinstance(product, TritonKernel) else TritonKernel(product)
     if not hasattr(spec.fn, "arg_names"):
         raise TypeError(
@@ -478,13 +329,6 @@ def make_callable(
             f"primforge.triton_kernel(fn, grid=...), a @triton.jit function or a traceable "
             f"JAX callable of the inputs, got "
             f"{type(product).__name__}"
-        )
-    if platform != "gpu":
-        raise ValueError(f"kernel {name!r}: Triton serves 'gpu' only, not {platform!r}")
-    if not is_available():
-        raise ImportError(
-            "the 'triton' backend needs the triton package and a jaxlib with the Triton "
-            "dialect: pip install 'primforge[triton]'"
         )
     _check_launch(spec, f"kernel {name!r}")
     dtype_names = tuple(np.dtype(s.dtype).name for s in (*ins, *outs))

@@ -1,7 +1,7 @@
 """Warp backend: ``@wp.kernel`` functions launched through Warp's own JAX interop.
 
-* Available when ``warp`` (package ``warp-lang``, extra ``primforge[warp]``) imports; the
-  probe imports it only when asked.
+* Available when ``warp`` (package ``warp-lang``, extra ``primforge[warp]``) is installed;
+  the probe finds it without importing it (it is imported when a kernel is built).
 * Platforms: 'gpu' and 'cpu' (Warp compiles kernels for the host too).
 * Product: a ``wp.Kernel`` whose parameters are the inputs followed by the outputs, or a
   :class:`WarpKernel` (made by :func:`warp_kernel`) that adds launch dimensions, block size
@@ -22,6 +22,8 @@ from typing import Any
 
 import jax
 
+from primforge.kernel.backends import _common
+
 NAME = "warp"
 PLATFORMS = ("cpu", "gpu")
 EXTRA = "warp"
@@ -30,28 +32,33 @@ __all__ = ["WarpKernel", "is_available", "make_callable", "product_form", "warp_
 
 
 @functools.cache
-def is_available() -> bool:
-    """Whether ``warp`` (warp-lang) imports and offers ``wp.jax_kernel``.
+def is_available(platform: str | None = None) -> bool:
+    """Whether ``warp`` (warp-lang) is installed here (and serves ``platform``).
+
+    Looks for the package without importing it; that its JAX interop (``wp.jax_kernel``)
+    is there is checked when a kernel is built.
 
     Example:
-        >>> isinstance(is_available(), bool)
-        True
+        >>> isinstance(is_available(), bool), is_available('tpu')
+        (True, False)
     """
-    try:
-        import warp
-    except Exception:  # noqa: BLE001
+    if platform is not None and platform not in PLATFORMS:
         return False
-    return hasattr(warp, "jax_kernel")
+    return _common.package_installed("warp")
+
+
+_NEEDS = "NVIDIA Warp with JAX interop (wp.jax_kernel, package warp-lang)"
 
 
 def _require_warp():
+    """Import warp (once ``is_available`` said it is there) and check its JAX interop."""
     if not is_available():
-        raise ImportError(
-            "the 'warp' backend needs NVIDIA Warp with JAX interop (wp.jax_kernel): "
-            "pip install 'primforge[warp]'"
-        )
+        raise _common.missing_package(NAME, _NEEDS, EXTRA)
     import warp
 
+    if not hasattr(warp, "jax_kernel"):
+        raise _common.missing_package(
+            NAME, _NEEDS, EXTRA, f"(warp {getattr(warp, '__version__', '?')} has no jax_kernel)")
     return warp
 
 
@@ -132,37 +139,10 @@ def product_form(product: Any, *, n_ins: int, n_outs: int, name: str) -> str:
     return "callable"
 
 
-def make_callable(
-    product: Any,
-    *,
-    ins: Sequence[jax.ShapeDtypeStruct],
-    outs: Sequence[jax.ShapeDtypeStruct],
-    platform: str,
-    name: str,
-) -> Callable[..., tuple[jax.Array, ...]]:
-    """Turn a ``wp.Kernel`` or :class:`WarpKernel` into a traceable call of ``wp.jax_kernel``.
-
-    Example:
-        >>> import jax, jax.numpy as jnp
-        >>> make_callable(42, ins=[], outs=[jax.ShapeDtypeStruct((1,), jnp.float32)],
-        ...               platform='cpu', name='k')
-        Traceback (most recent call last):
-        ...
-        TypeError: kernel 'k': the 'warp' kernel generator must return a @wp.kernel, primforge.warp_kernel(...) or a traceable JAX callable of the inputs, got int
-    """
-    spec = product if isinstance(product, WarpKernel) else WarpKernel(product)
-    kernel = spec.kernel
-    if not hasattr(kernel, "adj") or not hasattr(kernel, "key"):
-        raise TypeError(
-            f"kernel {name!r}: the 'warp' kernel generator must return a @wp.kernel, "
-            f"primforge.warp_kernel(...) or a traceable JAX callable of the inputs, got "
-            f"{type(product).__name__}"
-        )
-    if platform not in PLATFORMS:
-        raise ValueError(f"kernel {name!r}: Warp serves {PLATFORMS}, not {platform!r}")
-    wp = _require_warp()
+def _parameter_names(kernel, spec: WarpKernel, n_ins: int, n_out: int,
+                     name: str) -> tuple[list[str], list[str]]:
+    """The kernel's input and output parameter names, checked against the call."""
     arg_names = [a.label for a in kernel.adj.args]
-    n_out = len(outs)
     in_names = arg_names[: len(arg_names) - n_out]
     out_names = arg_names[len(arg_names) - n_out :]
     array_names = [n for n in in_names if n not in spec.scalars]
@@ -172,14 +152,53 @@ def make_callable(
             f"kernel {name!r}: scalars {sorted(unknown)} are not input parameters of the Warp "
             f"kernel {kernel.key!r} (its inputs: {in_names})"
         )
-    if len(array_names) != len(ins):
+    if len(array_names) != n_ins:
         raise ValueError(
             f"kernel {name!r}: the Warp kernel {kernel.key!r} has parameters {arg_names}; with "
             f"{n_out} output(s) and scalars {sorted(spec.scalars)} it expects "
-            f"{len(array_names)} input array(s) ({array_names}) but the call has {len(ins)}"
+            f"{len(array_names)} input array(s) ({array_names}) but the call has {n_ins}"
         )
+    return in_names, out_names
+
+
+def make_callable(
+    product: Any,
+    *,
+    ins: Sequence[jax.ShapeDtypeStruct],
+    outs: Sequence[jax.ShapeDtypeStruct],
+    platform: str,
+    name: str,
+    **options: Any,
+) -> Callable[..., tuple[jax.Array, ...]]:
+    """Turn a ``wp.Kernel`` or :class:`WarpKernel` into a traceable call of ``wp.jax_kernel``.
+
+    It takes no options (``batch=()`` only: the FFI call batches as the
+    :class:`WarpKernel`'s ``vmap_method`` says).
+
+    Example:
+        >>> import jax, jax.numpy as jnp
+        >>> make_callable(42, ins=[], outs=[jax.ShapeDtypeStruct((1,), jnp.float32)],
+        ...               platform='cpu', name='k')
+        Traceback (most recent call last):
+        ...
+        TypeError: kernel 'k': the 'warp' kernel generator must return a @wp.kernel, primforge.warp_kernel(...) or a traceable JAX callable of the inputs, got int
+    """
+    _common.check_platform(NAME, PLATFORMS, platform, name)
+    if not is_available(platform):
+        raise _common.missing_package(NAME, _NEEDS, EXTRA)
+    _common.check_options(NAME, name, options)
+    spec = product if isinstance(product, WarpKernel) else WarpKernel(product)
+    kernel = spec.kernel
+    if not hasattr(kernel, "adj") or not hasattr(kernel, "key"):
+        raise TypeError(
+            f"kernel {name!r}: the 'warp' kernel generator must return a @wp.kernel, "
+            f"primforge.warp_kernel(...) or a traceable JAX callable of the inputs, got "
+            f"{type(product).__name__}"
+        )
+    in_names, out_names = _parameter_names(kernel, spec, len(ins), len(outs), name)
+    wp = _require_warp()
     dim = spec.dim if spec.dim is not None else tuple(outs[0].shape)
-    kwargs: dict[str, Any] = {"num_outputs": n_out, "vmap_method": spec.vmap_method}
+    kwargs: dict[str, Any] = {"num_outputs": len(outs), "vmap_method": spec.vmap_method}
     if spec.block_dim is not None:
         kwargs["block_dim"] = spec.block_dim
     jk = wp.jax_kernel(kernel, **kwargs)

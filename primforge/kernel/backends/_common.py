@@ -1,0 +1,237 @@
+"""What several backends need, answered once.
+
+Design: the contract (:mod:`._contract`) says what a backend module offers; this module
+holds the pieces that would otherwise be written per backend and drift apart: the
+package probe (``importlib.util.find_spec``: it finds a package without importing it, so
+a broken or slow optional package never runs at probe time), the error that names the
+pip extra to install, the platform and option checks at the top of ``make_callable``,
+the compute capability to build for when no GPU is named, the jaxlib version that goes
+into cache keys, and a backend's folders for compiled artifacts (its sub-folder of the
+shared on-disk store :mod:`primforge._cache`, and a private scratch folder for when that
+store is off).
+"""
+
+from __future__ import annotations
+
+import atexit
+import importlib.util
+import shutil
+import tempfile
+import threading
+from collections.abc import Iterable, Mapping, Sequence
+from typing import Any
+
+import jax
+import jaxlib
+
+from primforge import _cache
+
+__all__ = [
+    "FALLBACK_COMPUTE_CAPABILITY",
+    "MissingPackageError",
+    "cache_dir",
+    "check_options",
+    "check_platform",
+    "compute_capability_of",
+    "default_compute_capability",
+    "jaxlib_version",
+    "local_compute_capability",
+    "missing_package",
+    "package_installed",
+    "scratch_dir",
+]
+
+
+# -- availability -------------------------------------------------------------------------
+def package_installed(name: str) -> bool:
+    """Whether the package (or module) ``name`` can be found here, without importing it.
+
+    Never raises: a package whose parent fails to import counts as missing.
+
+    Example:
+        >>> package_installed('numpy'), package_installed('no_such_package_here')
+        (True, False)
+    """
+    try:
+        return importlib.util.find_spec(name) is not None
+    except Exception:  # noqa: BLE001 - ImportError, ValueError, or a broken parent package
+        return False
+
+
+class MissingPackageError(ImportError):
+    """A backend was asked to build but what it needs is not installed here.
+
+    The message names the backend, what it needs and the command that installs it
+    (``pip install 'primforge[<extra>]'``).
+
+    Example:
+        >>> issubclass(MissingPackageError, ImportError)
+        True
+    """
+
+
+def missing_package(backend: str, needs: str, extra: str | None,
+                    hint: str = "") -> MissingPackageError:
+    """The error a backend raises when ``is_available`` says no: names the pip extra.
+
+    Args:
+        backend: the backend's ``NAME``.
+        needs: what is missing, in words (e.g. "the triton package").
+        extra: the backend's ``EXTRA`` (None when no extra provides it).
+        hint: further ways to get it, appended to the message.
+
+    Example:
+        >>> print(missing_package('warp', 'NVIDIA Warp (warp-lang)', 'warp'))
+        the 'warp' backend needs NVIDIA Warp (warp-lang), which is not available here: pip install 'primforge[warp]'
+    """
+    how = f"pip install 'primforge[{extra}]'" if extra else "install it"
+    if hint:
+        how += f" {hint}"
+    return MissingPackageError(
+        f"the {backend!r} backend needs {needs}, which is not available here: {how}")
+
+
+# -- the checks at the top of make_callable -----------------------------------------------
+def check_platform(backend: str, platforms: Sequence[str], platform: Any, kernel: str) -> None:
+    """Raise ``ValueError`` unless ``platform`` is one of the backend's ``platforms``.
+
+    Example:
+        >>> check_platform('triton', ('gpu',), 'cpu', 'k')
+        Traceback (most recent call last):
+        ...
+        ValueError: kernel 'k': the 'triton' backend serves ['gpu'], not 'cpu'
+    """
+    if platform not in platforms:
+        raise ValueError(
+            f"kernel {kernel!r}: the {backend!r} backend serves {list(platforms)}, not "
+            f"{platform!r}")
+
+
+def check_options(backend: str, kernel: str, options: Mapping[str, Any],
+                  accepted: Iterable[str] = ()) -> None:
+    """Reject ``make_callable`` options the backend does not take, naming them.
+
+    Every backend accepts ``batch=()`` (no batch levels: nothing to do); a backend that
+    does not batch natively rejects a non-empty ``batch`` (its caller vmaps the callable
+    instead). ``accepted`` names the options a backend does take.
+
+    Example:
+        >>> check_options('jax', 'k', {'batch': ()})
+        >>> check_options('jax', 'k', {'tile': 4})
+        Traceback (most recent call last):
+        ...
+        TypeError: kernel 'k': the 'jax' backend's make_callable takes no option 'tile' (it takes: batch=())
+    """
+    accepted = tuple(accepted)
+    for key, value in options.items():
+        if key in accepted:
+            continue
+        if key == "batch":
+            if not value:
+                continue
+            raise TypeError(
+                f"kernel {kernel!r}: the {backend!r} backend does not batch natively; call "
+                f"make_callable without batch= and vmap the callable it returns")
+        takes = ", ".join([*accepted, "batch=()"])
+        raise TypeError(
+            f"kernel {kernel!r}: the {backend!r} backend's make_callable takes no option "
+            f"{key!r} (it takes: {takes})")
+
+
+# -- GPU target ---------------------------------------------------------------------------
+#: The compute capability built for when no GPU is visible: Ampere (sm_80). Code built for
+#: it carries PTX, which the driver compiles for any newer GPU when it loads it.
+FALLBACK_COMPUTE_CAPABILITY: tuple[int, int] = (8, 0)
+
+
+def compute_capability_of(devices: Iterable[Any]) -> tuple[int, int] | None:
+    """``(major, minor)`` of the first GPU among ``devices`` that reports one, else None.
+
+    Example:
+        >>> class Gpu:
+        ...     platform, compute_capability = 'gpu', '9.0'
+        >>> compute_capability_of([Gpu()]), compute_capability_of([])
+        ((9, 0), None)
+    """
+    for d in devices:
+        cc = getattr(d, "compute_capability", None)
+        if getattr(d, "platform", None) == "gpu" and cc:
+            major, _, minor = str(cc).partition(".")
+            return int(major), int(minor or 0)
+    return None
+
+
+def local_compute_capability() -> tuple[int, int] | None:
+    """Compute capability of the first GPU JAX sees in this process, or None.
+
+    Example:
+        >>> cc = local_compute_capability()
+        >>> cc is None or len(cc) == 2
+        True
+    """
+    try:
+        gpus = jax.devices("gpu")
+    except RuntimeError:  # no GPU backend in this process
+        return None
+    return compute_capability_of(gpus)
+
+
+def default_compute_capability() -> tuple[int, int]:
+    """What to build GPU code for when the caller names no target.
+
+    The first visible GPU, else :data:`FALLBACK_COMPUTE_CAPABILITY`.
+
+    Example:
+        >>> len(default_compute_capability())
+        2
+    """
+    return local_compute_capability() or FALLBACK_COMPUTE_CAPABILITY
+
+
+# -- versions and folders -----------------------------------------------------------------
+def jaxlib_version() -> str:
+    """The installed jaxlib's version string (it goes into every compiled artifact's key).
+
+    Example:
+        >>> jaxlib_version() == jaxlib.__version__
+        True
+    """
+    return getattr(jaxlib, "__version__", "unknown")
+
+
+def cache_dir(sub: str) -> str | None:
+    """The backend's folder in the on-disk cache, or None when builds run uncached.
+
+    The folder is ``<cache root>/<sub>``, private to the user (see
+    :func:`primforge._cache.directory`); None when ``PRIMFORGE_CACHE=0`` or the folder
+    cannot be trusted (then with one ``primforge._cache.CacheWarning``).
+
+    Example:
+        >>> d = cache_dir('cuda')
+        >>> d is None or d.endswith('cuda')
+        True
+    """
+    return _cache.directory(sub)
+
+
+_SCRATCH: dict[str, str] = {}
+_SCRATCH_LOCK = threading.Lock()
+
+
+def scratch_dir(prefix: str) -> str:
+    """A private (0700) folder of this process for artifacts that are not cached.
+
+    One folder per ``prefix`` for the life of the process, removed at exit.
+
+    Example:
+        >>> import os
+        >>> d = scratch_dir('primforge-doc-')
+        >>> os.path.isdir(d) and d == scratch_dir('primforge-doc-')
+        True
+    """
+    with _SCRATCH_LOCK:
+        path = _SCRATCH.get(prefix)
+        if path is None:
+            path = _SCRATCH[prefix] = tempfile.mkdtemp(prefix=prefix)
+            atexit.register(shutil.rmtree, path, True)
+        return path
