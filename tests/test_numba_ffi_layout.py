@@ -328,7 +328,7 @@ def test_status_of_accepts_nothing_or_integers_only():
 
 
 def test_error_create_fills_the_args_struct_from_the_header():
-    numba = pytest.importorskip("numba")
+    pytest.importorskip("numba")
     from primforge.kernel.backends import _numba_intrinsics as nx
 
     seen = {}

@@ -106,8 +106,9 @@ def build_handler(
         True
     """
     emitter = _HandlerIR(symbol, label, ins, outs, n_levels)
-    return emitter.emit(slot_addr=slot_addr, revive_addr=revive_addr, report_addr=report_addr,
-                        token=token)
+    return emitter.emit(
+        slot_addr=slot_addr, revive_addr=revive_addr, report_addr=report_addr, token=token
+    )
 
 
 class _HandlerIR:
@@ -164,8 +165,9 @@ class _HandlerIR:
         """``i8* error(api, message, errc)``: api->XLA_FFI_Error_Create(&{...})."""
         ir, i8, i32, i64, i8p = self.ir, self.i8, self.i32, self.i64, self.i8p
         create = _x.layout()["XLA_FFI_Error_Create_Args"]
-        err_fn = ir.Function(self.mod, ir.FunctionType(i8p, [i64, i64, i64]),
-                             name=self.symbol + "_error")
+        err_fn = ir.Function(
+            self.mod, ir.FunctionType(i8p, [i64, i64, i64]), name=self.symbol + "_error"
+        )
         err_fn.linkage = "internal"
         eb = ir.IRBuilder(err_fn.append_basic_block())
         api, message, errc = err_fn.args
@@ -364,8 +366,9 @@ class _HandlerIR:
         self.check_counts(b)
         self.check_buffers(b)
         e = self.open_loop(b)
-        self.call_entry(b, e, slot_addr=slot_addr, revive_addr=revive_addr,
-                        report_addr=report_addr, token=token)
+        self.call_entry(
+            b, e, slot_addr=slot_addr, revive_addr=revive_addr, report_addr=report_addr, token=token
+        )
         return str(self.mod)
 
 

@@ -33,6 +33,7 @@ from typing import Any
 
 from primforge.kernel.backends import _xla_ffi
 
+# ruff: noqa: F822  (every name below is made on first access, by __getattr__)
 __all__ = [
     "as_ptr",
     "call_ptr_fn",
