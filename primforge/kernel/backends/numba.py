@@ -25,19 +25,16 @@ disk caches; this one reads neither.) Within one process Numba freezes the globa
 kernel reads when it compiles it: edit a module constant, then build a new kernel.
 
 In memory, at most ``PRIMFORGE_NUMBA_MAX_KERNELS`` (default 256) compiled entries are held,
-least recently used dropped first; :func:`clear` drops them on request. A registered FFI
-target can't be removed from XLA, so its (small) handler stays and reads the entry from a
-slot: a dropped entry is rebuilt on the next call, or, if the kernel object is gone, the
-call fails with an error naming the kernel; never a jump into freed code
-(:mod:`._numba_targets`).
+least recently used dropped first; :func:`clear` drops them on request. A dropped entry is
+rebuilt on the next call, or the call fails with an error naming the kernel if the kernel
+object is gone; never a jump into freed code (:mod:`._numba_targets`).
 
 Target names depend only on the primitive name, the kernel's code, constants, closure,
-the globals it reads, its options and the signature (never ``id()`` or hash order), so
-they are the same in every process (:mod:`._numba_identity`); two different live
-kernels never share one.
-Exporting: ``prepare(f, *specs)`` lists the targets ``f`` uses, ``disabled_checks(...)``
-gives ``jax.export`` its exemptions; a process that deserializes the artifact calls
-``prepare`` with the same kernels before calling it (an unregistered target is a clean
+the globals it reads, its options and the signature, so they are the same in every
+process (:mod:`._numba_identity`); two different live kernels never share one.
+Exporting: ``prepare(f, *specs)`` lists (and registers) the targets ``f`` uses,
+``disabled_checks(...)`` gives ``jax.export`` its exemptions; a process that loads the
+artifact calls ``prepare`` with the same kernels first (an unregistered target is a clean
 ``NOT_FOUND`` error naming it).
 
 Debug mode (:func:`primforge.debug_mode` or ``PRIMFORGE_DEBUG=1`` at trace time) compiles
