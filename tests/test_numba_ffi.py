@@ -367,7 +367,7 @@ def test_missing_numba_gives_install_hint():
         sys.modules['numba'] = None  # make `import numba` fail
         import jax
         import primforge.kernel.backends.numba as m
-        assert m.is_available() is False
+        assert m.is_available() is False and m.is_available('cpu') is False
         s = jax.ShapeDtypeStruct((2,), 'float32')
         try:
             m.make_callable(lambda x, o: None, ins=(s,), outs=(s,), platform='cpu', name='k')
@@ -378,6 +378,51 @@ def test_missing_numba_gives_install_hint():
     out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=False)
     assert out.returncode == 0, out.stderr
     assert out.stdout.strip() == "ok"
+
+
+def test_is_available_answers_per_platform_and_is_cached():
+    from primforge.kernel.backends import is_available_on
+
+    assert nb.is_available() is True and nb.is_available("cpu") is True
+    for other in ("gpu", "cuda", "rocm", "tpu"):
+        assert nb.is_available(other) is False, other
+        assert is_available_on(nb, other) is False, other
+    assert is_available_on(nb, "cpu") is True
+    hits = nb.is_available.cache_info().hits
+    nb.is_available("cpu")
+    assert nb.is_available.cache_info().hits == hits + 1
+
+
+def test_numba_kernel_is_a_frozen_dataclass_compared_by_identity():
+    import dataclasses
+
+    spec = S((3,), jnp.float32)
+    k = nb.numba_kernel(affine, outs=spec, name="frozen")
+    assert dataclasses.is_dataclass(k)
+    assert [f.name for f in dataclasses.fields(k)] == [
+        "fn",
+        "outs",
+        "input_output_aliases",
+        "name",
+        "half_as",
+        "single",
+    ]
+    with pytest.raises(dataclasses.FrozenInstanceError):
+        k.name = "other"
+    twin = nb.numba_kernel(affine, outs=spec, name="frozen")
+    assert k != twin and len({k, twin}) == 2 and {k: 1}[k] == 1  # identity, as for functions
+    x = jnp.arange(3.0, dtype=jnp.float32)
+    f = jax.jit(k)
+    np.testing.assert_allclose(f(x), 2 * np.arange(3.0) + 1)
+    np.testing.assert_allclose(f(x + 1), 2 * np.arange(3.0) + 3)
+    # replace() keeps the call returning one array, and may change the rest.
+    renamed = dataclasses.replace(k, name="renamed")
+    assert renamed.single and renamed.name == "renamed" and renamed.outs == k.outs
+    np.testing.assert_allclose(renamed(x), 2 * np.arange(3.0) + 1)
+    as_tuple = nb.numba_kernel(affine, outs=[spec])
+    assert not as_tuple.single and isinstance(as_tuple(x), tuple)
+    with pytest.raises(ValueError, match="single=True needs exactly one output"):
+        nb.NumbaKernel(affine, [spec, spec], single=True)
 
 
 _EXPORT_SCRIPT = textwrap.dedent("""

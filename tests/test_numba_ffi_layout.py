@@ -250,9 +250,11 @@ def test_layout_digest_is_stable():
 def test_intrinsics_load_store_and_call_a_function_pointer():
     numba = pytest.importorskip("numba")
     buf = np.zeros(4, np.int64)
+    from primforge.kernel.backends import _numba_intrinsics as nx
+
     # The intrinsics are created on first access (no numba import before): bind them here.
-    store_i64, store_i32, load_i64, load_i32 = x.store_i64, x.store_i32, x.load_i64, x.load_i32
-    call_ptr_fn = x.call_ptr_fn
+    store_i64, store_i32, load_i64, load_i32 = nx.store_i64, nx.store_i32, nx.load_i64, nx.load_i32
+    call_ptr_fn = nx.call_ptr_fn
 
     @numba.njit
     def roundtrip(addr):
@@ -273,3 +275,76 @@ def test_intrinsics_load_store_and_call_a_function_pointer():
         return call_ptr_fn(fn, v)
 
     assert call(plus_one.address, 41) == 42
+
+
+def test_intrinsics_pointers_strings_and_stack():
+    numba = pytest.importorskip("numba")
+    from primforge.kernel.backends import _numba_intrinsics as nx
+
+    as_ptr, cstring, stack_bytes = nx.as_ptr, nx.cstring, nx.stack_bytes
+    store_i64, load_i64 = nx.store_i64, nx.load_i64
+
+    @numba.njit
+    def total(addr, n):
+        return numba.carray(as_ptr(addr, numba.float32), (n,)).sum()
+
+    data = np.array([1.5, 2.0, -4.0], np.float32)
+    assert total(data.ctypes.data, 3) == np.float32(data.sum())
+
+    @numba.njit
+    def hello():
+        return cstring("hello, ffi")
+
+    assert C.string_at(hello()) == b"hello, ffi"
+
+    @numba.njit
+    def scratch():
+        buf = stack_bytes(32)
+        store_i64(buf, 24, 7)
+        return load_i64(buf, 24), buf % 16
+
+    assert scratch() == (7, 0)
+
+
+def test_status_of_accepts_nothing_or_integers_only():
+    numba = pytest.importorskip("numba")
+    from numba.core.errors import TypingError
+
+    from primforge.kernel.backends import _numba_intrinsics as nx
+
+    status_of = nx.status_of
+
+    @numba.njit
+    def of(v):
+        return status_of(v)
+
+    @numba.njit
+    def of_none():
+        return status_of(None)
+
+    assert of(5) == 5 and of(True) == 1 and of_none() == 0
+    with pytest.raises(TypingError, match="integer status"):
+        of(1.5)
+
+
+def test_error_create_fills_the_args_struct_from_the_header():
+    pytest.importorskip("numba")
+    from primforge.kernel.backends import _numba_intrinsics as nx
+
+    seen = {}
+
+    @C.CFUNCTYPE(C.c_void_p, C.c_void_p)
+    def fake_create(addr):
+        args = ErrorCreateArgs.from_address(addr)
+        seen.update(size=args.struct_size, ext=args.extension_start, msg=args.message,
+                    errc=args.errc)
+        return 0x1234
+
+    api = (C.c_void_p * (C.sizeof(Api) // 8))()
+    C.cast(api, C.POINTER(Api)).contents.XLA_FFI_Error_Create = C.cast(fake_create, C.c_void_p)
+    message = C.create_string_buffer(b"boom")
+    error_create = nx.error_create
+    got = error_create(C.addressof(api), C.addressof(message), 3)
+    assert got == 0x1234
+    assert seen == {"size": ErrorCreateArgs.errc.offset + 4, "ext": None, "msg": b"boom",
+                    "errc": 3}

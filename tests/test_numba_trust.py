@@ -279,7 +279,7 @@ def test_export_is_identical_across_hash_seeds_and_runs_in_a_fresh_process(tmp_p
 
 
 def test_target_names_do_not_depend_on_set_order():
-    from primforge.kernel.backends.numba import _digest_of
+    from primforge.kernel.backends._numba_identity import _digest_of
 
     a = frozenset(f"s{i}" for i in range(40))
     b = frozenset(sorted(a, reverse=True))  # equal set, built in another order

@@ -76,11 +76,8 @@ def compile_entry(kernel: Any, views: Sequence[tuple[str, int]], label: str) -> 
         An :class:`Entry`; ``.address`` is ``int64 entry(int64* data, int64* dims, int64* info)``.
     """
     import numpy as np
-    from llvmlite import ir
     from numba import types
-    from numba.core import callconv, cgutils
     from numba.core.compiler_lock import global_compiler_lock
-    from numba.core.registry import cpu_target
     from numba.np.numpy_support import from_dtype
 
     argtys = tuple(types.Array(from_dtype(np.dtype(d)), rank, "C") for d, rank in views)
@@ -89,68 +86,94 @@ def compile_entry(kernel: Any, views: Sequence[tuple[str, int]], label: str) -> 
     except BaseException as e:
         e.add_note(f"primforge: while compiling the numba kernel for {label}")
         raise
-    context = cpu_target.target_context
     with global_compiler_lock:
         kernel_addr = cres.library.get_pointer_to_function(cres.fndesc.llvm_func_name)
         if not kernel_addr:
             raise RuntimeError(f"{label}: Numba did not expose the kernel's native function")
         symbol = unique_symbol("primforge_entry")
-        module = ir.Module(name=symbol)
-        i64 = ir.IntType(64)
-        fn = ir.Function(module, ir.FunctionType(i64, [i64, i64, i64]), name=symbol)
-        b = ir.IRBuilder(fn.append_basic_block())
-        data, dims, info = fn.args
-
-        def load(addr, off):
-            return b.load(b.inttoptr(b.add(addr, i64(off)), i64.as_pointer()))
-
-        values = []
-        for k, aryty in enumerate(argtys):
-            core = load(dims, 8 * k)
-            shape = [load(core, 8 * d) for d in range(aryty.ndim)]
-            itemsize = i64(context.get_abi_sizeof(context.get_data_type(aryty.dtype)))
-            strides, step = [], itemsize
-            for extent in reversed(shape):
-                strides.append(step)
-                step = b.mul(step, extent)
-            strides.reverse()
-            ptr = b.inttoptr(load(data, 8 * k), context.get_data_type(aryty.dtype).as_pointer())
-            ary = context.make_array(aryty)(context, b)
-            context.populate_array(
-                ary, data=ptr, shape=shape, strides=strides, itemsize=itemsize, meminfo=None
-            )
-            values.append(ary._getvalue())
-        sig = cres.signature
-        values = [context.cast(b, v, have, want) for v, have, want in zip(values, argtys, sig.args)]
-        conv = context.call_conv
-        fnty = conv.get_function_type(sig.return_type, sig.args)
-        callee = b.inttoptr(i64(kernel_addr), fnty.as_pointer())
-        retty = fnty.args[0].pointee
-        retval = cgutils.alloca_once(b, retty)
-        b.store(cgutils.get_null_value(retty), retval)
-        excinfo = cgutils.alloca_once(b, callconv.excinfo_ptr_t)
-        b.store(cgutils.get_null_value(callconv.excinfo_ptr_t), excinfo)
-        args = list(conv._get_arg_packer(sig.args).as_arguments(b, values))
-        code = b.call(callee, [retval, excinfo, *args])
-        status = conv._get_return_status(b, code, b.load(excinfo))
-        failed, fine = fn.append_basic_block("failed"), fn.append_basic_block("fine")
-        b.cbranch(status.is_error, failed, fine)
-        b.position_at_end(failed)
-        exc = b.select(status.is_user_exc, b.ptrtoint(b.load(excinfo), i64), i64(0))
-        b.store(exc, b.inttoptr(info, i64.as_pointer()))
-        b.ret(i64(KIND_EXCEPTION))
-        b.position_at_end(fine)
-        restype = sig.return_type
-        if isinstance(restype, (types.Integer, types.Boolean)):
-            value = context.get_returned_value(b, restype, b.load(retval))
-            value = context.cast(b, value, restype, types.int64)
-            b.store(value, b.inttoptr(info, i64.as_pointer()))
-            nonzero = b.icmp_signed("!=", value, i64(0))
-            b.ret(b.select(nonzero, i64(KIND_STATUS), i64(0)))
-        else:
-            b.ret(i64(0))
-    address = jit_module(str(module), symbol)
+        text = _entry_ir(symbol, cres, kernel_addr, argtys)
+    address = jit_module(text, symbol)
     return Entry(address, cres)
+
+
+def _entry_ir(symbol: str, cres: Any, kernel_addr: int, argtys: tuple) -> str:
+    """LLVM IR of ``int64 symbol(int64* data, int64* dims, int64* info)`` calling the
+    kernel's native function at ``kernel_addr`` (called under Numba's compiler lock)."""
+    from llvmlite import ir
+    from numba.core.registry import cpu_target
+
+    context = cpu_target.target_context
+    module = ir.Module(name=symbol)
+    i64 = ir.IntType(64)
+    fn = ir.Function(module, ir.FunctionType(i64, [i64, i64, i64]), name=symbol)
+    b = ir.IRBuilder(fn.append_basic_block())
+    data, dims, info = fn.args
+    values = [_array_value(context, b, aryty, data, dims, k) for k, aryty in enumerate(argtys)]
+    sig = cres.signature
+    values = [context.cast(b, v, have, want) for v, have, want in zip(values, argtys, sig.args)]
+    _call_kernel(context, b, fn, sig, kernel_addr, values, info)
+    return str(module)
+
+
+def _load_i64(b: Any, addr: Any, off: int) -> Any:
+    i64 = addr.type
+    return b.load(b.inttoptr(b.add(addr, i64(off)), i64.as_pointer()))
+
+
+def _array_value(context: Any, b: Any, aryty: Any, data: Any, dims: Any, k: int) -> Any:
+    """The Numba array structure of buffer ``k``: C-contiguous over its core dims."""
+    i64 = data.type
+    core = _load_i64(b, dims, 8 * k)
+    shape = [_load_i64(b, core, 8 * d) for d in range(aryty.ndim)]
+    itemsize = i64(context.get_abi_sizeof(context.get_data_type(aryty.dtype)))
+    strides, step = [], itemsize
+    for extent in reversed(shape):
+        strides.append(step)
+        step = b.mul(step, extent)
+    strides.reverse()
+    ptr = b.inttoptr(_load_i64(b, data, 8 * k), context.get_data_type(aryty.dtype).as_pointer())
+    ary = context.make_array(aryty)(context, b)
+    context.populate_array(
+        ary, data=ptr, shape=shape, strides=strides, itemsize=itemsize, meminfo=None
+    )
+    return ary._getvalue()
+
+
+def _call_kernel(context, b, fn, sig, kernel_addr, values, info) -> None:
+    """Call the kernel with Numba's CPU calling convention; return the entry's result kind
+    (and store the status or the exception record in ``*info``)."""
+    from llvmlite import ir
+    from numba import types
+    from numba.core import callconv, cgutils
+
+    i64 = ir.IntType(64)
+    conv = context.call_conv
+    fnty = conv.get_function_type(sig.return_type, sig.args)
+    callee = b.inttoptr(i64(kernel_addr), fnty.as_pointer())
+    retty = fnty.args[0].pointee
+    retval = cgutils.alloca_once(b, retty)
+    b.store(cgutils.get_null_value(retty), retval)
+    excinfo = cgutils.alloca_once(b, callconv.excinfo_ptr_t)
+    b.store(cgutils.get_null_value(callconv.excinfo_ptr_t), excinfo)
+    args = list(conv._get_arg_packer(sig.args).as_arguments(b, values))
+    code = b.call(callee, [retval, excinfo, *args])
+    status = conv._get_return_status(b, code, b.load(excinfo))
+    failed, fine = fn.append_basic_block("failed"), fn.append_basic_block("fine")
+    b.cbranch(status.is_error, failed, fine)
+    b.position_at_end(failed)
+    exc = b.select(status.is_user_exc, b.ptrtoint(b.load(excinfo), i64), i64(0))
+    b.store(exc, b.inttoptr(info, i64.as_pointer()))
+    b.ret(i64(KIND_EXCEPTION))
+    b.position_at_end(fine)
+    restype = sig.return_type
+    if isinstance(restype, (types.Integer, types.Boolean)):
+        value = context.get_returned_value(b, restype, b.load(retval))
+        value = context.cast(b, value, restype, types.int64)
+        b.store(value, b.inttoptr(info, i64.as_pointer()))
+        nonzero = b.icmp_signed("!=", value, i64(0))
+        b.ret(b.select(nonzero, i64(KIND_STATUS), i64(0)))
+    else:
+        b.ret(i64(0))
 
 
 # --------------------------------------------------------------------------------------

@@ -10,11 +10,9 @@ Numba-compiled code without a line of C we need three things, all derived here f
   and ``size_t``, 4-byte enums and ``int``, natural alignment);
 * the ``XLA_FFI_DataType`` codes, mapped to NumPy dtypes.
 
-It also holds the few Numba intrinsics a handler needs (load and store a field at a byte
-offset, make a typed pointer, reserve stack memory, embed a C string, call a C function
-pointer) and :func:`error_create`, which builds an ``XLA_FFI_Error*`` through the API
-table's ``XLA_FFI_Error_Create``. Those names are created on first access (PEP 562), so
-importing this module does not import Numba.
+Pure Python over the header's text: nothing here imports Numba or llvmlite. The handler
+generator (:mod:`._ffi_handler`) and the Numba intrinsics (:mod:`._numba_intrinsics`)
+read every offset, code and version from here.
 """
 
 from __future__ import annotations
@@ -34,6 +32,7 @@ __all__ = [
     "api_version",
     "data_type_codes",
     "dtype_code",
+    "enum_value",
     "header_path",
     "layout",
     "layout_digest",
@@ -213,6 +212,60 @@ def _split_declarations(body: str) -> list[tuple[str, str]]:
 
 
 @functools.cache
+def _struct_bodies() -> dict[str, str]:
+    """Struct name (and typedef name, where one is given) -> the text between its braces."""
+    bodies: dict[str, str] = {}
+    pattern = r"struct\s+(\w+)\s*\{(.*?)\}\s*(\w*)\s*;"
+    for m in re.finditer(pattern, _declarations(), flags=re.DOTALL):
+        bodies[m.group(1)] = m.group(2)
+        if m.group(3):
+            bodies[m.group(3)] = m.group(2)
+    return bodies
+
+
+class _LayoutBuilder:
+    """Lays out the header's structs one by one, each after the structs it embeds."""
+
+    def __init__(self) -> None:
+        self.bodies = _struct_bodies()
+        self.enums = _enums()
+        self.typedefs = _typedefs()
+        pattern = r"XLA_FFI_DEFINE_STRUCT_TRAITS\(\s*(\w+)\s*,\s*(\w+)\s*\)"
+        self.traits = dict(re.findall(pattern, _declarations()))
+        self.done: dict[str, StructLayout] = {}
+
+    def size_align(self, typ: str) -> tuple[int, int]:
+        if typ == "*":
+            return _POINTER_SIZE, _POINTER_SIZE
+        typ = self.typedefs.get(typ, typ) if typ not in self.bodies else typ
+        if typ in _SCALARS:
+            return _SCALARS[typ], _SCALARS[typ]
+        if typ in self.enums:
+            return 4, 4
+        if typ in self.bodies:
+            sub = self.build(typ)
+            return sub.size, sub.align
+        raise RuntimeError(f"unknown C type {typ!r} in {header_path()}")
+
+    def build(self, name: str) -> StructLayout:
+        if name in self.done:
+            return self.done[name]
+        offsets: dict[str, int] = {}
+        sizes: dict[str, int] = {}
+        pos, align = 0, 1
+        for typ, fname in _split_declarations(self.bodies[name]):
+            size, al = self.size_align(typ)
+            pos = (pos + al - 1) // al * al
+            offsets[fname], sizes[fname] = pos, size
+            pos += size
+            align = max(align, al)
+        total = (pos + align - 1) // align * align
+        last = self.traits.get(name, next(reversed(offsets)))
+        self.done[name] = StructLayout(name, total, align, offsets, sizes, last)
+        return self.done[name]
+
+
+@functools.cache
 def layout() -> dict[str, StructLayout]:
     """Layouts of every struct the FFI header declares, for this platform's LP64 ABI.
 
@@ -229,50 +282,10 @@ def layout() -> dict[str, StructLayout]:
     """
     if struct.calcsize("P") != _POINTER_SIZE:
         raise RuntimeError("primforge's XLA FFI layout assumes a 64-bit (LP64) platform")
-    text = _declarations()
-    bodies: dict[str, str] = {}
-    for m in re.finditer(r"struct\s+(\w+)\s*\{(.*?)\}\s*(\w*)\s*;", text, flags=re.DOTALL):
-        bodies[m.group(1)] = m.group(2)
-        if m.group(3):
-            bodies[m.group(3)] = m.group(2)
-    enums = _enums()
-    typedefs = _typedefs()
-    done: dict[str, StructLayout] = {}
-    traits = dict(re.findall(r"XLA_FFI_DEFINE_STRUCT_TRAITS\(\s*(\w+)\s*,\s*(\w+)\s*\)", text))
-
-    def size_align(typ: str) -> tuple[int, int]:
-        if typ == "*":
-            return _POINTER_SIZE, _POINTER_SIZE
-        typ = typedefs.get(typ, typ) if typ not in bodies else typ
-        if typ in _SCALARS:
-            return _SCALARS[typ], _SCALARS[typ]
-        if typ in enums:
-            return 4, 4
-        if typ in bodies:
-            sub = build(typ)
-            return sub.size, sub.align
-        raise RuntimeError(f"unknown C type {typ!r} in {header_path()}")
-
-    def build(name: str) -> StructLayout:
-        if name in done:
-            return done[name]
-        offsets: dict[str, int] = {}
-        sizes: dict[str, int] = {}
-        pos, align = 0, 1
-        for typ, fname in _split_declarations(bodies[name]):
-            size, al = size_align(typ)
-            pos = (pos + al - 1) // al * al
-            offsets[fname], sizes[fname] = pos, size
-            pos += size
-            align = max(align, al)
-        total = (pos + align - 1) // align * align
-        last = traits.get(name, next(reversed(offsets)))
-        done[name] = StructLayout(name, total, align, offsets, sizes, last)
-        return done[name]
-
-    for name in bodies:
-        build(name)
-    return dict(done)
+    builder = _LayoutBuilder()
+    for name in builder.bodies:
+        builder.build(name)
+    return dict(builder.done)
 
 
 def offset(path: str) -> int:
@@ -396,192 +409,3 @@ def layout_digest() -> str:
     for name, lay in sorted(layout().items()):
         parts.append(f"{name}:{lay.size}:{sorted(lay.offsets.items())}")
     return hashlib.sha256("\n".join(parts).encode()).hexdigest()[:16]
-
-
-# --------------------------------------------------------------------------------------
-# Numba side: created on first attribute access so that importing this module is cheap.
-# --------------------------------------------------------------------------------------
-
-_NUMBA_NAMES = (
-    "load_i64",
-    "load_i32",
-    "store_i64",
-    "store_i32",
-    "as_ptr",
-    "stack_bytes",
-    "cstring",
-    "call_ptr_fn",
-    "status_of",
-    "error_create",
-)
-
-
-@functools.cache
-def _numba_helpers() -> dict[str, Any]:
-    from llvmlite import ir
-    from numba import njit, types
-    from numba.core import cgutils
-    from numba.core.errors import TypingError
-    from numba.extending import intrinsic, overload
-
-    i8p = ir.IntType(8).as_pointer()
-
-    def _addr(builder, addr, off, lltype):
-        raw = builder.add(addr, off)
-        return builder.inttoptr(raw, lltype.as_pointer())
-
-    def _int_args(*tys):
-        return all(isinstance(t, types.Integer) for t in tys)
-
-    @intrinsic
-    def load_i64(typingctx, addr, off):
-        """Load the int64 (or pointer, as an int64) at ``addr + off``."""
-        if not _int_args(addr, off):
-            return None
-
-        def codegen(context, builder, sig, args):
-            a, o = (context.cast(builder, v, t, types.int64) for v, t in zip(args, sig.args))
-            return builder.load(_addr(builder, a, o, ir.IntType(64)))
-
-        return types.int64(addr, off), codegen
-
-    @intrinsic
-    def load_i32(typingctx, addr, off):
-        """Load the int32 (or C enum) at ``addr + off``, widened to int64."""
-        if not _int_args(addr, off):
-            return None
-
-        def codegen(context, builder, sig, args):
-            a, o = (context.cast(builder, v, t, types.int64) for v, t in zip(args, sig.args))
-            return builder.sext(builder.load(_addr(builder, a, o, ir.IntType(32))), ir.IntType(64))
-
-        return types.int64(addr, off), codegen
-
-    def _store(bits):
-        def typer(typingctx, addr, off, value):
-            if not _int_args(addr, off, value):
-                return None
-
-            def codegen(context, builder, sig, args):
-                a, o, v = (context.cast(builder, x, t, types.int64) for x, t in zip(args, sig.args))
-                if bits != 64:
-                    v = builder.trunc(v, ir.IntType(bits))
-                builder.store(v, _addr(builder, a, o, ir.IntType(bits)))
-                return context.get_dummy_value()
-
-            return types.none(addr, off, value), codegen
-
-        return typer
-
-    store_i64 = intrinsic(_store(64))
-    store_i32 = intrinsic(_store(32))
-
-    @intrinsic
-    def as_ptr(typingctx, addr, dtype):
-        """Turn an address into a typed pointer ``dtype*`` (for ``numba.carray``)."""
-        if not isinstance(addr, types.Integer):
-            return None
-        elem = getattr(dtype, "dtype", None)
-        if elem is None:
-            elem = getattr(dtype, "instance_type", None)
-        if not isinstance(elem, (types.Number, types.Boolean)):
-            return None
-        ptr_t = types.CPointer(elem)
-
-        def codegen(context, builder, sig, args):
-            a = context.cast(builder, args[0], sig.args[0], types.int64)
-            return builder.inttoptr(a, context.get_value_type(ptr_t))
-
-        return ptr_t(addr, dtype), codegen
-
-    @intrinsic(prefer_literal=True)
-    def stack_bytes(typingctx, nbytes):
-        """Reserve ``nbytes`` (a literal) of 16-byte aligned stack in the calling function."""
-        if not isinstance(nbytes, types.IntegerLiteral):
-            return None
-        n = int(nbytes.literal_value)
-
-        def codegen(context, builder, sig, args):
-            buf = cgutils.alloca_once(builder, ir.ArrayType(ir.IntType(8), n))
-            buf.align = 16
-            return builder.ptrtoint(buf, ir.IntType(64))
-
-        return types.int64(nbytes), codegen
-
-    @intrinsic(prefer_literal=True)
-    def cstring(typingctx, text):
-        """Address of a NUL-terminated constant holding the literal string ``text``."""
-        if not isinstance(text, types.StringLiteral):
-            return None
-        value = str(text.literal_value)
-
-        def codegen(context, builder, sig, args):
-            ptr = context.insert_const_string(builder.module, value)
-            return builder.ptrtoint(ptr, ir.IntType(64))
-
-        return types.int64(text), codegen
-
-    @intrinsic
-    def call_ptr_fn(typingctx, fn, arg):
-        """Call the C function ``void* fn(void*)`` at address ``fn``; the result as int64."""
-        if not _int_args(fn, arg):
-            return None
-
-        def codegen(context, builder, sig, args):
-            f, a = (context.cast(builder, v, t, types.int64) for v, t in zip(args, sig.args))
-            fnty = ir.FunctionType(i8p, [i8p])
-            fptr = builder.inttoptr(f, fnty.as_pointer())
-            res = builder.call(fptr, [builder.inttoptr(a, i8p)])
-            return builder.ptrtoint(res, ir.IntType(64))
-
-        return types.int64(fn, arg), codegen
-
-    def status_of(value):  # pragma: no cover - replaced by the overload below
-        raise NotImplementedError
-
-    @overload(status_of)
-    def _status_of_impl(value):
-        if isinstance(value, (types.NoneType, types.Omitted)) or value is types.none:
-            return lambda value: 0
-        if isinstance(value, (types.Integer, types.Boolean)):
-            return lambda value: int(value)
-        raise TypingError(
-            f"a primforge numba kernel must return nothing or an integer status, not {value}"
-        )
-
-    create_size = layout()["XLA_FFI_Error_Create_Args"]
-    c_struct_size = create_size.struct_size
-    c_nbytes = create_size.size
-    c_ext = create_size.offsets["extension_start"]
-    c_msg = create_size.offsets["message"]
-    c_errc = create_size.offsets["errc"]
-    api_fn = layout()["XLA_FFI_Api"].offsets["XLA_FFI_Error_Create"]
-
-    @njit(cache=False)
-    def error_create(api, message, errc):
-        """``api->XLA_FFI_Error_Create(&{message, errc})``; returns the error's address."""
-        args = stack_bytes(c_nbytes)
-        store_i64(args, 0, c_struct_size)
-        store_i64(args, c_ext, 0)
-        store_i64(args, c_msg, message)
-        store_i32(args, c_errc, errc)
-        return call_ptr_fn(load_i64(api, api_fn), args)
-
-    return {
-        "load_i64": load_i64,
-        "load_i32": load_i32,
-        "store_i64": store_i64,
-        "store_i32": store_i32,
-        "as_ptr": as_ptr,
-        "stack_bytes": stack_bytes,
-        "cstring": cstring,
-        "call_ptr_fn": call_ptr_fn,
-        "status_of": status_of,
-        "error_create": error_create,
-    }
-
-
-def __getattr__(name: str) -> Any:
-    if name in _NUMBA_NAMES:
-        return _numba_helpers()[name]
-    raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
