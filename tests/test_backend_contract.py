@@ -47,16 +47,8 @@ PACKAGE = {
     "warp": "warp",
 }
 
-# numba.py is restructured on its own; these are the parts of the contract it does not keep
-# yet. strict: once it does, the xfail turns into a failure and the marker must go.
-_NUMBA_PENDING = pytest.mark.xfail(
-    strict=True, reason="numba.py: is_available takes no platform and make_callable no "
-                        "**options yet; its probe imports numba")
-
-
-def _params(pending=(), only=None):
-    names = [n for n in sorted(KNOWN_BACKENDS) if only is None or only(n)]
-    return [pytest.param(n, marks=_NUMBA_PENDING) if n in pending else n for n in names]
+def _params(only=None):
+    return [n for n in sorted(KNOWN_BACKENDS) if only is None or only(n)]
 
 
 def _module(name):
@@ -89,7 +81,7 @@ def test_names_and_types(name):
         assert re.search(rf"^{re.escape(m.EXTRA)}\s*=", extras, re.MULTILINE), m.EXTRA
 
 
-@pytest.mark.parametrize("name", _params(pending=("numba",)))
+@pytest.mark.parametrize("name", _params())
 def test_signatures(name):
     m = _module(name)
     avail = list(inspect.signature(m.is_available).parameters.values())
@@ -102,7 +94,7 @@ def test_signatures(name):
     assert inspect.Parameter.VAR_KEYWORD in kinds.values(), "make_callable takes no **options"
 
 
-@pytest.mark.parametrize("name", _params(pending=("numba",)))
+@pytest.mark.parametrize("name", _params())
 def test_the_protocol_sees_no_problem(name):
     from primforge.kernel.backends import _contract
 
@@ -112,7 +104,7 @@ def test_the_protocol_sees_no_problem(name):
 
 
 # -- availability -------------------------------------------------------------------------
-@pytest.mark.parametrize("name", _params(pending=("numba",)))
+@pytest.mark.parametrize("name", _params())
 def test_is_available_is_cached_and_consistent(name):
     m = _module(name)
     assert hasattr(m.is_available, "cache_clear"), "is_available is not cached"
@@ -161,7 +153,7 @@ def test_importing_primforge_imports_no_optional_package():
     assert _probe_run()["at_import"] == []
 
 
-@pytest.mark.parametrize("name", _params(pending=("numba",), only=PACKAGE.get))
+@pytest.mark.parametrize("name", _params(only=PACKAGE.get))
 def test_the_probe_does_not_import_the_package(name):
     assert _probe_run()[name] == [], "is_available() imported its optional package"
 

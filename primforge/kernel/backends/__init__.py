@@ -11,7 +11,6 @@ package never breaks ``import primforge``.
 from __future__ import annotations
 
 import importlib
-import inspect
 from collections.abc import Callable
 from types import ModuleType
 
@@ -42,19 +41,11 @@ def get_backend(name: str) -> ModuleType:
 def is_available_on(module: ModuleType, platform: str) -> bool:
     """Whether backend ``module`` can serve ``platform`` here (its ``is_available(platform)``).
 
-    A backend whose ``is_available`` takes no platform yet (the contract asks for one) is
-    asked without it.
-
     Example:
-        >>> is_available_on(get_backend('jax'), 'cpu')
-        True
+        >>> is_available_on(get_backend('jax'), 'cpu'), is_available_on(get_backend('numba'), 'gpu')
+        (True, False)
     """
-    check = module.is_available
-    try:
-        takes_platform = "platform" in inspect.signature(check).parameters
-    except (TypeError, ValueError):
-        takes_platform = False
-    return bool(check(platform) if takes_platform else check())
+    return bool(module.is_available(platform))
 
 
 def tuple_results(product: Callable) -> Callable:

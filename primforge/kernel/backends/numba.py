@@ -75,7 +75,7 @@ import numpy as np
 
 from primforge import debug as _debug
 from primforge._compat import ffi as _ffi
-from primforge.kernel.backends import _numba_identity, _numba_signature, _numba_targets
+from primforge.kernel.backends import _common, _numba_identity, _numba_signature, _numba_targets
 from primforge.kernel.backends._numba_signature import HALF_MODES as _HALF_MODES
 from primforge.kernel.backends._numba_targets import (
     ENV_MAX_KERNELS,
@@ -110,10 +110,7 @@ NAME = "numba"
 PLATFORMS = ("cpu",)
 EXTRA = "cpu"
 
-MISSING_NUMBA = (
-    "The 'numba' backend needs the numba package, which is not installed (or failed to "
-    "import). Install it with:\n\n    pip install primforge[cpu]\n"
-)
+_NEEDS = "the numba package"
 
 
 @functools.cache
@@ -125,8 +122,9 @@ def is_available(platform: str | None = None) -> bool:
             :data:`PLATFORMS`.
 
     Returns:
-        ``True`` when ``import numba`` succeeds and ``platform`` is ``None`` or in
-        :data:`PLATFORMS`; never raises. The answer is cached for the process.
+        ``True`` when the numba package is installed (found without importing it) and
+        ``platform`` is ``None`` or in :data:`PLATFORMS`; never raises. The answer is
+        cached for the process.
 
     Example:
         >>> isinstance(is_available(), bool), is_available("gpu")
@@ -134,18 +132,16 @@ def is_available(platform: str | None = None) -> bool:
     """
     if platform is not None and platform not in PLATFORMS:
         return False
-    try:
-        import numba  # noqa: F401
-    except Exception:  # noqa: BLE001  (a broken install counts as missing; never raise)
-        return False
-    return True
+    return _common.package_installed("numba")
 
 
 def _require_numba():
     if not is_available():
-        raise ImportError(MISSING_NUMBA)
-    import numba
-
+        raise _common.missing_package(NAME, _NEEDS, EXTRA)
+    try:
+        import numba
+    except Exception as e:  # noqa: BLE001 - a broken install: say what to reinstall
+        raise _common.missing_package(NAME, _NEEDS, EXTRA, f"(importing it failed: {e})") from e
     return numba
 
 
@@ -300,6 +296,7 @@ def make_callable(
     platform: str,
     name: str,
     batch: Sequence[tuple[int, Sequence[bool]]] = (),
+    **options: Any,
 ) -> Callable[..., tuple[jax.Array, ...]]:
     """Turn a Numba kernel into a traceable JAX callable (the backend contract).
 
@@ -314,6 +311,7 @@ def make_callable(
             ``mapped`` has one bool per input. An input's physical shape is the sizes of
             the levels where it is mapped, then its core shape; every output has all the
             level sizes, then its core shape. The handler loops over the levels itself.
+        **options: none other is taken; an unknown one raises ``TypeError`` naming it.
 
     Returns:
         ``f(*arrays) -> tuple of jax.Array``. It checks shapes and dtypes at trace time.
@@ -333,9 +331,9 @@ def make_callable(
         >>> g(jnp.ones((2, 4)))[0].shape
         (2, 4)
     """
-    if platform != "cpu":
-        raise ValueError(f"the numba backend serves platform 'cpu' only, got platform={platform!r}")
+    _common.check_platform(NAME, PLATFORMS, platform, name)
     _require_numba()
+    _common.check_options(NAME, name, options)
     fn, aliases, half_as = _unbind(product, outs, name)
     kernel = _numba_identity.as_dispatcher(fn)
     plan = _numba_signature.plan(
