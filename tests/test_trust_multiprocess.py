@@ -7,8 +7,8 @@ without a source file can't be cached by Numba at all). A child that crashes, or
 a heap-corruption message, fails the test with its output quoted.
 
 Only public names are used (``XLACustomKernel``, ``def_numba_kernel``, ``numba_kernel``,
-``load_cpp_inline``, ``jax.export``), so these tests hold whatever a backend keeps on disk
-and how. The tests of damaged, planted and untrusted cache folders run for both backends
+``load_cpp_inline``, ``jax.export``, and the numba backend's ``prepare`` for an export
+called in a fresh process), so these tests hold whatever a backend keeps on disk and how. The tests of damaged, planted and untrusted cache folders run for both backends
 that may keep files there: Numba kernels and C++ libraries (``load_cpp_inline``). A full or
 read-only file system is a small tmpfs, which needs root with the right to mount (else
 those two scenarios skip, saying so); a read-only folder can't be had with ``chmod`` as
@@ -611,6 +611,13 @@ direct = primforge.numba_kernel(make(held, NAMES), spec)
 def f(v):
     return op(v, outs=spec, tags=frozenset({"red", "green", "blue", "cyan"})) + direct(v)
 
+if MODE == "fresh":
+    # Registering the export's targets here, before anything is called or lowered, is the
+    # job of the numba backend's prepare().
+    from primforge.kernel.backends import numba as nb
+
+    emit("prepared", sorted(nb.prepare(f, x)))
+    emit("imported", imported.call(x))
 emit("value", f(x))
 text = jax.jit(f).lower(x).as_text()
 targets = sorted(set(re.findall(r'custom_call @"?([A-Za-z0-9_.$-]+)', text)))
@@ -621,8 +628,6 @@ emit("stablehlo", exported.mlir_module())
 if MODE == "first" and BLOB != "-":
     with open(BLOB, "wb") as fh:
         fh.write(exported.serialize())
-if MODE == "fresh":
-    emit("imported", imported.call(x))
 """
 
 
@@ -662,7 +667,8 @@ def test_export_is_identical_across_hash_seeds(seeded_runs):
 
 def test_exported_kernels_run_in_a_fresh_process(seeded_runs):
     """The serialized export, called in a fresh process: before the kernels are built there
-    it fails naming a target (no crash); once they are built it computes the right values."""
+    it fails naming a target (no crash); once the numba backend's ``prepare`` has
+    registered their targets (nothing called or lowered yet) it computes the right values."""
     runs, blob = seeded_runs
     if blob is None:
         pytest.skip("jax.export serialization needs flatbuffers")
@@ -671,6 +677,7 @@ def test_exported_kernels_run_in_a_fresh_process(seeded_runs):
     before = p2.results().get("before")
     assert isinstance(before, str), f"the export ran with nothing built: {before}"
     assert any(t in before for t in targets), before
+    assert p2.results()["prepared"] == targets
     _expect(p2, "imported", 9.0 * X + 9.0 * X, "process 2 (the imported export)")
 
 
