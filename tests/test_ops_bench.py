@@ -92,9 +92,9 @@ def test_cli_finds_the_ops_kernels_in_a_fresh_process():
 
 
 def test_cli_check_passes_for_the_ops_kernels(capsys, monkeypatch):
-    # In this process (the kernels compiled by the tests above are reused; the fresh-process
-    # discovery is the test above). No stored autotune choices are applied
-    # (PRIMFORGE_AUTOTUNE unset) and `check` writes none.
+    # In this process: no second interpreter importing JAX and compiling the Numba kernels
+    # again (discovery by a fresh process is the test above). No stored autotune choices
+    # are applied (PRIMFORGE_AUTOTUNE unset) and `check` writes none.
     from primforge.cli import main
 
     monkeypatch.delenv("PRIMFORGE_AUTOTUNE", raising=False)
