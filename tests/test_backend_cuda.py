@@ -71,11 +71,13 @@ def test_cpp_twin_runs_and_matches_numpy():
     np.testing.assert_allclose(np.asarray(out), 3 * x - 1, rtol=1e-6)
 
 
+# The tests that need a working library of CPP_SOURCE share one (name "t_axpb": the name
+# is part of the library, so each other name would be another compilation of the same code).
 def test_library_is_cached_on_disk_by_source_and_flags():
-    m1 = pcuda.load_cpp_inline(CPP_SOURCE, name="t_cache")
-    m2 = pcuda.load_cpp_inline(CPP_SOURCE, name="t_cache")
+    m1 = pcuda.load_cpp_inline(CPP_SOURCE, name="t_axpb")
+    m2 = pcuda.load_cpp_inline(CPP_SOURCE, name="t_axpb")
     assert m2.cached and m1.path == m2.path and os.path.exists(m1.path)
-    m3 = pcuda.load_cpp_inline(CPP_SOURCE, name="t_cache", flags=["-DPF_VARIANT=1"])
+    m3 = pcuda.load_cpp_inline(CPP_SOURCE, name="t_axpb", flags=["-DPF_VARIANT=1"])
     assert m3.path != m1.path and not m3.cached
 
 
@@ -99,7 +101,7 @@ def test_editing_an_included_header_rebuilds_the_library(tmp_path):
 
 
 def test_through_xla_custom_kernel_with_vmap():
-    m = pcuda.load_cpp_inline(CPP_SOURCE, name="t_axpb_kernel")
+    m = pcuda.load_cpp_inline(CPP_SOURCE, name="t_axpb")
     k = primforge.XLACustomKernel("t_cuda_raw_cpu", replace=True)
     k.def_cuda_raw_kernel(
         lambda outs, a, **kw: m.function("AxpbCpu", outs=outs[0], a=np.float32(a),
@@ -168,7 +170,7 @@ def test_a_handler_registered_only_for_the_cpu_fails_the_gpu_compile_by_name():
     the call and the error names it."""
     from primforge import testing
 
-    m = pcuda.load_cpp_inline(CPP_SOURCE, name="t_axpb_cpu_only")
+    m = pcuda.load_cpp_inline(CPP_SOURCE, name="t_axpb")  # registered for the cpu only
     f = lambda x: m.call("AxpbCpu", x, outs=jax.ShapeDtypeStruct(x.shape, x.dtype),
                          a=np.float32(3), b=np.float32(-1))
     result = testing.compile_for_gpu(f, jnp.ones(4, jnp.float32), target="a100")

@@ -75,18 +75,20 @@ def test_list_and_info_show_backends_and_defaults(tmp_path):
     assert "tags: pf_broken, pf_demo" in proc.stdout
 
 
-def test_check_catches_the_wrong_backend(tmp_path):
+def test_check_catches_the_wrong_backend(tmp_path, capsys):
     proc = run("check", "--tags", "pf_demo", cache_dir=tmp_path)
     assert proc.returncode == 1, proc.stdout + proc.stderr
     assert "PASS  pf_demo_scale" in proc.stdout
     assert "FAIL  pf_demo_wrong" in proc.stdout
     assert "[n=16] wrong: differs from jax" in proc.stdout
-    proc = run("check", "--tags", "pf_elementwise", cache_dir=tmp_path)
-    assert proc.returncode == 0, proc.stdout + proc.stderr
-    assert "1 of 1 kernel(s) passed on cpu" in proc.stdout
+    # The passing case in this process (the failing one above is the end-to-end run).
+    code = main(["check", "--tags", "pf_elementwise", "--import", "pf_cli_demo"])
+    out, err = capsys.readouterr()
+    assert code == 0, out + err
+    assert "1 of 1 kernel(s) passed on cpu" in out
 
 
-def test_bench_writes_json_csv_and_png(tmp_path):
+def test_bench_writes_json_csv_and_png(tmp_path, capsys):
     out, png = tmp_path / "r.json", tmp_path / "r.png"
     proc = run("bench", "--tags", "pf_demo", "--n-runs", "3", "--n-warmup", "1",
                "--output", str(out), "--plot", str(png), cache_dir=tmp_path)
@@ -100,16 +102,25 @@ def test_bench_writes_json_csv_and_png(tmp_path):
     data = png.read_bytes()
     assert data[:8] == b"\x89PNG\r\n\x1a\n" and len(data) > 1000
 
+    # CSV output, in this process (the JSON and PNG above are the end-to-end run).
     csv_out = tmp_path / "r.csv"
-    proc = run("bench", "pf_demo_scale", "--backends", "alt", "--n-runs", "2",
-               "--output", str(csv_out), cache_dir=tmp_path)
-    assert proc.returncode == 0, proc.stderr
+    code = main(["bench", "pf_demo_scale", "--backends", "alt", "--n-runs", "2",
+                 "--output", str(csv_out), "--import", "pf_cli_demo"])
+    assert code == 0, capsys.readouterr().err
     res = BenchmarkResult.load(csv_out)
     assert res.backends == ["alt"] and all(r.matches_reference for r in res)
 
 
-def test_autotune_choice_survives_into_the_next_process(tmp_path):
-    proc = run("list", "pf_demo_flaky", cache_dir=tmp_path)
+def test_autotune_choice_survives_into_the_next_process(tmp_path, monkeypatch, capsys):
+    # The tuning and the listings that must see its choice are separate processes; the
+    # listing before it and --show / --clear after it run here, on the same cache folder.
+    monkeypatch.setenv("PRIMFORGE_CACHE_DIR", str(tmp_path))
+
+    def here(*args):
+        code = main([*args, "--import", "pf_cli_demo"])
+        return subprocess.CompletedProcess(args, code, capsys.readouterr().out, "")
+
+    proc = here("list", "pf_demo_flaky")
     row = next(line for line in proc.stdout.splitlines() if line.startswith("pf_demo_flaky"))
     assert row.split()[2:4] == ["cpu", "broken"] and row.split()[-1] == "-"
     proc = run("autotune", "pf_demo_flaky", "--n-runs", "2", cache_dir=tmp_path)
@@ -123,9 +134,9 @@ def test_autotune_choice_survives_into_the_next_process(tmp_path):
     proc = run("list", "pf_demo_flaky", cache_dir=tmp_path, PRIMFORGE_AUTOTUNE="1")
     row = next(line for line in proc.stdout.splitlines() if line.startswith("pf_demo_flaky"))
     assert row.split()[2:4] == ["cpu", "jax"] and row.split()[-1] == "jax"
-    proc = run("autotune", "--show", cache_dir=tmp_path)
+    proc = here("autotune", "--show")
     assert "pf_demo_flaky  cpu       jax" in proc.stdout
-    proc = run("autotune", "--clear", cache_dir=tmp_path)
+    proc = here("autotune", "--clear")
     assert proc.returncode == 0 and not (tmp_path / "autotune.json").exists()
 
 

@@ -43,7 +43,8 @@ KERNELS = textwrap.dedent(
         x, outs=jax.ShapeDtypeStruct(x.shape, x.dtype), backend=backend))
 
     def _data(*, platform):
-        open(os.environ["PF_POLISH_MARKER"], "a").write("ran\\n")
+        with open(os.environ["PF_POLISH_MARKER"], "a") as f:
+            f.write("ran\\n")
         return [BenchmarkConfig(args=(jnp.ones(n, jnp.float32),), n=n) for n in (8, 64)]
 
     k.def_benchmark_data(_data)
@@ -89,6 +90,36 @@ def command(env, *args, cwd):
     )
 
 
+@pytest.fixture
+def cli(env, monkeypatch, capfd):
+    """``cli(*args, cwd=...)``: the command run in this process, in ``cwd``, for the tests
+    where a fresh interpreter is not the point (the module search path of the launcher is
+    tested with :func:`command`). Output is captured at the file-descriptor level, as a
+    child's would be; the test's modules imported by the call are forgotten afterwards and
+    ``sys.path`` restored, so the next call imports them afresh, as a new process would.
+    Returns a ``CompletedProcess`` like :func:`command`."""
+    tmp = str(env["tmp"])
+
+    def run(*args, cwd):
+        path = list(sys.path)
+        capfd.readouterr()
+        with monkeypatch.context() as m:
+            m.chdir(cwd)
+            try:
+                code = main(list(args))
+            except SystemExit as e:  # argparse rejects bad options this way
+                code = e.code
+            finally:
+                sys.path[:] = path
+                for name, mod in list(sys.modules.items()):
+                    if (getattr(mod, "__file__", None) or "").startswith(tmp):
+                        del sys.modules[name]
+        out, err = capfd.readouterr()
+        return subprocess.CompletedProcess(list(args), code, out, err)
+
+    return run
+
+
 def test_import_finds_a_module_in_the_current_directory(env):
     work = env["tmp"] / "work"
     write_kernels(work, "polish_cwd_mod", "pf_polish_cwd")
@@ -97,14 +128,14 @@ def test_import_finds_a_module_in_the_current_directory(env):
     assert "pf_polish_cwd" in [k["name"] for k in json.loads(proc.stdout)]
 
 
-def test_import_accepts_relative_and_absolute_file_paths(env):
+def test_import_accepts_relative_and_absolute_file_paths(env, cli):
     work = env["tmp"] / "work"
     path = write_kernels(work / "sub", "polish_file_mod", "pf_polish_file")
     for target in ("sub/polish_file_mod.py", str(path)):
-        proc = command(env, "list", "--json", "--import", target, cwd=work)
+        proc = cli("list", "--json", "--import", target, cwd=work)
         assert proc.returncode == 0, proc.stderr
         assert "pf_polish_file" in [k["name"] for k in json.loads(proc.stdout)]
-    proc = command(env, "list", "--import", "sub/missing.py", cwd=work)
+    proc = cli("list", "--import", "sub/missing.py", cwd=work)
     assert proc.returncode == 2
     assert "--import 'sub/missing.py': no such file" in proc.stderr
 
@@ -139,20 +170,20 @@ def test_the_cli_statistics_are_the_benchmark_statistics():
         (["--plot", "out.svg"], "expected a file ending in .png"),
     ],
 )
-def test_bad_bench_options_are_rejected_before_anything_runs(env, args, message):
+def test_bad_bench_options_are_rejected_before_anything_runs(env, cli, args, message):
     work = env["tmp"] / "work"
     write_kernels(work, "polish_bad_mod", "pf_polish_bad")
-    proc = command(env, "bench", "pf_polish_bad", *args, "--import", "polish_bad_mod", cwd=work)
+    proc = cli("bench", "pf_polish_bad", *args, "--import", "polish_bad_mod", cwd=work)
     assert proc.returncode == 2
     assert message in proc.stderr
     assert not env["marker"].exists(), "a benchmark ran before the option was rejected"
 
 
-def test_stat_mean_drives_the_column_the_best_marker_and_the_speedups(env):
+def test_stat_mean_drives_the_column_the_best_marker_and_the_speedups(env, cli):
     work = env["tmp"] / "work"
     write_kernels(work, "polish_mean_mod", "pf_polish_mean")
     out = work / "res.json"
-    proc = command(env, "bench", "pf_polish_mean", "--stat", "mean", "--n-runs", "7",
+    proc = cli("bench", "pf_polish_mean", "--stat", "mean", "--n-runs", "7",
                    "--speedup-against", "jax", "--output", str(out), "--quiet",
                    "--import", "polish_mean_mod", cwd=work)
     assert proc.returncode == 0, proc.stderr
@@ -183,13 +214,13 @@ def _own_lines(stderr: str) -> list[str]:
     return [ln for ln in stderr.splitlines() if ln.strip() and not _NATIVE_LOG.match(ln)]
 
 
-def test_progress_lines_on_stderr_and_quiet(env):
+def test_progress_lines_on_stderr_and_quiet(env, cli):
     work = env["tmp"] / "work"
     write_kernels(work, "polish_prog_a", "pf_polish_prog_a")
     write_kernels(work, "polish_prog_b", "pf_polish_prog_b")
     base = ["pf_polish_prog_a", "pf_polish_prog_b", "--import", "polish_prog_a", "--import",
             "polish_prog_b"]
-    proc = command(env, "bench", *base, "--n-runs", "2", cwd=work)
+    proc = cli("bench", *base, "--n-runs", "2", cwd=work)
     assert proc.returncode == 0, proc.stderr
     steps = [ln for ln in proc.stderr.splitlines() if "] benchmarking " in ln]
     assert [s.split()[1:4] for s in steps] == [
@@ -198,13 +229,13 @@ def test_progress_lines_on_stderr_and_quiet(env):
     ]
     assert "benchmarking 2 kernel(s) in" in proc.stderr
     assert "\r" not in proc.stderr  # no terminal bar when stderr is not a terminal
-    quiet = command(env, "bench", *base, "--n-runs", "2", "--quiet", cwd=work)
+    quiet = cli("bench", *base, "--n-runs", "2", "--quiet", cwd=work)
     assert quiet.returncode == 0, quiet.stderr
     assert _own_lines(quiet.stderr) == [], quiet.stderr
-    checked = command(env, "check", *base, cwd=work)
+    checked = cli("check", *base, cwd=work)
     assert checked.returncode == 0, checked.stderr
     assert "[2/2] checking pf_polish_prog_b" in checked.stderr
-    tuned = command(env, "autotune", *base, "--n-runs", "2", cwd=work)
+    tuned = cli("autotune", *base, "--n-runs", "2", cwd=work)
     assert tuned.returncode == 0, tuned.stderr
     assert "[1/2] tuning pf_polish_prog_a" in tuned.stderr
 
@@ -245,27 +276,27 @@ def test_autotune_show_lists_every_stored_choice_with_device_and_jax(env, capsys
     capsys.readouterr()
 
 
-def test_autotune_then_show_lists_the_tuned_choice(env):
+def test_autotune_then_show_lists_the_tuned_choice(env, cli):
     work = env["tmp"] / "work"
     write_kernels(work, "polish_tune_mod", "pf_polish_tune")
-    proc = command(env, "autotune", "pf_polish_tune", "--n-runs", "2", "--quiet",
+    proc = cli("autotune", "pf_polish_tune", "--n-runs", "2", "--quiet",
                    "--import", "polish_tune_mod", cwd=work)
     assert proc.returncode == 0, proc.stderr
     want = autotune.choices()["pf_polish_tune"]["cpu"]
     assert want in ("jax", "alt")
-    # Listed without importing the kernel's module.
+    # Listed by a fresh process, which does not import the kernel's module.
     shown = command(env, "autotune", "--show", cwd=work)
     assert shown.returncode == 0, shown.stderr
     row = next(ln.split() for ln in shown.stdout.splitlines() if ln.startswith("pf_polish_tune"))
     assert row[:3] == ["pf_polish_tune", "cpu", want]
 
 
-def test_bench_plot_writes_a_png(env):
+def test_bench_plot_writes_a_png(env, cli):
     pytest.importorskip("matplotlib", reason="the plot needs matplotlib (primforge[plot])")
     work = env["tmp"] / "work"
     write_kernels(work, "polish_plot_mod", "pf_polish_plot")
     png = work / "plot.png"
-    proc = command(env, "bench", "pf_polish_plot", "--n-runs", "3", "--quiet", "--plot",
+    proc = cli("bench", "pf_polish_plot", "--n-runs", "3", "--quiet", "--plot",
                    str(png), "--import", "polish_plot_mod", cwd=work)
     assert proc.returncode == 0, proc.stderr
     data = png.read_bytes()

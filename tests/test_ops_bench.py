@@ -76,17 +76,31 @@ def test_benchmark_runs_every_backend_and_agrees(kernel):
             assert r.ok
 
 
-def test_cli_check_passes_for_the_ops_kernels():
-    # No stored autotune choices are applied (PRIMFORGE_AUTOTUNE unset) and `check` writes
-    # none; the numba cache is shared with this process, which compiled the same variants.
+def test_cli_finds_the_ops_kernels_in_a_fresh_process():
+    # A fresh interpreter, no --import: the command registers primforge.ops by itself.
+    import json
+
     env = {k: v for k, v in os.environ.items() if k != "PRIMFORGE_AUTOTUNE"}
     env.update(JAX_PLATFORMS="cpu")
     proc = subprocess.run(
-        [sys.executable, "-m", "primforge", "check", "--tags", "csr", "--platform", "cpu"],
+        [sys.executable, "-m", "primforge", "list", "--json", "--tags", "csr"],
         env=env, capture_output=True, text=True, timeout=300, check=False,
     )
     assert proc.returncode == 0, proc.stdout + proc.stderr
+    listed = {k["name"] for k in json.loads(proc.stdout)}
+    assert listed == {kernel.name for kernel in KERNELS}, listed
+
+
+def test_cli_check_passes_for_the_ops_kernels(capsys, monkeypatch):
+    # In this process: no second interpreter importing JAX and compiling the Numba kernels
+    # again (discovery by a fresh process is the test above). No stored autotune choices
+    # are applied (PRIMFORGE_AUTOTUNE unset) and `check` writes none.
+    from primforge.cli import main
+
+    monkeypatch.delenv("PRIMFORGE_AUTOTUNE", raising=False)
+    code = main(["check", "--tags", "csr", "--platform", "cpu"])
+    out = capsys.readouterr().out
+    assert code == 0, out
     for kernel in KERNELS:
-        assert f"PASS  {kernel.name}: 4 backend(s) x 4 config(s) against jax" in proc.stdout, (
-            proc.stdout)
-    assert "4 of 4 kernel(s) passed on cpu" in proc.stdout, proc.stdout
+        assert f"PASS  {kernel.name}: 4 backend(s) x 4 config(s) against jax" in out, out
+    assert "4 of 4 kernel(s) passed on cpu" in out, out

@@ -19,10 +19,20 @@ M, N, K = 13, 9, 3
 
 
 def random_csr(rng, m=M, n=N, density=0.35, homo=False, empty_row=True):
-    """CSR arrays built by SciPy (independent of primforge) and the dense NumPy matrix."""
-    mask = rng.random((m, n)) < density
+    """CSR arrays built by SciPy (independent of primforge) and the dense NumPy matrix.
+
+    The positions of the entries are random, their number is not (``density * m * n``,
+    rounded): every matrix of a given size then has the same array shapes, so a product
+    compiled for one test's matrix is reused by every other test that runs the same
+    product (same backend, input kind, weights, transpose), instead of being compiled anew
+    for each test's number of entries.
+    """
+    allowed = np.ones((m, n), bool)
     if empty_row:
-        mask[2] = False  # an empty row exercises indptr runs
+        allowed[2] = False  # an empty row exercises indptr runs
+    mask = np.zeros(m * n, bool)
+    mask[rng.choice(np.flatnonzero(allowed), size=round(density * m * n), replace=False)] = True
+    mask = mask.reshape(m, n)
     values = np.where(mask, rng.normal(size=(m, n)), 0.0).astype(np.float32)
     if homo:
         values = np.where(mask, np.float32(0.75), np.float32(0.0))

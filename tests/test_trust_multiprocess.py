@@ -7,8 +7,8 @@ without a source file can't be cached by Numba at all). A child that crashes, or
 a heap-corruption message, fails the test with its output quoted.
 
 Only public names are used (``XLACustomKernel``, ``def_numba_kernel``, ``numba_kernel``,
-``load_cpp_inline``, ``jax.export``), so these tests hold whatever a backend keeps on disk
-and how. The tests of damaged, planted and untrusted cache folders run for both backends
+``load_cpp_inline``, ``jax.export``, and the numba backend's ``prepare`` for an export
+called in a fresh process), so these tests hold whatever a backend keeps on disk and how. The tests of damaged, planted and untrusted cache folders run for both backends
 that may keep files there: Numba kernels and C++ libraries (``load_cpp_inline``). A full or
 read-only file system is a small tmpfs, which needs root with the right to mount (else
 those two scenarios skip, saying so); a read-only folder can't be had with ``chmod`` as
@@ -344,11 +344,16 @@ for name in ("k_helper", "k_attr", "k_from"):
     emit(name + " direct", primforge.numba_kernel(fn, spec)(x))
 """
 
+# A second edit of the same files that keeps their sizes, with the modification time set
+# back to 1970: a (size, mtime) stamp of the sources would not tell these versions apart.
+HELPERS_SAME_SIZE = HELPERS_EDITED.replace("v * 5.0", "v * 6.0")
+CFG_SAME_SIZE = CFG_EDITED.replace("7.25", "8.25")
+
 EDIT_CASES = {
-    # kernel: (expected before the edit, expected after)
-    "k_helper": (2.0 * X, 5.0 * X + 0.5),
-    "k_attr": (3.0 * X, 7.25 * X),
-    "k_from": (3.0 * X, 7.25 * X),
+    # kernel: (expected before the edit, after it, after the same-size edit)
+    "k_helper": (2.0 * X, 5.0 * X + 0.5, 6.0 * X + 0.5),
+    "k_attr": (3.0 * X, 7.25 * X, 8.25 * X),
+    "k_from": (3.0 * X, 7.25 * X, 8.25 * X),
 }
 
 
@@ -365,7 +370,13 @@ def edited_runs(tmp_path_factory):
     edit_file(str(src / "helpers.py"), HELPERS_EDITED.lstrip())
     edit_file(str(src / "cfg.py"), CFG_EDITED)
     p2 = _run(path, cache, label="process 2 (after the edits)")
-    return {"p1": p1, "p2": p2, "nb_after_p1": nb_after_p1, "src": str(src)}
+    for name, text in (("helpers.py", HELPERS_SAME_SIZE), ("cfg.py", CFG_SAME_SIZE)):
+        f = src / name
+        assert len(text.lstrip()) == f.stat().st_size
+        f.write_text(text.lstrip())
+        os.utime(f, (1, 1))
+    p3 = _run(path, cache, label="process 3 (after same-size edits dated 1970)")
+    return {"p1": p1, "p2": p2, "p3": p3, "nb_after_p1": nb_after_p1, "src": str(src)}
 
 
 @pytest.mark.parametrize(
@@ -379,13 +390,30 @@ def edited_runs(tmp_path_factory):
 )
 def test_edit_between_processes_is_seen(edited_runs, kernel):
     """An edit to code or a constant the kernel uses, between two runs, changes the result."""
-    before, after = EDIT_CASES[kernel]
+    before, after, _ = EDIT_CASES[kernel]
     p1 = check(edited_runs["p1"], "process 1")
     for how in ("op", "direct"):
         _expect(p1, f"{kernel} {how}", before, "process 1 (original files)")
     p2 = check(edited_runs["p2"], "process 2")
     for how in ("op", "direct"):
         _expect(p2, f"{kernel} {how}", after, "process 2 (files edited after process 1)")
+
+
+@pytest.mark.parametrize(
+    "kernel",
+    list(EDIT_CASES),
+    ids=[
+        "njit_helper_in_other_module",
+        "constant_as_module_attribute",
+        "constant_imported_by_name",
+    ],
+)
+def test_same_size_edit_dated_in_the_past_is_seen(edited_runs, kernel):
+    """A third run after edits that keep each file's size and set its time back: new code."""
+    after_same_size = EDIT_CASES[kernel][2]
+    p3 = check(edited_runs["p3"], "process 3")
+    for how in ("op", "direct"):
+        _expect(p3, f"{kernel} {how}", after_same_size, "process 3 (same-size edits, old mtime)")
 
 
 def test_numba_disk_cache_not_switched_on_for_user_functions(edited_runs):
@@ -510,6 +538,8 @@ def _expect_oob_raises(proc, what):
             f"NUMBA_BOUNDSCHECK=1 returned normally with {got if got is None else got.tolist()}",
             pytrace=False,
         )
+    raised = res["raised"]
+    assert "IndexError" in raised and "poke" in raised, f"{what}: {raised}"
 
 
 def test_boundscheck_env_fresh_cache_raises(tmp_path):
@@ -538,13 +568,26 @@ def test_boundscheck_env_after_kernel_cached_without_it(tmp_path):
 
 SEEDED = """
 import re
+import sys
 
 import jax
 import jax.numpy as jnp
 import numba
 import primforge
 
-def make(tags, names, use_tags=False):
+# argv: "first" BLOB (write the export to BLOB), "fresh" BLOB (call BLOB's export before and
+# after building the kernels here), or "first" "-" (no serialization available).
+MODE, BLOB = sys.argv[1], sys.argv[2]
+x = jnp.arange(1.0, 6.0)
+if MODE == "fresh":
+    with open(BLOB, "rb") as fh:
+        imported = jax.export.deserialize(bytearray(fh.read()))
+    try:  # nothing built in this process yet: a clear error, not a crash
+        emit("before", imported.call(x))
+    except Exception as e:
+        emit("before", f"{type(e).__name__}: {e}")
+
+def make(tags, names, use_tags=False, mode="gamma"):
     @numba.njit
     def kernel(x, out):
         s = 0
@@ -552,14 +595,15 @@ def make(tags, names, use_tags=False):
             s += len(n)
         if use_tags:          # pruned by Numba: the frozenset is only held, never typed
             s += len(tags)
+        # a set constant in the code itself: its iteration order follows the hash seed
+        w = 1.0 if mode in {"alpha", "beta", "gamma", "delta", "epsilon"} else 0.0
         for i in range(x.size):
-            out[i] = x[i] * s
+            out[i] = x[i] * s * w
     return kernel
 
 NAMES = ("ab", "cde", "fghi")
 op = primforge.XLACustomKernel("seeded")
 op.def_numba_kernel(lambda tags, **_: make(tags, NAMES))
-x = jnp.arange(1.0, 6.0)
 spec = jax.ShapeDtypeStruct(x.shape, x.dtype)
 held = frozenset({"alpha", "beta", "gamma", "delta", "epsilon", "zeta"})
 direct = primforge.numba_kernel(make(held, NAMES), spec)
@@ -567,6 +611,13 @@ direct = primforge.numba_kernel(make(held, NAMES), spec)
 def f(v):
     return op(v, outs=spec, tags=frozenset({"red", "green", "blue", "cyan"})) + direct(v)
 
+if MODE == "fresh":
+    # Registering the export's targets here, before anything is called or lowered, is the
+    # job of the numba backend's prepare().
+    from primforge.kernel.backends import numba as nb
+
+    emit("prepared", sorted(nb.prepare(f, x)))
+    emit("imported", imported.call(x))
 emit("value", f(x))
 text = jax.jit(f).lower(x).as_text()
 targets = sorted(set(re.findall(r'custom_call @"?([A-Za-z0-9_.$-]+)', text)))
@@ -574,18 +625,36 @@ emit("targets", targets)
 checks = [jax.export.DisabledSafetyCheck.custom_call(t) for t in targets]
 exported = jax.export.export(jax.jit(f), disabled_checks=checks)(x)
 emit("stablehlo", exported.mlir_module())
+if MODE == "first" and BLOB != "-":
+    with open(BLOB, "wb") as fh:
+        fh.write(exported.serialize())
 """
 
 
-def test_export_is_identical_across_hash_seeds(tmp_path):
-    """Two processes, different PYTHONHASHSEED: byte-identical exported StableHLO."""
-    src = _src(tmp_path)
+@pytest.fixture(scope="module")
+def seeded_runs(tmp_path_factory):
+    """Process 1 (PYTHONHASHSEED=1) exports and, when it can, serializes the export;
+    process 2 (PYTHONHASHSEED=2) calls that export before and after building the kernels."""
+    import importlib.util
+
+    tmp = tmp_path_factory.mktemp("seeded")
+    src = _src(tmp)
     path = write_script(str(src), "seeded.py", SEEDED)
-    jobs = []
-    for seed in (1, 2):
-        env = child_env(str(tmp_path / f"cache{seed}"), hashseed=seed, pythonpath=[str(src)])
-        jobs.append(dict(script=path, env=env, cwd=str(src), label=f"PYTHONHASHSEED={seed}"))
-    p1, p2 = (check(p, p.label) for p in run_concurrently(jobs))
+    # jax.export serialization needs flatbuffers; without it process 2 only re-exports.
+    blob = str(tmp / "exported.bin") if importlib.util.find_spec("flatbuffers") else None
+    runs = {}
+    for seed, mode in ((1, "first"), (2, "fresh" if blob else "first")):
+        runs[seed] = _run(
+            path, tmp / f"cache{seed}", mode, blob or "-", hashseed=seed,
+            label=f"PYTHONHASHSEED={seed}",
+        )
+    return runs, blob
+
+
+def test_export_is_identical_across_hash_seeds(seeded_runs):
+    """Two processes, different PYTHONHASHSEED: byte-identical exported StableHLO."""
+    (runs, _) = seeded_runs
+    p1, p2 = (check(runs[seed], runs[seed].label) for seed in (1, 2))
     for p in (p1, p2):
         _expect(p, "value", 9.0 * X + 9.0 * X, p.label)
     t1, t2 = p1.results()["targets"], p2.results()["targets"]
@@ -594,6 +663,22 @@ def test_export_is_identical_across_hash_seeds(tmp_path):
     assert p1.results()["stablehlo"] == p2.results()["stablehlo"], (
         "exported StableHLO differs between PYTHONHASHSEED=1 and 2"
     )
+
+
+def test_exported_kernels_run_in_a_fresh_process(seeded_runs):
+    """The serialized export, called in a fresh process: before the kernels are built there
+    it fails naming a target (no crash); once the numba backend's ``prepare`` has
+    registered their targets (nothing called or lowered yet) it computes the right values."""
+    runs, blob = seeded_runs
+    if blob is None:
+        pytest.skip("jax.export serialization needs flatbuffers")
+    p1, p2 = (check(runs[seed], runs[seed].label) for seed in (1, 2))
+    targets = p1.results()["targets"]
+    before = p2.results().get("before")
+    assert isinstance(before, str), f"the export ran with nothing built: {before}"
+    assert any(t in before for t in targets), before
+    assert p2.results()["prepared"] == targets
+    _expect(p2, "imported", 9.0 * X + 9.0 * X, "process 2 (the imported export)")
 
 
 # --------------------------------------------------------------------------------------
