@@ -41,15 +41,15 @@ import jax
 import jax.numpy as jnp
 import numpy as np
 
-from primforge import _compat
+from primforge import _compat, registry
 from primforge import debug as _debug
-from primforge.kernel import _debug_checks
-from primforge.kernel import _lru
+from primforge.bench import benchmark_kernel
+from primforge.kernel import _debug_checks, _lru, hooks
 from primforge.kernel import batching as _batching
 from primforge.kernel import selection as _selection
 from primforge.kernel import sharding as _sharding
 from primforge.kernel.backends import KNOWN_BACKENDS, get_backend, is_available_on
-from primforge.primitive import static_param
+from primforge.primitive import defjvp, static_param
 
 __all__ = [
     "BackendUnavailableWarning",
@@ -249,10 +249,9 @@ class XLACustomKernel:
                 prim, functools.partial(self._lower, platform=platform), platform
             )
 
-        from primforge import registry
-
         registry.register_kernel(self, replace=replace)
         _selection.note_kernel(self)
+        hooks.emit(hooks.KERNEL_DEFINED, self)
 
     def __repr__(self) -> str:
         return f"XLACustomKernel({self.name!r}, backends={self._backend_table()})"
@@ -347,9 +346,7 @@ class XLACustomKernel:
         # Re-registering replaces the generator: whatever was built or compiled from the
         # old one (build cache, eager jit, jitted callers) must not be served again.
         self._changed()
-        from primforge import registry
-
-        registry.notify_backend_defined(self, platform, backend)  # applies autotuned choices
+        hooks.emit(hooks.BACKEND_DEFINED, self, platform, backend)  # e.g. autotuned choices
 
     def def_numba_kernel(self, kg: Callable[..., Any], asdefault: bool = False) -> None:
         """Register a Numba kernel generator for the CPU (``def_kernel('numba', 'cpu', kg)``).
@@ -631,8 +628,6 @@ class XLACustomKernel:
             >>> float(jax.grad(f)(2.0, 5.0))
             5.0
         """
-        from primforge.primitive import defjvp
-
         defjvp(self, *jvp_rules)
         self._per_input_rules = tuple(r for r in jvp_rules if r is not None)
 
@@ -1280,6 +1275,75 @@ class XLACustomKernel:
             )
         return self._call_fn(*args, **kwargs)
 
+    def has_call(self) -> bool:
+        """Whether a call function is registered (:meth:`def_call`).
+
+        Example:
+            >>> import primforge
+            >>> k = primforge.XLACustomKernel('doc_has_call')
+            >>> k.has_call()
+            False
+            >>> _ = k.def_call(lambda x, backend=None: x)
+            >>> k.has_call()
+            True
+        """
+        return self._call_fn is not None
+
+    def call_signature(self) -> inspect.Signature:
+        """The signature of the function registered with :meth:`def_call`.
+
+        Raises:
+            ValueError: if no call function is registered, or its signature cannot be read.
+
+        Example:
+            >>> import primforge
+            >>> k = primforge.XLACustomKernel('doc_call_signature')
+            >>> _ = k.def_call(lambda x, backend=None: x)
+            >>> 'backend' in k.call_signature().parameters
+            True
+        """
+        if self._call_fn is None:
+            raise ValueError(
+                f"kernel {self.name!r} has no call function; register one with "
+                f"kernel.def_call(fn)"
+            )
+        return inspect.signature(self._call_fn)
+
+    def has_benchmark_data(self) -> bool:
+        """Whether a benchmark data function is registered (:meth:`def_benchmark_data`).
+
+        Example:
+            >>> import primforge
+            >>> k = primforge.XLACustomKernel('doc_has_benchmark_data')
+            >>> k.has_benchmark_data()
+            False
+            >>> _ = k.def_benchmark_data(lambda *, platform: [])
+            >>> k.has_benchmark_data()
+            True
+        """
+        return self._benchmark_data_fn is not None
+
+    def benchmark_data(self, *, platform: str) -> list:
+        """The benchmark configs for ``platform``, from :meth:`def_benchmark_data`'s function.
+
+        Raises:
+            ValueError: if no benchmark data function is registered.
+
+        Example:
+            >>> import jax.numpy as jnp, primforge
+            >>> k = primforge.XLACustomKernel('doc_benchmark_data')
+            >>> _ = k.def_benchmark_data(lambda *, platform: [
+            ...     primforge.BenchmarkConfig(args=(jnp.ones(4),), n=4)])
+            >>> [c.name for c in k.benchmark_data(platform='cpu')]
+            ['n=4']
+        """
+        if self._benchmark_data_fn is None:
+            raise ValueError(
+                f"kernel {self.name!r} has no benchmark data: register a function "
+                f"fn(*, platform) -> list[BenchmarkConfig] with kernel.def_benchmark_data(fn)"
+            )
+        return list(self._benchmark_data_fn(platform=platform))
+
     def benchmark(
         self,
         *,
@@ -1312,8 +1376,6 @@ class XLACustomKernel:
             >>> sorted(r.backend for r in result.records)
             ['jax', 'twice']
         """
-        from primforge.bench import benchmark_kernel
-
         return benchmark_kernel(
             self, platform=platform, n_warmup=n_warmup, n_runs=n_runs,
             n_batch_per_run=n_batch_per_run, compare_results=compare_results, rtol=rtol,
