@@ -18,6 +18,7 @@ at run time (``importlib.import_module``) are not seen.
 from __future__ import annotations
 
 import ast
+import itertools
 from collections import defaultdict
 from pathlib import Path
 
@@ -193,7 +194,7 @@ def find_cycles(edges: dict[str, dict[str, int]], nodes=None):
 
 def _fmt_cycle(cycle: list[str], edges) -> str:
     steps = [cycle[0]]
-    for a, b in zip(cycle, cycle[1:]):
+    for a, b in itertools.pairwise(cycle):
         steps.append(f"-> {b} (line {edges[a][b]} of {a})")
     return " ".join(steps)
 
