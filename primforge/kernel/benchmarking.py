@@ -1,0 +1,97 @@
+"""The kernel's user-facing call function and benchmark data, and benchmarking.
+
+Design: the kernel only stores the two functions (:meth:`BenchmarkingMixin.def_call`,
+:meth:`BenchmarkingMixin.def_benchmark_data`); timing, comparing backends and reporting are
+``primforge.bench``'s, which :meth:`BenchmarkingMixin.benchmark` calls with the kernel.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from typing import Any
+
+from primforge.kernel.state import KernelState
+
+__all__ = ["BenchmarkingMixin"]
+
+
+class BenchmarkingMixin(KernelState):
+    """The call function and benchmark configs the benchmark runner uses.
+
+    Part of :class:`primforge.XLACustomKernel`; writes ``_call_fn`` and
+    ``_benchmark_data_fn``.
+    """
+
+    def def_call(self, fn: Callable[..., Any]) -> Callable[..., Any]:
+        """Store the user-facing call function used by :meth:`call` and benchmarking.
+
+        Example:
+            >>> import primforge
+            >>> k = primforge.XLACustomKernel('doc_def_call')
+            >>> _ = k.def_call(lambda x, backend=None: x + 1)
+            >>> k.call(1)
+            2
+        """
+        if not callable(fn):
+            raise TypeError("def_call: fn must be callable")
+        self._call_fn = fn
+        return fn
+
+    def call(self, *args, **kwargs):
+        """Invoke the function registered with :meth:`def_call`.
+
+        Raises:
+            ValueError: if no call function is registered.
+
+        Example:
+            >>> import primforge
+            >>> k = primforge.XLACustomKernel('doc_call_missing')
+            >>> k.call(1)
+            Traceback (most recent call last):
+            ...
+            ValueError: kernel 'doc_call_missing' has no call function; register one with kernel.def_call(fn)
+        """
+        if self._call_fn is None:
+            raise ValueError(
+                f"kernel {self.name!r} has no call function; register one with "
+                f"kernel.def_call(fn)"
+            )
+        return self._call_fn(*args, **kwargs)
+
+    def benchmark(self, *, platform: str, **options: Any) -> Any:
+        """Time every backend on every benchmark config (see :func:`primforge.bench.benchmark_kernel`).
+
+        ``options`` are those of :func:`primforge.bench.benchmark_kernel` (``n_warmup=5``,
+        ``n_runs=20``, ``n_batch_per_run=1``, ``compare_results=True``, ``rtol``/``atol=1e-3``,
+        ``verbose``, ``catch_errors=True``, ``backends``, ``reference``, ``progress``), which
+        does all the work. Needs :meth:`def_call` and :meth:`def_benchmark_data`. Returns a ``BenchmarkResult``
+        with one record per (config, backend); each backend's output is compared with the
+        reference backend (``reference=``, default 'jax' where registered).
+
+        Example:
+            >>> import jax, jax.numpy as jnp, primforge
+            >>> k = primforge.XLACustomKernel('doc_benchmark_method')
+            >>> k.def_kernel('jax', 'cpu', lambda **kw: lambda x: x * 2)
+            >>> k.def_kernel('twice', 'cpu', lambda **kw: lambda x: x + x)
+            >>> _ = k.def_call(lambda x, backend=None: k(x, outs=jax.ShapeDtypeStruct(x.shape, x.dtype), backend=backend))
+            >>> _ = k.def_benchmark_data(lambda *, platform: [primforge.BenchmarkConfig(args=(jnp.ones(8),))])
+            >>> result = k.benchmark(platform='cpu', n_warmup=1, n_runs=2)
+            >>> sorted(r.backend for r in result.records)
+            ['jax', 'twice']
+        """
+        from primforge.bench import benchmark_kernel
+
+        return benchmark_kernel(self, platform=platform, **options)
+
+    def def_benchmark_data(self, fn: Callable[..., Any]) -> Callable[..., Any]:
+        """Register ``fn(*, platform) -> list[BenchmarkConfig]`` for :meth:`benchmark`.
+
+        Example:
+            >>> import primforge
+            >>> k = primforge.XLACustomKernel('doc_def_bench_data')
+            >>> _ = k.def_benchmark_data(lambda *, platform: [])
+        """
+        if not callable(fn):
+            raise TypeError("def_benchmark_data: fn must be callable")
+        self._benchmark_data_fn = fn
+        return fn
