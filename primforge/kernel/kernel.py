@@ -45,7 +45,6 @@ import jax
 import jax.numpy as jnp
 
 from primforge import _compat
-from primforge import debug as _debug
 from primforge.kernel import selection as _selection
 from primforge.kernel.autodiff import INTERNAL_PARAMS, AutodiffMixin, KernelPrimitive
 from primforge.kernel.batching import BatchingMixin
@@ -193,10 +192,8 @@ class XLACustomKernel(
             raise TypeError(f"kernel {self.name!r}: reserved param name(s) {sorted(clash)}")
         self._check_params(params)
         structs, container = self._resolve_outs(arrays, outs, params)
-        flat = self.primitive.bind(
-            *arrays, outs=structs, backend=backend, context=_selection.current_overrides(),
-            batch=(), debug=_debug.enabled(), **params,
-        )
+        # KernelPrimitive.bind adds the backend overrides and debug mode in force here.
+        flat = self.primitive.bind(*arrays, outs=structs, backend=backend, **params)
         if container is None:
             return flat[0]
         return container(flat)

@@ -215,7 +215,8 @@ class LoweringMixin(KernelState):
         **params,
     ):
         ins = tuple(
-            _batching.core_struct(aval, _batching.n_mapped(batch, i)) for i, aval in enumerate(ctx.avals_in)
+            _batching.core_struct(aval, _batching.n_mapped(batch, i))
+            for i, aval in enumerate(ctx.avals_in)
         )
         fn = self.build(
             platform, ins=ins, outs=outs, batch=batch, backend=backend, context=context,
@@ -226,19 +227,7 @@ class LoweringMixin(KernelState):
                 self, fn, platform=platform, ins=ins, outs=outs, batch=batch, backend=backend,
                 context=context, params=params,
             )
-
-        def checked(*arrays):
-            results = tuple(fn(*arrays))
-            sizes = tuple(s for s, _ in batch)
-            want = [(sizes + o.shape, jnp.dtype(o.dtype)) for o in outs]
-            got = [(tuple(r.shape), jnp.dtype(r.dtype)) for r in results]
-            if got != want:
-                raise KernelError(
-                    f"kernel {self.name!r}: the {params and 'configured ' or ''}kernel returned "
-                    f"outputs {got} but outs declares {want}"
-                )
-            return results
-
+        checked = self._shape_checked(fn, outs, batch, configured=bool(params))
         try:
             return _compat.mlir.lower_fun(checked, multiple_results=True)(ctx, *args)
         except KernelError:
@@ -252,6 +241,23 @@ class LoweringMixin(KernelState):
                 f"kernel {self.name!r} failed to lower with backend {used!r} on {platform!r}: "
                 f"{type(e).__name__}: {e}\n{self._switch_hint(platform, used)}"
             ) from e
+
+    def _shape_checked(self, fn, outs, batch, *, configured: bool):
+        """``fn`` raising a :class:`KernelError` when its outputs differ from ``outs``."""
+        sizes = tuple(s for s, _ in batch)
+        want = [(sizes + o.shape, jnp.dtype(o.dtype)) for o in outs]
+
+        def checked(*arrays):
+            results = tuple(fn(*arrays))
+            got = [(tuple(r.shape), jnp.dtype(r.dtype)) for r in results]
+            if got != want:
+                raise KernelError(
+                    f"kernel {self.name!r}: the {'configured ' if configured else ''}kernel "
+                    f"returned outputs {got} but outs declares {want}"
+                )
+            return results
+
+        return checked
 
     def _generate(self, entry: KernelEntry, **kwargs) -> Any:
         """Call ``entry``'s generator, once per signature (shared by lowering and checks)."""

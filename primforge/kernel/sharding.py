@@ -21,6 +21,7 @@ Design:
 
 from __future__ import annotations
 
+import functools
 import math
 from collections.abc import Callable, Sequence
 from typing import Any
@@ -226,10 +227,8 @@ def partition_lowering(
         platform: the platform being lowered for.
         ins: per-example (core) input structs, as the kernel's lowering computed them.
         outs: per-example output structs (the ``outs`` param).
-        batch: the call's native batch levels.
-        backend: the call's backend choice.
-        context: the call's backend context.
-        params: the call's user params.
+        batch, backend, context, params: the call's native batch levels, backend
+            choice, backend context and user params.
 
     Returns:
         A traceable callable with ``fn``'s signature.
@@ -247,11 +246,6 @@ def partition_lowering(
     res = _resolve(kernel, tuple(ins), tuple(outs), tuple(batch), params)
     n_in = len(ins)
 
-    def infer(mesh, arg_shapes, result_shape):  # GSPMD propagation (Shardy uses the rule)
-        specs = [_spec_of(a.sharding, len(f)) for a, f in zip(arg_shapes, res.operands)]
-        assign = _assign(res, mesh, specs, [])
-        return tuple(_named(mesh, f, assign) for f in res.results)
-
     def call(*arrays):
         if len(arrays) != n_in:
             raise TypeError(
@@ -266,12 +260,19 @@ def partition_lowering(
     cp = _compat.custom_partitioning(call)
     cp.def_partition(
         _partition_callback(kernel, res, tuple(batch), build),
-        infer_sharding_from_operands=infer,
+        infer_sharding_from_operands=functools.partial(_infer, res),
         sharding_rule=res.text,
         reduction_factors=tuple(f for f in order if f in res.reduction),
         need_replication_factors=tuple(f for f in order if f in res.replicated),
     )
     return lambda *arrays: tuple(cp(*arrays))
+
+
+def _infer(res: Resolved, mesh, arg_shapes, result_shape):
+    """Result shardings from the operands' (GSPMD propagation; Shardy uses the rule)."""
+    specs = [_spec_of(a.sharding, len(f)) for a, f in zip(arg_shapes, res.operands)]
+    assign = _assign(res, mesh, specs, [])
+    return tuple(_named(mesh, f, assign) for f in res.results)
 
 
 def _local_structs(res: Resolved, assign, mesh, arg_shapes, result_shape, batch):
