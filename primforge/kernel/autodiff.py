@@ -254,7 +254,8 @@ class AutodiffMixin(KernelState):
             if n_out == 1 and not isinstance(part, (tuple, list)):
                 part = [part]
             if not isinstance(part, (tuple, list)) or len(part) != n_out:
-                got = f"{len(part)} values" if isinstance(part, (tuple, list)) else type(part).__name__
+                is_seq = isinstance(part, (tuple, list))
+                got = f"{len(part)} values" if is_seq else type(part).__name__
                 raise KernelError(
                     f"kernel {self.name!r}: the JVP rule {rule} must return {n_out} {what} "
                     f"(one per output, as a sequence); got {got}"

@@ -31,7 +31,15 @@ from primforge.kernel.autodiff import call_rule
 from primforge.kernel.errors import KernelError
 from primforge.kernel.state import KernelState
 
-__all__ = ["BatchingMixin", "broadcast_levels", "general_batching_rule", "native_batching_rule", "vmap_levels"]
+__all__ = [
+    "BatchingMixin",
+    "broadcast_levels",
+    "core_struct",
+    "general_batching_rule",
+    "n_mapped",
+    "native_batching_rule",
+    "vmap_levels",
+]
 
 BatchLevels = tuple[tuple[int, tuple[bool, ...]], ...]
 

@@ -59,14 +59,15 @@ class BenchmarkingMixin(KernelState):
         return self._call_fn(*args, **kwargs)
 
     def benchmark(self, *, platform: str, **options: Any) -> Any:
-        """Time every backend on every benchmark config (see :func:`primforge.bench.benchmark_kernel`).
+        """Time every backend on every benchmark config; the work is ``primforge.bench``'s.
 
-        ``options`` are those of :func:`primforge.bench.benchmark_kernel` (``n_warmup=5``,
-        ``n_runs=20``, ``n_batch_per_run=1``, ``compare_results=True``, ``rtol``/``atol=1e-3``,
-        ``verbose``, ``catch_errors=True``, ``backends``, ``reference``, ``progress``), which
-        does all the work. Needs :meth:`def_call` and :meth:`def_benchmark_data`. Returns a ``BenchmarkResult``
-        with one record per (config, backend); each backend's output is compared with the
-        reference backend (``reference=``, default 'jax' where registered).
+        A thin call to :func:`primforge.bench.benchmark_kernel`, whose keyword arguments
+        ``options`` are (``n_warmup=5``, ``n_runs=20``, ``n_batch_per_run=1``,
+        ``compare_results=True``, ``rtol=atol=1e-3``, ``verbose``, ``catch_errors=True``,
+        ``backends``, ``reference``, ``progress``). Needs :meth:`def_call` and
+        :meth:`def_benchmark_data`. Returns a ``BenchmarkResult`` with one record per
+        (config, backend); each backend's output is compared with the reference backend
+        (``reference=``, default 'jax' where registered).
 
         Example:
             >>> import jax, jax.numpy as jnp, primforge

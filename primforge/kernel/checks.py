@@ -79,8 +79,8 @@ class ChecksMixin(KernelState):
             structs, container = normalize_outs(outs)
             if structs != exp_structs:
                 raise ValueError(
-                    f"kernel {self.name!r}: outs {fmt_structs(structs)} do not match what its shape "
-                    f"rule infers from the inputs, {fmt_structs(exp_structs)}"
+                    f"kernel {self.name!r}: outs {fmt_structs(structs)} do not match what its "
+                    f"shape rule infers from the inputs, {fmt_structs(exp_structs)}"
                 )
             return structs, container
         if outs is None:
@@ -191,13 +191,15 @@ class ChecksMixin(KernelState):
         if len(got) != len(structs):
             raise ValueError(
                 f"kernel {self.name!r}: outs describes {len(structs)} output(s) but its 'jax' "
-                f"reference backend returns {len(got)} for inputs {fmt_structs(ins)}: {fmt_structs(got)}"
+                f"reference backend returns {len(got)} for inputs {fmt_structs(ins)}: "
+                f"{fmt_structs(got)}"
             )
         for i, (want, have) in enumerate(zip(got, structs)):
             if (tuple(want.shape), jnp.dtype(want.dtype)) != (tuple(have.shape), have.dtype):
                 raise ValueError(
                     f"kernel {self.name!r}: outs[{i}] is {fmt_structs([have])[1:-1]} but its 'jax' "
-                    f"reference backend returns {fmt_structs([want])[1:-1]} for inputs {fmt_structs(ins)} "
+                    f"reference backend returns {fmt_structs([want])[1:-1]} for inputs "
+                    f"{fmt_structs(ins)} "
                     f"(jax.eval_shape); fix outs (or the reference)"
                 )
         self._ref_cache[key] = _MATCHES  # checked once per signature

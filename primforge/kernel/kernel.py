@@ -186,7 +186,8 @@ class XLACustomKernel(
         """
         arrays = self._as_arrays(inputs)
         self._check_backend(backend)
-        params = {k: static_param(v, name=k, where=f"kernel {self.name!r}") for k, v in params.items()}
+        where = f"kernel {self.name!r}"
+        params = {k: static_param(v, name=k, where=where) for k, v in params.items()}
         clash = set(params) & set(INTERNAL_PARAMS)
         if clash:
             raise TypeError(f"kernel {self.name!r}: reserved param name(s) {sorted(clash)}")

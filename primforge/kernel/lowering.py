@@ -152,7 +152,8 @@ class LoweringMixin(KernelState):
         except Exception as e:
             raise KernelError(
                 f"kernel {self.name!r} failed to build with backend {entry.backend!r} on "
-                f"{platform!r}: {type(e).__name__}: {e}\n{self._switch_hint(platform, entry.backend)}"
+                f"{platform!r}: {type(e).__name__}: {e}\n"
+                f"{self._switch_hint(platform, entry.backend)}"
             ) from e
         self._build_cache[key] = fn
         return fn

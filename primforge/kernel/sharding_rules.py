@@ -279,7 +279,8 @@ def resolve(name: str, spec: ShardingRule, ins: tuple, outs: tuple, batch: tuple
         >>> import jax
         >>> s = jax.ShapeDtypeStruct((4, 3), 'float32')
         >>> v = jax.ShapeDtypeStruct((3,), 'float32')
-        >>> r = resolve('k', ShardingRule('i j, j -> i'), (s, v), (jax.ShapeDtypeStruct((4,), 'float32'),), (), ())
+        >>> out = jax.ShapeDtypeStruct((4,), 'float32')
+        >>> r = resolve('k', ShardingRule('i j, j -> i'), (s, v), (out,), (), ())
         >>> r.text, sorted(r.replicated)
         ('i j, j -> i', ['j'])
     """
