@@ -35,7 +35,7 @@ LAYERS: list[tuple[str, list[str]]] = [
     ("store", ["primforge.registry", "primforge.bench"]),
     ("kernel", ["primforge.kernel"]),
     ("autotune", ["primforge.autotune"]),
-    ("library", ["primforge.ops", "primforge.testing"]),
+    ("library", ["primforge.ops", "primforge.testing", "primforge._gpu_compile"]),
     ("entry points", ["primforge.cli", "primforge.__main__", "primforge"]),
 ]
 
