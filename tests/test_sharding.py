@@ -139,6 +139,16 @@ def test_the_rule_is_a_declared_field_set_only_through_the_kernel():
         def_sharding_rule(object(), "elementwise")
 
 
+def test_the_partitioned_call_rejects_a_wrong_number_of_arrays_by_name():
+    k = _kernel("t_sh_nargs", "elementwise")
+    k.def_kernel("jax", "cpu", lambda **kw: lambda x: 2 * x)
+    (s,) = _structs((4,))
+    f = sharding.partition_lowering(k, lambda x: (2 * x,), platform="cpu", ins=(s,), outs=(s,))
+    assert f(jnp.ones(4))[0].tolist() == [2.0] * 4
+    with pytest.raises(TypeError, match=r"takes 1 input array\(s\) \('arrays'.*got 2"):
+        f(jnp.ones(4), jnp.ones(4))
+
+
 def test_a_rule_set_by_the_module_function_relowers_jitted_callers():
     k = primforge.XLACustomKernel("t_sh_relower", replace=True)
     k.def_kernel("jax", "cpu", lambda **kw: lambda x: 2 * x)

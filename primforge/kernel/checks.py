@@ -30,7 +30,7 @@ from primforge.kernel.entry import GENERATOR_ARGS, KernelEntry
 from primforge.kernel.errors import KernelError
 from primforge.kernel.state import KernelState
 
-__all__ = ["ChecksMixin", "fmt_structs", "normalize_outs"]
+__all__ = ["ChecksMixin", "as_struct", "fmt_structs", "normalize_outs"]
 
 _MATCHES = object()  # _ref_cache value: outs agreed with the reference
 
