@@ -9,8 +9,10 @@ Design:
     * Using the choices is opt-in. :func:`load` reads the cache and makes each choice the
       kernel's default (``set_default``); choices for kernels not registered yet, or whose
       tuned backend is not registered yet, stay pending and are applied when the backend
-      is defined (``registry.notify_backend_defined``). Setting ``PRIMFORGE_AUTOTUNE=1``
-      calls :func:`load` automatically when the first kernel is created.
+      is defined: this module subscribes to the kernel's events
+      (:mod:`primforge.kernel.hooks`) when it is imported, which ``import primforge``
+      does. Setting ``PRIMFORGE_AUTOTUNE=1`` calls :func:`load` automatically when the
+      first kernel is created.
     * The cache records, per kernel and platform, the backend, its time, the device kind
       and JAX version it was measured with, and when. A choice is used only where it was
       measured: :func:`load` (and ``PRIMFORGE_AUTOTUNE=1``) skip choices recorded on another
@@ -28,6 +30,11 @@ import os
 from collections.abc import Iterable
 from pathlib import Path
 from typing import Any
+
+from primforge import _cache, registry
+from primforge.bench import BenchmarkMismatchWarning, benchmark_kernel
+from primforge.kernel import hooks
+from primforge.kernel.backends._platforms import canonical_platform
 
 __all__ = [
     "AutotuneMismatchWarning",
@@ -84,14 +91,10 @@ def enabled() -> bool:
 
 def _default_folder_ok(path: Path) -> bool:
     """The default file's folder must be private to the user (one warning otherwise)."""
-    from primforge import _cache
-
     return _cache.checked_folder(str(path.parent)) is not None
 
 
 def _read(path: Path | None = None) -> dict[str, Any]:
-    from primforge import _cache
-
     default = path is None
     path = Path(path) if path is not None else cache_path()
     empty = {"format": _FORMAT, "version": _VERSION, "kernels": {}}
@@ -127,8 +130,6 @@ def _write(data: dict[str, Any], path: Path | None = None) -> Path:
     A full disk or read-only folder, or an untrusted default folder, gives one warning and
     leaves the file as it was: tuning results are then not kept.
     """
-    from primforge import _cache
-
     default = path is None
     path = Path(path) if path is not None else cache_path()
     if default and not _default_folder_ok(path):
@@ -221,7 +222,8 @@ def applied() -> dict[str, dict[str, str]]:
 def apply_pending(kernel: Any, platform: str | None = None) -> None:
     """Make a loaded choice the default of ``kernel`` if its tuned backend is registered.
 
-    Called by ``registry.notify_backend_defined``; a no-op without a loaded choice.
+    Called for every backend a kernel defines (through the kernel's event hook); a no-op
+    without a loaded choice.
 
     Example:
         >>> import primforge
@@ -261,8 +263,6 @@ def load(
         >>> load(os.path.join(tempfile.mkdtemp(), 'autotune.json'))
         {}
     """
-    from primforge import registry
-
     wanted = None if kernels is None else set(kernels)
     stored = _usable(Path(path) if path is not None else None)
     for name, per in stored.items():
@@ -278,7 +278,7 @@ def load(
 
 
 def _load_from_env() -> None:
-    """Load the cache once per process when ``PRIMFORGE_AUTOTUNE`` is set (registry hook)."""
+    """Load the cache once per process when ``PRIMFORGE_AUTOTUNE`` is set (first kernel)."""
     global _ENV_LOADED
     if _ENV_LOADED or not enabled():
         return
@@ -364,10 +364,6 @@ def tune(
 
     import jax
 
-    from primforge import registry
-    from primforge.bench import BenchmarkMismatchWarning, benchmark_kernel
-    from primforge.kernel.selection import canonical_platform
-
     platform = canonical_platform(platform or jax.default_backend())
     if kernels is None:
         kernels = registry.list_kernels()
@@ -379,8 +375,8 @@ def tune(
     out: dict[str, dict[str, Any]] = {}
     for kernel in kernels:
         if (
-            getattr(kernel, "_benchmark_data_fn", None) is None
-            or getattr(kernel, "_call_fn", None) is None
+            not kernel.has_benchmark_data()
+            or not kernel.has_call()
             or len(kernel.available_backends(platform)) < 2
         ):
             continue
@@ -419,3 +415,14 @@ def tune(
                 _PENDING.setdefault(kernel.name, {})[platform] = best
                 apply_pending(kernel, platform)
     return out
+
+
+def _on_kernel_event(event: hooks.KernelEvent) -> None:
+    """Stored choices reach kernels as they are created and as their backends appear."""
+    if event.kind == hooks.KERNEL_DEFINED:
+        _load_from_env()
+    elif event.kind == hooks.BACKEND_DEFINED:
+        apply_pending(event.kernel, event.platform)
+
+
+hooks.on_kernel_event(_on_kernel_event)

@@ -42,7 +42,7 @@ Example:
     ...     k(jnp.zeros(3), outs=jax.ShapeDtypeStruct((3,), jnp.float32))
     Traceback (most recent call last):
     ...
-    primforge.kernel.kernel.KernelError: kernel 'doc_debug_mode_demo' (backend 'fast'), debug mode: output 0 (float32[3]) differs from the 'jax' reference backend; first differing index (0,): got 7.0, reference 0.0 (rtol=0.0001, atol=1e-06) [primforge debug #...]
+    primforge.kernel.errors.KernelError: kernel 'doc_debug_mode_demo' (backend 'fast'), debug mode: output 0 (float32[3]) differs from the 'jax' reference backend; first differing index (0,): got 7.0, reference 0.0 (rtol=0.0001, atol=1e-06) [primforge debug #...]
 """
 
 from __future__ import annotations

@@ -9,14 +9,18 @@ least one), with the same semantics wherever tags are filtered (API and CLI):
 :func:`list_kernels` filters quietly, :func:`select_kernels` (what the CLI uses) also
 rejects unknown names and tags with a message listing what exists. :func:`load_modules`
 imports the modules that define kernels (the library's own ``primforge.ops`` and any the
-user names). :func:`notify_backend_defined` is the hook through which autotuned defaults
-(``primforge.autotune``) reach a kernel as soon as its tuned backend is registered.
+user names).
+
+The registry is a plain store: it imports nothing else of the library (a kernel registers
+itself; ``primforge.autotune`` learns of new kernels and backends through the kernel's own
+event hook, :mod:`primforge.kernel.hooks`), and it reads kernels only through their
+public API.
 """
 
 from __future__ import annotations
 
 import importlib
-import os
+import warnings
 from collections.abc import Iterable, Sequence
 from typing import TYPE_CHECKING, Any
 
@@ -89,8 +93,6 @@ def register_kernel(kernel: XLACustomKernel, *, replace: bool = False) -> None:
     """
     old = _KERNELS.get(kernel.name)
     if old is not None and old is not kernel and not replace:
-        import warnings
-
         warnings.warn(
             f"a kernel named {kernel.name!r} was already registered; the new "
             f"XLACustomKernel({kernel.name!r}) replaces it in the registry (the old object "
@@ -100,10 +102,6 @@ def register_kernel(kernel: XLACustomKernel, *, replace: bool = False) -> None:
             stacklevel=3,
         )
     _KERNELS[kernel.name] = kernel
-    if os.environ.get("PRIMFORGE_AUTOTUNE"):
-        from primforge import autotune
-
-        autotune._load_from_env()
 
 
 def unregister_kernel(name: str) -> None:
@@ -263,23 +261,24 @@ def load_modules(modules: Iterable[str] = (), *, builtin: bool = True) -> list[s
     return notes
 
 
-def kernel_summary(kernel: XLACustomKernel) -> dict[str, Any]:
-    """What the CLI shows about a kernel, as plain data.
+def kernel_summary(
+    kernel: XLACustomKernel, tuned: dict[str, str] | None = None
+) -> dict[str, Any]:
+    """A kernel's registration as plain data (what ``primforge list --json`` prints).
+
+    Args:
+        kernel: the kernel.
+        tuned: its stored autotune choices, platform -> backend, shown as they are (the
+            ``primforge`` command passes those of ``primforge.autotune.choices()``).
 
     Example:
         >>> import primforge
         >>> k = primforge.XLACustomKernel('doc_kernel_summary', 'Adds one.')
         >>> k.def_kernel('jax', 'cpu', lambda **kw: lambda x: x + 1)
         >>> s = kernel_summary(k)
-        >>> s['backends'], s['defaults'], s['doc']
-        ({'cpu': ['jax']}, {'cpu': 'jax'}, 'Adds one.')
+        >>> s['backends'], s['defaults'], s['doc'], s['tuned']
+        ({'cpu': ['jax']}, {'cpu': 'jax'}, 'Adds one.', {})
     """
-    from primforge import autotune
-
-    try:
-        tuned = autotune.choices().get(kernel.name, {})
-    except (TypeError, ValueError):  # a damaged cache is reported by the CLI, not here
-        tuned = {}
     platforms = [p for p in ("cpu", "gpu", "tpu") if kernel.available_backends(p)]
     return {
         "name": kernel.name,
@@ -287,24 +286,30 @@ def kernel_summary(kernel: XLACustomKernel) -> dict[str, Any]:
         "tags": sorted(kernel.tags),
         "backends": {p: kernel.available_backends(p) for p in platforms},
         "defaults": {p: d for p, d in kernel.defaults.items() if p in platforms},
-        "tuned": tuned,
-        "has_call": getattr(kernel, "_call_fn", None) is not None,
-        "has_benchmark_data": getattr(kernel, "_benchmark_data_fn", None) is not None,
+        "tuned": dict(tuned or {}),
+        "has_call": kernel.has_call(),
+        "has_benchmark_data": kernel.has_benchmark_data(),
     }
 
 
 def notify_backend_defined(kernel: XLACustomKernel, platform: str, backend: str) -> None:
-    """Hook called by ``XLACustomKernel.def_kernel`` after it registers a backend.
+    """Deprecated, does nothing: ``def_kernel`` now announces new backends itself.
 
-    Applies a loaded autotune choice for ``kernel`` on ``platform`` as soon as the tuned
-    backend exists (see :func:`primforge.autotune.load`).
+    Subscribe to kernel events with :func:`primforge.kernel.hooks.on_kernel_event`
+    instead; autotuned choices are applied through that hook.
 
     Example:
-        >>> import primforge
-        >>> k = primforge.XLACustomKernel('doc_notify_backend')
-        >>> k.def_kernel('jax', 'cpu', lambda **kw: lambda x: x)
-        >>> notify_backend_defined(k, 'cpu', 'jax')
+        >>> import warnings
+        >>> with warnings.catch_warnings(record=True) as caught:
+        ...     warnings.simplefilter('always')
+        ...     notify_backend_defined(None, 'cpu', 'jax')
+        >>> caught[0].category.__name__
+        'DeprecationWarning'
     """
-    from primforge import autotune
-
-    autotune.apply_pending(kernel, platform)
+    warnings.warn(
+        "primforge.registry.notify_backend_defined is deprecated and does nothing: "
+        "XLACustomKernel.def_kernel announces each backend through "
+        "primforge.kernel.hooks (subscribe with hooks.on_kernel_event)",
+        DeprecationWarning,
+        stacklevel=2,
+    )

@@ -27,18 +27,6 @@ def cache_dir(tmp_path, monkeypatch):
     return tmp_path / "cache"
 
 
-@pytest.fixture
-def hooked(monkeypatch):
-    """def_kernel calling registry.notify_backend_defined (the hook kernel.py is to call)."""
-    original = primforge.XLACustomKernel.def_kernel
-
-    def def_kernel(self, backend, platform, kg, asdefault=False):
-        original(self, backend, platform, kg, asdefault)
-        registry.notify_backend_defined(self, platform, backend)
-
-    monkeypatch.setattr(primforge.XLACustomKernel, "def_kernel", def_kernel)
-
-
 def _kernel(name):
     """Default 'broken' fails to build, 'wrong' disagrees, 'jax' is the only good one."""
     k = primforge.XLACustomKernel(name, replace=True)
@@ -89,7 +77,7 @@ def test_tune_skips_kernels_it_cannot_benchmark():
         registry.unregister_kernel("at_t_single")
 
 
-def test_load_applies_now_and_to_kernels_defined_later(cache_dir, hooked):
+def test_load_applies_now_and_to_kernels_defined_later(cache_dir):
     cache_dir.mkdir()
     here = {"device": jax.devices("cpu")[0].device_kind, "jax_version": jax.__version__}
     (cache_dir / "autotune.json").write_text(json.dumps(
@@ -167,21 +155,6 @@ def _run(code, cache_dir, **env):
     return proc.stdout.strip().splitlines()[-1]
 
 
-# Until kernel.py's def_kernel calls registry.notify_backend_defined itself, the child
-# process installs the same call (idempotent, so harmless once kernel.py does it).
-_HOOK_SHIM = """
-import inspect, primforge
-from primforge import registry
-K = primforge.XLACustomKernel
-if 'notify_backend_defined' not in inspect.getsource(K.def_kernel):
-    _orig = K.def_kernel
-    def _def_kernel(self, backend, platform, kg, asdefault=False):
-        _orig(self, backend, platform, kg, asdefault)
-        registry.notify_backend_defined(self, platform, backend)
-    K.def_kernel = _def_kernel
-"""
-
-
 def test_choice_survives_into_a_new_process(cache_dir):
     import pf_cli_demo
 
@@ -199,7 +172,7 @@ def test_choice_survives_into_a_new_process(cache_dir):
         code = "import pf_cli_demo; print(pf_cli_demo.flaky.get_default('cpu'))"
         assert _run(code, cache_dir) == "broken"
         # opt-in by environment variable, honoured as the kernel is defined
-        assert _run(_HOOK_SHIM + code, cache_dir, PRIMFORGE_AUTOTUNE="1") == "jax"
+        assert _run(code, cache_dir, PRIMFORGE_AUTOTUNE="1") == "jax"
     finally:
         pf_cli_demo.flaky.set_default("cpu", "broken")
 

@@ -144,3 +144,19 @@ def test_parser_requires_a_command(capsys):
     with pytest.raises(SystemExit) as e:
         main([])
     assert e.value.code == 2
+
+
+def test_list_and_info_show_stored_autotune_choices(tmp_path, capsys):
+    """The CLI adds the stored choices to the registry's summary; a damaged store shows none."""
+    cache = tmp_path / "in_process_cache"
+    cache.mkdir(mode=0o700)
+    (cache / "autotune.json").write_text(json.dumps(
+        {"kernels": {"pf_demo_scale": {"cpu": {"backend": "alt"}}}}))
+    assert main(["list", "--json", "pf_demo_scale", "--import", "pf_cli_demo"]) == 0
+    [summary] = json.loads(capsys.readouterr().out)
+    assert summary["tuned"] == {"cpu": "alt"} and summary["has_call"]
+    assert main(["info", "pf_demo_scale", "--import", "pf_cli_demo"]) == 0
+    assert "(autotuned: alt)" in capsys.readouterr().out
+    (cache / "autotune.json").write_text("{damaged")
+    assert main(["list", "--json", "pf_demo_scale", "--import", "pf_cli_demo"]) == 0
+    assert json.loads(capsys.readouterr().out)[0]["tuned"] == {}

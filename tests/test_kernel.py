@@ -439,3 +439,42 @@ def test_repr_and_registry_listing():
     assert k in primforge.list_kernels(["unit", "demo"])
     assert k in primforge.list_kernels(["unit", "nothing"], match="any")
     assert k not in primforge.list_kernels(["unit", "nothing"], match="all")
+
+
+# ---------------------------------------------------------------- params user rules see
+def test_every_user_rule_sees_its_params_outs_and_backend_and_rebinds_with_them():
+    seen = []
+    k = fresh("rule_params")
+    k.def_kernel("jax", "cpu", lambda scale=1.0, **kw: lambda x: scale * x)
+
+    def jvp(primals, tangents, **params):
+        seen.append(("jvp", tuple(sorted(params))))
+        return k.primitive.bind(*primals, **params), k.primitive.bind(*tangents, **params)
+
+    def transpose(cts, x, **params):
+        seen.append(("transpose", tuple(sorted(params))))
+        return [k.primitive.bind(cts[0], **params)[0]]
+
+    k.def_jvp_rule(jvp)
+    k.def_transpose_rule(transpose)
+    x = jnp.arange(6.0, dtype=jnp.float32).reshape(2, 3)
+    per_row = jax.vmap(lambda r: k(r, outs=f32(3), scale=2.0))  # a natively batched bind
+    grad = jax.jit(jax.grad(lambda x: jnp.sum(per_row(x) * x)))(x)
+    np.testing.assert_allclose(grad, 4.0 * np.asarray(x))  # d/dx sum(2 x * x) = 4 x
+    # Batched or not, JVP or transpose: the call's params, outs and backend, nothing else.
+    assert {kind for kind, _ in seen} == {"jvp", "transpose"}
+    assert {names for _, names in seen} == {("backend", "outs", "scale")}
+
+    k2 = fresh("rule_params_batching")
+    k2.def_kernel("jax", "cpu", lambda scale=1.0, **kw: lambda x: scale * x)
+
+    def batching(args, axes, **params):
+        seen.append(("batching", tuple(sorted(params))))
+        (a,), (ax,) = args, axes
+        big = jax.ShapeDtypeStruct(jnp.moveaxis(a, ax, 0).shape, jnp.float32)
+        return [k2.primitive.bind(jnp.moveaxis(a, ax, 0), **{**params, "outs": (big,)})[0]], [0]
+
+    k2.def_batching_rule(batching)
+    out = jax.vmap(lambda r: k2(r, outs=f32(3), scale=3.0), in_axes=1)(x.T)
+    np.testing.assert_allclose(out, 3.0 * np.asarray(x))
+    assert seen[-1] == ("batching", ("backend", "outs", "scale"))

@@ -252,6 +252,30 @@ def test_a_backend_is_registered_only_on_its_platforms():
     assert k.available_backends("cpu") == ["pallas"] and k.available_backends("tpu") == ["mine"]
 
 
+def test_an_unknown_platform_error_names_backend_platform_and_what_the_backend_serves():
+    k = fresh("plat_unknown")
+    gen = lambda **kw: None  # noqa: E731
+    cases = [
+        (lambda: k.def_kernel("numba", "fpga", gen), "'numba'", "['cpu']"),
+        (lambda: k.def_pallas_kernel("fpga", gen), "'pallas'", "['cpu', 'gpu', 'tpu']"),
+        (lambda: k.def_warp_kernel(gen, platform="fpga"), "'warp'", "['cpu', 'gpu']"),
+        (lambda: k.def_cuda_raw_kernel(gen, platform="fpga"), "'cuda_raw'", "['cpu', 'gpu']"),
+        # A user-named backend may go on every platform primforge knows, and only there.
+        (lambda: k.def_kernel("mine", "fpga", gen), "'mine'", "['cpu', 'gpu', 'tpu']"),
+    ]
+    for register, backend, served in cases:
+        with pytest.raises(ValueError) as info:
+            register()
+        message = str(info.value)
+        assert backend in message and "'fpga'" in message and served in message, message
+    # JAX's platform names map to primforge's, and the message says which was given.
+    with pytest.raises(ValueError, match=r"'numba' backend serves \['cpu'\], not 'cuda \(gpu\)'"):
+        k.def_kernel("numba", "cuda", gen)
+    assert k._entries == {}
+    k.def_kernel("triton", "cuda", gen)  # 'cuda' is the GPU, which Triton serves
+    assert k.available_backends("gpu") == ["triton"]
+
+
 # ------------------------------------------------------------ general batching rule
 def _single_result_primitive():
     from jax.extend.core import Primitive

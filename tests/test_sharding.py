@@ -125,6 +125,40 @@ def test_rule_is_stored_and_removed():
     assert def_sharding_rule(k, None) is None and get_sharding_rule(k) is None
 
 
+def test_the_rule_is_a_declared_field_set_only_through_the_kernel():
+    k = primforge.XLACustomKernel("t_sh_field", replace=True)
+    assert k.sharding_rule is None  # declared from construction on
+    rule = k.def_sharding_rule("i j, j -> i", reduction_factors=("j",))
+    assert k.sharding_rule is rule and get_sharding_rule(k) is rule
+    assert rule == ShardingRule("i j, j -> i", reduction_factors=("j",))
+    def_sharding_rule(k, "elementwise")  # the module function goes through the method
+    assert k.sharding_rule == ShardingRule("elementwise")
+    with pytest.raises(AttributeError):
+        k.sharding_rule = None
+    with pytest.raises(TypeError, match="'kernel' must be an XLACustomKernel"):
+        def_sharding_rule(object(), "elementwise")
+
+
+def test_the_partitioned_call_rejects_a_wrong_number_of_arrays_by_name():
+    k = _kernel("t_sh_nargs", "elementwise")
+    k.def_kernel("jax", "cpu", lambda **kw: lambda x: 2 * x)
+    (s,) = _structs((4,))
+    f = sharding.partition_lowering(k, lambda x: (2 * x,), platform="cpu", ins=(s,), outs=(s,))
+    assert f(jnp.ones(4))[0].tolist() == [2.0] * 4
+    with pytest.raises(TypeError, match=r"takes 1 input array\(s\) \('arrays'.*got 2"):
+        f(jnp.ones(4), jnp.ones(4))
+
+
+def test_a_rule_set_by_the_module_function_relowers_jitted_callers():
+    k = primforge.XLACustomKernel("t_sh_relower", replace=True)
+    k.def_kernel("jax", "cpu", lambda **kw: lambda x: 2 * x)
+    f = jax.jit(lambda x: k(x, outs=jax.ShapeDtypeStruct((4,), jnp.float32)))
+    assert f(jnp.ones(4)).tolist() == [2.0] * 4
+    def_sharding_rule(k, "i, j -> i")  # two operands: does not fit the one-input call
+    with pytest.raises(ValueError, match="describes 2 operand"):
+        f(jnp.ones(4))
+
+
 @pytest.mark.parametrize(
     ("rule", "message"),
     [

@@ -11,13 +11,15 @@ Design:
       first on each config; every other backend's output is compared with it leaf by leaf
       (shape, dtype, ``allclose``). A disagreement is stored in the record and raised as a
       :class:`BenchmarkMismatchWarning`.
+    * The kernel is used through its public methods only (``has_call``, ``call``,
+      ``benchmark_data``, ``available_backends``, ``use_backend``); this package never
+      imports the kernel layer.
     * A call function that cannot be traced (it needs concrete values) is timed eagerly
       instead; its first call then counts as the compile time.
 """
 
 from __future__ import annotations
 
-import inspect
 import sys
 import time
 import warnings
@@ -35,6 +37,7 @@ from primforge.bench._config import (
 from primforge.bench._format import format_seconds
 from primforge.bench._record import BenchmarkRecord
 from primforge.bench._result import BenchmarkResult
+from primforge.kernel.backends._platforms import canonical_platform
 
 __all__ = ["benchmark_kernel", "compare_outputs", "reference_backend"]
 
@@ -154,9 +157,10 @@ def _is_array(x: Any) -> bool:
     return isinstance(x, (jax.Array, np.ndarray))
 
 
-def _accepts_backend(fn: Callable) -> bool:
+def _accepts_backend(kernel) -> bool:
+    """Whether the kernel's call function takes ``backend=`` (unreadable: assume it does)."""
     try:
-        params = inspect.signature(fn).parameters.values()
+        params = kernel.call_signature().parameters.values()
     except (TypeError, ValueError):
         return True
     return any(p.name == "backend" or p.kind is p.VAR_KEYWORD for p in params)
@@ -180,7 +184,7 @@ class _Runner:
         self.dynamic = [i for i, x in enumerate(leaves) if _is_array(x)]
         self.inputs = [jax.device_put(leaves[i], device) for i in self.dynamic]
         kwargs = dict(config.kwargs)
-        if _accepts_backend(kernel._call_fn):
+        if _accepts_backend(kernel):
             kwargs["backend"] = backend
 
         def fn(*arrays):
@@ -302,19 +306,16 @@ def benchmark_kernel(
         >>> [(r.config, r.backend, r.success, r.matches_reference) for r in res]
         [('n=10', 'jax', True, None), ('n=10', 'add', True, True), ('n=1000', 'jax', True, None), ('n=1000', 'add', True, True)]
     """
-    from primforge.kernel.selection import canonical_platform
-
     platform = canonical_platform(platform)
     n_warmup = _check_count("n_warmup", n_warmup, 0)
     n_runs = _check_count("n_runs", n_runs, 1)
     n_batch_per_run = _check_count("n_batch_per_run", n_batch_per_run, 1)
-    data_fn = getattr(kernel, "_benchmark_data_fn", None)
-    if data_fn is None:
+    if not kernel.has_benchmark_data():
         raise BenchmarkDataFnNotProvidedError(
             f"kernel {kernel.name!r} has no benchmark data: register a function "
             f"fn(*, platform) -> list[BenchmarkConfig] with kernel.def_benchmark_data(fn)"
         )
-    if getattr(kernel, "_call_fn", None) is None:
+    if not kernel.has_call():
         raise ValueError(
             f"kernel {kernel.name!r} has no call function to benchmark: register one with "
             f"kernel.def_call(fn)"
@@ -348,7 +349,7 @@ def benchmark_kernel(
             ref = None  # nothing to compare with
     order = ([ref] if ref is not None else []) + [b for b in chosen if b != ref]
 
-    configs = list(data_fn(platform=platform))
+    configs = kernel.benchmark_data(platform=platform)
     for i, c in enumerate(configs):
         if not isinstance(c, BenchmarkConfig):
             raise TypeError(

@@ -28,6 +28,8 @@ import jax
 import jax.numpy as jnp
 import numpy as np
 
+from primforge.kernel.errors import KernelError
+
 __all__ = ["checked_call", "prefilled_numba", "reraise"]
 
 _LOW_PRECISION = (1e-1, 1e-1)  # 8-bit float formats
@@ -265,8 +267,6 @@ _FILTER = _QuietReports()
 
 
 def _raise(message: str) -> None:
-    from primforge.kernel.kernel import KernelError
-
     logger = logging.getLogger("jax._src.debugging")  # where jax.debug.callback logs
     if _FILTER not in logger.filters:
         logger.addFilter(_FILTER)

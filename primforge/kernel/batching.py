@@ -12,6 +12,9 @@ Design:
     * :func:`general_batching_rule` is the portable fallback: move batch axes to the
       front and ``lax.scan`` over the batch, one kernel call per element. It serves single-
       and multiple-result primitives alike; with no mapped argument it just binds.
+    * :class:`BatchingMixin` is the kernel's part: it chooses between native, general and
+      a user's custom rule (run through ``autodiff.call_rule``, which decides the params
+      user rules see).
     * Sizes are always given explicitly (never a ``-1`` in a reshape), so zero-size
       batches and zero-size core dimensions work.
 """
@@ -24,9 +27,42 @@ from typing import Any
 import jax
 import jax.numpy as jnp
 
-__all__ = ["broadcast_levels", "general_batching_rule", "native_batching_rule", "vmap_levels"]
+from primforge.kernel.autodiff import call_rule
+from primforge.kernel.errors import KernelError
+from primforge.kernel.state import KernelState
+
+__all__ = [
+    "BatchingMixin",
+    "broadcast_levels",
+    "core_struct",
+    "general_batching_rule",
+    "n_mapped",
+    "native_batching_rule",
+    "vmap_levels",
+]
 
 BatchLevels = tuple[tuple[int, tuple[bool, ...]], ...]
+
+
+def n_mapped(batch: BatchLevels, i: int) -> int:
+    """How many of the batch levels map input ``i`` (its leading batch dimensions).
+
+    Example:
+        >>> n_mapped(((3, (True, False)), (4, (True, True))), 1)
+        1
+    """
+    return sum(1 for _, mapped in batch if mapped[i])
+
+
+def core_struct(aval: Any, n_lead: int) -> jax.ShapeDtypeStruct:
+    """The per-example struct of ``aval``: its shape without ``n_lead`` batch dimensions.
+
+    Example:
+        >>> import jax
+        >>> core_struct(jax.ShapeDtypeStruct((3, 2), 'float32'), 1)
+        ShapeDtypeStruct(shape=(2,), dtype=float32)
+    """
+    return jax.ShapeDtypeStruct(tuple(aval.shape[n_lead:]), aval.dtype)
 
 
 def _is_mapped(axis) -> bool:
@@ -139,3 +175,73 @@ def broadcast_levels(arrays: Sequence[jax.Array], batch: BatchLevels) -> list[ja
         a = jnp.reshape(a, tuple(shape) + core)
         result.append(jnp.broadcast_to(a, sizes + core))
     return result
+
+
+class BatchingMixin(KernelState):
+    """How ``jax.vmap`` batches the kernel: native (default), general (a scan) or custom.
+
+    Part of :class:`primforge.XLACustomKernel`; writes ``_batching_mode`` and
+    ``_custom_batching``.
+    """
+
+    def def_batching_rule(self, fun: Callable[..., Any]) -> Callable[..., Any]:
+        """Use a custom batching rule ``fun(args, axes, **params) -> (outs, out_axes)``.
+
+        ``params`` holds the call's static params plus ``outs`` and ``backend``.
+
+        Example:
+            >>> import jax, jax.numpy as jnp, primforge
+            >>> k = primforge.XLACustomKernel('doc_custom_batching')
+            >>> k.def_kernel('jax', 'cpu', lambda **kw: lambda x: x * 2)
+            >>> def rule(args, axes, *, outs, **params):
+            ...     (x,), (ax,) = args, axes
+            ...     x = jnp.moveaxis(x, ax, 0)
+            ...     big = jax.ShapeDtypeStruct(x.shape, outs[0].dtype)
+            ...     return [k(x, outs=big, **params)], [0]
+            >>> _ = k.def_batching_rule(rule)
+            >>> jax.vmap(lambda x: k(x, outs=jax.ShapeDtypeStruct((2,), jnp.float32)))(jnp.ones((3, 2)))[0]
+            Array([2., 2.], dtype=float32)
+        """
+        if not callable(fun):
+            raise TypeError("def_batching_rule: fun must be callable")
+        self._batching_mode = "custom"
+        self._custom_batching = fun
+        self._changed()
+        return fun
+
+    def register_general_batching(self) -> None:
+        """Batch with :func:`general_batching_rule` (a ``lax.scan``, one call per element).
+
+        Example:
+            >>> import primforge
+            >>> k = primforge.XLACustomKernel('doc_register_general')
+            >>> k.register_general_batching()
+        """
+        self._batching_mode = "general"
+        self._changed()
+
+    def register_native_batching(self) -> None:
+        """Batch natively (the default): ``vmap`` makes one kernel call for the whole batch.
+
+        Numba kernels loop over the batch inside the compiled handler; other backends hand
+        the batch to their own vectorisation; a generator that declares ``batch_shape``
+        receives the batch and handles it itself.
+
+        Example:
+            >>> import primforge
+            >>> k = primforge.XLACustomKernel('doc_register_native')
+            >>> k.register_native_batching()
+        """
+        self._batching_mode = "native"
+        self._changed()
+
+    def _batch(self, args, axes, **params):
+        if not any(_is_mapped(ax) for ax in axes):
+            return self.primitive.bind(*args, **params), [None] * len(params["outs"])
+        if self._batching_mode == "native":
+            return native_batching_rule(self.primitive, args, axes, **params)
+        if self._batching_mode == "general":
+            return general_batching_rule(self.primitive, args, axes, **params)
+        if params.get("batch"):
+            raise KernelError(f"kernel {self.name!r}: custom batching met a native batch level")
+        return call_rule(self._custom_batching, params, args, axes)

@@ -22,6 +22,9 @@ from collections.abc import Iterator
 from primforge import _compat
 from primforge.kernel.backends import KNOWN_BACKENDS
 
+# Platform names live in the backends layer; imported from here too.
+from primforge.kernel.backends._platforms import PLATFORM_ALIASES, canonical_platform  # noqa: F401
+
 __all__ = ["current_overrides", "restored", "use_backend"]
 
 Override = tuple  # (kernel_name | None, platform, backend)
@@ -31,22 +34,6 @@ Override = tuple  # (kernel_name | None, platform, backend)
 _STATE = _compat.make_user_context(default_value=(0, ()))
 _GENERATION = itertools.count(1)
 
-PLATFORM_ALIASES = {"cuda": "gpu", "rocm": "gpu", "gpu": "gpu", "cpu": "cpu", "tpu": "tpu"}
-
-
-def canonical_platform(platform: str) -> str:
-    """Map JAX platform names ('cuda', 'rocm') to primforge's ('gpu').
-
-    Example:
-        >>> canonical_platform('cuda')
-        'gpu'
-    """
-    try:
-        return PLATFORM_ALIASES[platform]
-    except KeyError:
-        raise ValueError(
-            f"unknown platform {platform!r}: expected one of 'cpu', 'gpu', 'tpu'"
-        ) from None
 
 
 # Live kernels by name: what use_backend checks kernel and backend names against.

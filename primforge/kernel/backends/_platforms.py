@@ -1,0 +1,39 @@
+"""Platform names: JAX's ('cuda', 'rocm') mapped to primforge's ('cpu', 'gpu', 'tpu').
+
+Design: the lowest place that needs them is the backends layer (each backend says which
+platforms it serves); the registry, the benchmark runner, autotune and the CLI use the
+same function, so they live here rather than in the kernel's selection module, which
+re-exports them for old imports.
+"""
+
+from __future__ import annotations
+
+__all__ = ["PLATFORMS", "PLATFORM_ALIASES", "canonical_platform"]
+
+#: primforge's platform names.
+PLATFORMS = ("cpu", "gpu", "tpu")
+
+#: Every accepted platform name -> primforge's name for it.
+PLATFORM_ALIASES = {"cuda": "gpu", "rocm": "gpu", "gpu": "gpu", "cpu": "cpu", "tpu": "tpu"}
+
+
+def canonical_platform(platform: str) -> str:
+    """Map JAX platform names ('cuda', 'rocm') to primforge's ('gpu').
+
+    Raises:
+        ValueError: for a name that is no platform, naming the accepted ones.
+
+    Example:
+        >>> canonical_platform('cuda')
+        'gpu'
+        >>> canonical_platform('mars')
+        Traceback (most recent call last):
+        ...
+        ValueError: unknown platform 'mars': expected one of 'cpu', 'gpu', 'tpu'
+    """
+    try:
+        return PLATFORM_ALIASES[platform]
+    except KeyError:
+        raise ValueError(
+            f"unknown platform {platform!r}: expected one of 'cpu', 'gpu', 'tpu'"
+        ) from None

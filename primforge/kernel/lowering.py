@@ -1,0 +1,298 @@
+"""Selection, build and lowering: from a bind to the backend's traceable callable.
+
+Design:
+    * One straight path per bind: ``_lower`` (the primitive's lowering rule, registered
+      per platform) -> ``build`` -> ``_select`` (per-call backend, ``use_backend``
+      context, platform default; an uninstalled default falls back to an installed
+      backend with one :class:`BackendUnavailableWarning`) -> ``_make`` (the generator,
+      once per signature through ``_generate``, turned into a callable by the backend
+      module's ``make_callable``) -> ``mlir.lower_fun``.
+    * Native batch levels reach the backend one of three ways: a generator that declares
+      ``batch_shape`` gets the batched shapes, a backend whose ``make_callable`` takes
+      ``batch`` loops itself, any other is wrapped in one ``jax.vmap`` per level.
+    * In debug mode the built callable is wrapped with the output-coverage and reference
+      checks (``_debug_checks``); otherwise the lowering partitions by the kernel's
+      sharding rule when it has one.
+    * Eager calls (``_impl``) run a cached ``jax.jit`` of the bind, so eager and jitted
+      calls execute the same compiled kernel.
+"""
+
+from __future__ import annotations
+
+import functools
+import inspect
+import warnings
+from typing import Any
+
+import jax
+import jax.numpy as jnp
+
+from primforge import _compat
+from primforge import debug as _debug
+from primforge.kernel import _debug_checks
+from primforge.kernel import batching as _batching
+from primforge.kernel import selection as _selection
+from primforge.kernel import sharding as _sharding
+from primforge.kernel.backends import get_backend, is_available_on
+from primforge.kernel.entry import KernelEntry
+from primforge.kernel.errors import BackendUnavailableWarning, KernelError
+from primforge.kernel.state import KernelState
+
+__all__ = ["LoweringMixin"]
+
+
+class LoweringMixin(KernelState):
+    """Backend selection, building the callable, lowering it, eager execution.
+
+    Part of :class:`primforge.XLACustomKernel`; writes ``_impl_cache``, ``_build_cache``,
+    ``_product_cache`` and ``_warned``.
+    """
+
+    def _impl(self, *args, **params):
+        key = tuple(sorted(params.items()))
+        fn = self._impl_cache.get(key)
+        if fn is None:
+            fn = jax.jit(functools.partial(self.primitive.bind, **params))
+            self._impl_cache[key] = fn
+        if not params.get("debug"):
+            return fn(*args)
+        try:
+            return jax.block_until_ready(fn(*args))
+        except jax.errors.JaxRuntimeError as e:
+            _debug_checks.reraise(e)  # the debug check's own KernelError, not XLA's wrapper
+            raise
+
+    def _select(self, platform: str, backend: str | None, context) -> KernelEntry:
+        entries = self._entries.get(platform)
+        if not entries:
+            raise KernelError(
+                f"kernel {self.name!r} has no kernel for platform {platform!r}. Registered: "
+                f"{self._backend_table() or 'nothing'}. Register one with "
+                f"kernel.def_kernel(backend, {platform!r}, generator) (a 'jax' backend runs "
+                f"everywhere)."
+            )
+        explicit = backend is not None
+        choice = (
+            backend
+            or _selection.resolve(context, self.name, platform, entries)
+            or self._defaults[platform]
+        )
+        if choice not in entries:
+            raise KernelError(
+                f"kernel {self.name!r} has no {choice!r} backend on {platform!r}; available "
+                f"there: {list(entries)}"
+            )
+        module = get_backend(choice)
+        if is_available_on(module, platform):
+            return entries[choice]
+        return self._fallback(platform, choice, module, explicit)
+
+    def _fallback(self, platform: str, choice: str, module, explicit: bool) -> KernelEntry:
+        """Another installed backend when ``choice``'s package is missing (warned once)."""
+        entries = self._entries[platform]
+        how = f"pip install 'primforge[{module.EXTRA}]'" if module.EXTRA else "its package"
+        if explicit:
+            raise KernelError(
+                f"kernel {self.name!r}: backend {choice!r} was asked for but its package is not "
+                f"installed ({how}). Other backends on {platform!r}: "
+                f"{[b for b in entries if b != choice]}"
+            )
+        for other, entry in entries.items():
+            if other != choice and is_available_on(get_backend(other), platform):
+                if (platform, choice) not in self._warned:
+                    self._warned.add((platform, choice))
+                    warnings.warn(
+                        f"kernel {self.name!r}: backend {choice!r} is not installed ({how}); "
+                        f"using {other!r} on {platform!r} instead.",
+                        BackendUnavailableWarning,
+                        stacklevel=3,
+                    )
+                return entry
+        raise KernelError(
+            f"kernel {self.name!r}: no installed backend on {platform!r}: {list(entries)} "
+            f"(install {how})"
+        )
+
+    def _switch_hint(self, platform: str, current: str) -> str:
+        others = [b for b in self.available_backends(platform) if b != current]
+        if not others:
+            return f"No other backend is registered for {platform!r}."
+        return (
+            f"Other backends on {platform!r}: {others}. Switch with backend={others[0]!r} in "
+            f"the call, `with primforge.use_backend({platform!r}, {others[0]!r}):`, or "
+            f"kernel.set_default({platform!r}, {others[0]!r})."
+        )
+
+    def build(
+        self, platform: str, *, ins, outs, batch=(), backend=None, context=(), debug=False,
+        **params,
+    ):
+        """The traceable callable that lowers this kernel on ``platform`` (cached).
+
+        It takes the physical (batched) input arrays and returns a tuple of outputs.
+        Mostly internal; useful to inspect what a backend produces. ``context`` is a tuple
+        of :func:`use_backend` overrides ``(kernel name or None, platform, backend)``.
+        """
+        entry = self._select(platform, backend, context)
+        key = (platform, entry.backend, ins, outs, batch, debug, tuple(sorted(params.items())))
+        fn = self._build_cache.get(key)
+        if fn is not None:
+            return fn
+        module = get_backend(entry.backend)
+        try:
+            # Backends read debug mode while building (e.g. Numba's bounds checking): give
+            # them the call's, whatever is in force where the lowering happens.
+            with _debug.debug_mode(debug):
+                fn = self._make(entry, module, platform, ins, outs, batch, params)
+                if debug:
+                    fn = self._debug_checked(entry, module, platform, ins, outs, batch,
+                                             context, params, fn)
+        except KernelError:
+            raise
+        except Exception as e:
+            raise KernelError(
+                f"kernel {self.name!r} failed to build with backend {entry.backend!r} on "
+                f"{platform!r}: {type(e).__name__}: {e}\n"
+                f"{self._switch_hint(platform, entry.backend)}"
+            ) from e
+        self._build_cache[key] = fn
+        return fn
+
+    def _debug_checked(self, entry, module, platform, ins, outs, batch, context, params, fn):
+        """``fn`` with debug mode's output-coverage and reference checks around it."""
+        prefilled_run, prefilled = None, []
+        if entry.backend == "numba" and not (batch and entry.wants_batch_shape):
+            extra = {"batch_shape": ()} if entry.wants_batch_shape else {}
+            product = self._generate(entry, ins=ins, outs=outs, platform=platform, **extra,
+                                     **params)
+            wrapped = None
+            if _route(module, product, ins, outs, self.name) is module:
+                wrapped = _debug_checks.prefilled_numba(product, len(ins), outs, self.name)
+            if wrapped is not None:
+                new, prefilled = wrapped
+                ext_ins = tuple(ins) + tuple(outs[j] for j in prefilled)
+                ext_batch = tuple((s, tuple(m) + (False,) * len(prefilled)) for s, m in batch)
+                core = module.make_callable(new, ins=ext_ins, outs=outs, platform=platform,
+                                            name=self.name, batch=ext_batch)
+
+                def prefilled_run(arrays, pattern, core=core, prefilled=tuple(prefilled)):
+                    fills = [_debug_checks.fill(outs[j], pattern) for j in prefilled]
+                    return core(*arrays, *fills)
+        reference = None
+        if entry.backend != "jax" and "jax" in self._entries.get(platform, {}):
+            reference = self.build(platform, ins=ins, outs=outs, batch=batch, backend="jax",
+                                   context=context, debug=False, **params)
+        if prefilled_run is None and reference is None:
+            return fn
+        return _debug_checks.checked_call(self.name, entry.backend, outs, fn, prefilled_run,
+                                          prefilled, reference)
+
+    def _make(self, entry, module, platform, ins, outs, batch, params):
+        name = self.name
+        if batch and entry.wants_batch_shape:
+            sizes = tuple(s for s, _ in batch)
+            big_ins = tuple(jax.ShapeDtypeStruct(sizes + i.shape, i.dtype) for i in ins)
+            big_outs = tuple(jax.ShapeDtypeStruct(sizes + o.shape, o.dtype) for o in outs)
+            product = self._generate(
+                entry, ins=big_ins, outs=big_outs, batch_shape=sizes, platform=platform, **params
+            )
+            module = _route(module, product, big_ins, big_outs, name)
+            core = module.make_callable(
+                product, ins=big_ins, outs=big_outs, platform=platform, name=name
+            )
+            return lambda *arrays: core(*_batching.broadcast_levels(arrays, batch))
+        extra = {"batch_shape": ()} if entry.wants_batch_shape else {}
+        product = self._generate(entry, ins=ins, outs=outs, platform=platform, **extra, **params)
+        module = _route(module, product, ins, outs, name)
+        if batch and _accepts_batch(module.make_callable):
+            return module.make_callable(
+                product, ins=ins, outs=outs, platform=platform, name=name, batch=batch
+            )
+        core = module.make_callable(product, ins=ins, outs=outs, platform=platform, name=name)
+        return _batching.vmap_levels(core, batch) if batch else core
+
+    def _lower(
+        self, ctx, *args, platform, outs, backend=None, context=(), batch=(), debug=False,
+        **params,
+    ):
+        ins = tuple(
+            _batching.core_struct(aval, _batching.n_mapped(batch, i))
+            for i, aval in enumerate(ctx.avals_in)
+        )
+        fn = self.build(
+            platform, ins=ins, outs=outs, batch=batch, backend=backend, context=context,
+            debug=debug, **params,
+        )
+        if not debug:  # debug mode checks whole arrays: a sharded call runs gathered
+            fn = _sharding.partition_lowering(
+                self, fn, platform=platform, ins=ins, outs=outs, batch=batch, backend=backend,
+                context=context, params=params,
+            )
+        checked = self._shape_checked(fn, outs, batch, configured=bool(params))
+        try:
+            return _compat.mlir.lower_fun(checked, multiple_results=True)(ctx, *args)
+        except KernelError:
+            raise
+        except Exception as e:
+            try:
+                used = self._select(platform, backend, context).backend
+            except Exception:  # noqa: BLE001 - the hint must not hide the real error
+                used = backend or ""
+            raise KernelError(
+                f"kernel {self.name!r} failed to lower with backend {used!r} on {platform!r}: "
+                f"{type(e).__name__}: {e}\n{self._switch_hint(platform, used)}"
+            ) from e
+
+    def _shape_checked(self, fn, outs, batch, *, configured: bool):
+        """``fn`` raising a :class:`KernelError` when its outputs differ from ``outs``."""
+        sizes = tuple(s for s, _ in batch)
+        want = [(sizes + o.shape, jnp.dtype(o.dtype)) for o in outs]
+
+        def checked(*arrays):
+            results = tuple(fn(*arrays))
+            got = [(tuple(r.shape), jnp.dtype(r.dtype)) for r in results]
+            if got != want:
+                raise KernelError(
+                    f"kernel {self.name!r}: the {'configured ' if configured else ''}kernel "
+                    f"returned outputs {got} but outs declares {want}"
+                )
+            return results
+
+        return checked
+
+    def _generate(self, entry: KernelEntry, **kwargs) -> Any:
+        """Call ``entry``'s generator, once per signature (shared by lowering and checks)."""
+        key = (entry.platform, entry.backend, tuple(sorted(kwargs.items())))
+        try:
+            return self._product_cache[key]
+        except KeyError:
+            pass
+        except TypeError:  # an unhashable argument: do not cache
+            return entry.generate(**kwargs)
+        product = self._product_cache[key] = entry.generate(**kwargs)
+        return product
+
+
+
+def _route(module, product, ins, outs, name: str):
+    """The backend module that turns ``product`` into the kernel's callable.
+
+    A backend that launches its own kind of kernel (numba, numba_cuda, warp, triton) says
+    through ``product_form`` whether the generator returned such a kernel or a function
+    that is already a traceable JAX callable (what a generator of other libraries returns
+    for every backend, e.g. a function that calls ``numba_kernel(fn, outs=...)``); the
+    latter is used as it is, like a 'jax' product.
+    """
+    form = getattr(module, "product_form", None)
+    if form is None:
+        return module
+    if form(product, n_ins=len(ins), n_outs=len(outs), name=name) == "callable":
+        return get_backend("jax")
+    return module
+
+
+def _accepts_batch(fn) -> bool:
+    try:
+        return "batch" in inspect.signature(fn).parameters
+    except (TypeError, ValueError):
+        return False
