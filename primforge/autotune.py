@@ -360,54 +360,24 @@ def tune(
         >>> out['doc_tune']['backend'] in ('jax', 'alt'), list(choices(f))
         (True, ['doc_tune'])
     """
-    import warnings
-
     import jax
 
     platform = canonical_platform(platform or jax.default_backend())
     if kernels is None:
         kernels = registry.list_kernels()
     kernels = [registry.get_kernel(k) if isinstance(k, str) else k for k in kernels]
-    try:
-        device = jax.devices(platform)[0].device_kind
-    except RuntimeError:
-        device = None
-    out: dict[str, dict[str, Any]] = {}
+    timing = {"n_warmup": n_warmup, "n_runs": n_runs, "n_batch_per_run": n_batch_per_run,
+              "rtol": rtol, "atol": atol, "progress": progress}
+    out = {}
     for kernel in kernels:
         if (
-            not kernel.has_benchmark_data()
-            or not kernel.has_call()
-            or len(kernel.available_backends(platform)) < 2
+            kernel.has_benchmark_data()
+            and kernel.has_call()
+            and len(kernel.available_backends(platform)) >= 2
         ):
-            continue
-        with warnings.catch_warnings():
-            warnings.simplefilter("ignore", BenchmarkMismatchWarning)
-            result = benchmark_kernel(
-                kernel, platform=platform, n_warmup=n_warmup, n_runs=n_runs,
-                n_batch_per_run=n_batch_per_run, rtol=rtol, atol=atol, progress=progress,
-            )
-        best = result.fastest_backend(kernel.name) if len(result) else None
-        median = None
-        if best is not None:
-            logs = [math.log(r.median) for r in result.filter(backend=best)]
-            median = math.exp(sum(logs) / len(logs))
-        out[kernel.name] = {"backend": best, "median_s": median, "result": result}
+            out[kernel.name] = _fastest(kernel, platform, timing)
     if save and out:
-        p = Path(path) if path is not None else None
-        data = _read(p)
-        stamp = datetime.datetime.now(datetime.UTC).isoformat(timespec="seconds")
-        for name, info in out.items():
-            if info["backend"] is None:
-                continue
-            data["kernels"].setdefault(name, {})[platform] = {
-                "backend": info["backend"],
-                "median_s": info["median_s"],
-                "device": device,
-                "jax_version": jax.__version__,
-                "tuned_at": stamp,
-            }
-        data["format"], data["version"] = _FORMAT, _VERSION
-        _write(data, p)
+        _store(out, platform, Path(path) if path is not None else None)
     if apply:
         for kernel in kernels:
             best = out.get(kernel.name, {}).get("backend")
@@ -415,6 +385,45 @@ def tune(
                 _PENDING.setdefault(kernel.name, {})[platform] = best
                 apply_pending(kernel, platform)
     return out
+
+
+def _fastest(kernel, platform: str, timing: dict) -> dict[str, Any]:
+    """Benchmark ``kernel``; its fastest correct backend and that backend's geomean time."""
+    import warnings
+
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore", BenchmarkMismatchWarning)
+        result = benchmark_kernel(kernel, platform=platform, **timing)
+    best = result.fastest_backend(kernel.name) if len(result) else None
+    median = None
+    if best is not None:
+        logs = [math.log(r.median) for r in result.filter(backend=best)]
+        median = math.exp(sum(logs) / len(logs))
+    return {"backend": best, "median_s": median, "result": result}
+
+
+def _store(out: dict[str, dict[str, Any]], platform: str, path: Path | None) -> None:
+    """Write the tuned choices of ``out`` for ``platform`` into the cache file."""
+    import jax
+
+    try:
+        device = jax.devices(platform)[0].device_kind
+    except RuntimeError:
+        device = None
+    data = _read(path)
+    stamp = datetime.datetime.now(datetime.UTC).isoformat(timespec="seconds")
+    for name, info in out.items():
+        if info["backend"] is None:
+            continue
+        data["kernels"].setdefault(name, {})[platform] = {
+            "backend": info["backend"],
+            "median_s": info["median_s"],
+            "device": device,
+            "jax_version": jax.__version__,
+            "tuned_at": stamp,
+        }
+    data["format"], data["version"] = _FORMAT, _VERSION
+    _write(data, path)
 
 
 def _on_kernel_event(event: hooks.KernelEvent) -> None:

@@ -310,6 +310,28 @@ def benchmark_kernel(
     n_warmup = _check_count("n_warmup", n_warmup, 0)
     n_runs = _check_count("n_runs", n_runs, 1)
     n_batch_per_run = _check_count("n_batch_per_run", n_batch_per_run, 1)
+    chosen, ref = _plan(kernel, platform, backends, reference if compare_results else False)
+    order = ([ref] if ref is not None else []) + [b for b in chosen if b != ref]
+    configs = _configs(kernel, platform)
+    timing = (n_warmup, n_runs, n_batch_per_run, catch_errors)
+    bar = _Progress(len(configs) * len(order), progress)
+    records: list[BenchmarkRecord] = []
+    try:
+        for config in configs:
+            records += _run_config(kernel, config, platform, order, chosen, ref, timing,
+                                   tolerance=(rtol, atol), bar=bar, verbose=verbose)
+    finally:
+        bar.close()
+    return BenchmarkResult(
+        records,
+        platform=platform,
+        meta={"jax_version": jax.__version__, "n_warmup": n_warmup, "n_runs": n_runs,
+              "n_batch_per_run": n_batch_per_run, "rtol": rtol, "atol": atol},
+    )
+
+
+def _plan(kernel, platform: str, backends, reference) -> tuple[list[str], str | None]:
+    """The backends to time and the reference (``reference=False``: compare nothing)."""
     if not kernel.has_benchmark_data():
         raise BenchmarkDataFnNotProvidedError(
             f"kernel {kernel.name!r} has no benchmark data: register a function "
@@ -337,18 +359,18 @@ def benchmark_kernel(
                 f"on {platform!r}; available: {available}"
             )
         chosen = list(dict.fromkeys(backends))
-    ref = None
-    if compare_results:
-        ref = reference if reference is not None else reference_backend(kernel, platform)
-        if ref not in available:
-            raise ValueError(
-                f"benchmark: reference={ref!r} is not registered for kernel {kernel.name!r} on "
-                f"{platform!r}; available: {available}"
-            )
-        if len(set(chosen) | {ref}) < 2:
-            ref = None  # nothing to compare with
-    order = ([ref] if ref is not None else []) + [b for b in chosen if b != ref]
+    if reference is False:
+        return chosen, None
+    ref = reference if reference is not None else reference_backend(kernel, platform)
+    if ref not in available:
+        raise ValueError(
+            f"benchmark: reference={ref!r} is not registered for kernel {kernel.name!r} on "
+            f"{platform!r}; available: {available}"
+        )
+    return chosen, (ref if len(set(chosen) | {ref}) >= 2 else None)  # None: nothing to compare
 
+
+def _configs(kernel, platform: str) -> list[BenchmarkConfig]:
     configs = kernel.benchmark_data(platform=platform)
     for i, c in enumerate(configs):
         if not isinstance(c, BenchmarkConfig):
@@ -356,51 +378,47 @@ def benchmark_kernel(
                 f"kernel {kernel.name!r}: the benchmark data function must return "
                 f"BenchmarkConfig objects; item {i} is {type(c).__name__}"
             )
+    return configs
+
+
+def _run_config(kernel, config, platform, order, chosen, ref, timing, *, tolerance, bar,
+                verbose) -> list[BenchmarkRecord]:
+    """Records of one config: every backend in ``order`` (the reference first)."""
     device = _device_for(platform)
-    bar = _Progress(len(configs) * len(order), progress)
-    records: list[BenchmarkRecord] = []
-    try:
-        for config in configs:
-            ref_out, ref_ok = None, False
-            for backend in order:
-                bar.step(f"{kernel.name} {config.name} {backend}")
-                rec, out = _one(
-                    kernel, backend, platform, config, device, n_warmup, n_runs,
-                    n_batch_per_run, catch_errors,
-                )
-                bar.advance()
-                if backend == ref:
-                    ref_out, ref_ok = out, rec.success
-                    rec = _replace(rec, reference=ref)
-                elif ref is not None and rec.success:
-                    if ref_ok:
-                        match, diff, why = compare_outputs(ref_out, out, rtol=rtol, atol=atol)
-                        rec = _replace(
-                            rec, reference=ref, matches_reference=match, max_abs_diff=diff,
-                            mismatch=why,
-                        )
-                        if not match:
-                            warnings.warn(
-                                f"kernel {kernel.name!r}, config {config.name!r}: backend "
-                                f"{backend!r} disagrees with reference {ref!r}: {why}",
-                                BenchmarkMismatchWarning,
-                                stacklevel=2,
-                            )
-                    else:
-                        rec = _replace(rec, reference=ref)
-                if backend in chosen:
-                    records.append(rec)
-                    if verbose:
-                        bar.close()
-                        print(_summary(rec), flush=True)
-    finally:
-        bar.close()
-    return BenchmarkResult(
-        records,
-        platform=platform,
-        meta={"jax_version": jax.__version__, "n_warmup": n_warmup, "n_runs": n_runs,
-              "n_batch_per_run": n_batch_per_run, "rtol": rtol, "atol": atol},
-    )
+    records, ref_out, ref_ok = [], None, False
+    for backend in order:
+        bar.step(f"{kernel.name} {config.name} {backend}")
+        rec, out = _one(kernel, backend, platform, config, device, *timing)
+        bar.advance()
+        if backend == ref:
+            ref_out, ref_ok = out, rec.success
+            rec = _replace(rec, reference=ref)
+        elif ref is not None and rec.success:
+            rec = _compared(kernel, config, rec, ref, ref_out if ref_ok else None, out,
+                            tolerance)
+        if backend in chosen:
+            records.append(rec)
+            if verbose:
+                bar.close()
+                print(_summary(rec), flush=True)
+    return records
+
+
+def _compared(kernel, config, rec, ref, ref_out, out, tolerance) -> BenchmarkRecord:
+    """``rec`` with its comparison against the reference output (None: reference failed)."""
+    if ref_out is None:
+        return _replace(rec, reference=ref)
+    rtol, atol = tolerance
+    match, diff, why = compare_outputs(ref_out, out, rtol=rtol, atol=atol)
+    if not match:
+        warnings.warn(
+            f"kernel {kernel.name!r}, config {config.name!r}: backend "
+            f"{rec.backend!r} disagrees with reference {ref!r}: {why}",
+            BenchmarkMismatchWarning,
+            stacklevel=4,
+        )
+    return _replace(rec, reference=ref, matches_reference=match, max_abs_diff=diff,
+                    mismatch=why)
 
 
 def _replace(rec: BenchmarkRecord, **changes) -> BenchmarkRecord:
