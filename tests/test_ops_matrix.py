@@ -296,7 +296,7 @@ def test_the_gpu_and_sharding_evidence_is_collected():
     out = subprocess.run([sys.executable, "-m", "pytest", "--collect-only", "-q",
                           "-p", "no:cacheprovider", *files], cwd=ROOT, capture_output=True,
                          text=True, timeout=600, check=False)
-    collected = set(re.findall(r"^(tests/\S+::\S+)$", out.stdout, re.M))
+    collected = set(re.findall(r"^(tests/\S+::\S+)$", out.stdout, re.MULTILINE))
     assert collected, out.stdout[-3000:] + out.stderr[-3000:]
     missing = [i for i in named
                if i not in collected and not any(c.startswith(i + "[") for c in collected)]

@@ -159,7 +159,10 @@ def _public(binary: bool, matrix: bool):
     return call
 
 
-_ARGS_DOC = """
+def fixed_num_mv(weights: Any, indices: Any, vector: Any, *, shape: tuple[int, int],
+                 transpose: bool = False, backend: str | None = None) -> jax.Array:
+    """``A @ v`` (or ``A.T @ v``) for a fixed-number matrix ``A`` and a float vector.
+
     Args:
         weights: one weight per entry, shape ``(m, k)`` like ``indices``, or a scalar /
             ``(1,)`` shared by every entry.
@@ -167,7 +170,7 @@ _ARGS_DOC = """
             ``indices[i, :]`` (repeats add up). An index outside ``[0, n)`` is masked (the
             entry is skipped, never read or written); validate once with
             :meth:`~primforge.ops.FixedNum.from_indices`.
-        {xname}
+        vector: float vector of length ``n`` (``m`` when ``transpose``).
         shape: ``(m, n)`` of the stored matrix ``A``.
         transpose: compute ``A.T @ x`` (scatter; only rows with a non-zero input cost work).
         backend: 'numba' (CPU default), 'jax' (reference; GPU/TPU default) or 'pallas'
@@ -175,14 +178,6 @@ _ARGS_DOC = """
 
     Returns:
         The product, dtype of ``weights``.
-"""
-
-
-def fixed_num_mv(weights: Any, indices: Any, vector: Any, *, shape: tuple[int, int],
-                 transpose: bool = False, backend: str | None = None) -> jax.Array:
-    """``A @ v`` (or ``A.T @ v``) for a fixed-number matrix ``A`` and a float vector.
-
-    {args}
 
     Example:
         >>> import jax.numpy as jnp
@@ -199,7 +194,22 @@ def binary_fixed_num_mv(weights: Any, indices: Any, events: Any, *, shape: tuple
                         transpose: bool = False, backend: str | None = None) -> jax.Array:
     """``A @ (e != 0)`` (or ``A.T @ (e != 0)``) for binary events (bool, int or float).
 
-    {args}
+    Args:
+        weights: one weight per entry, shape ``(m, k)`` like ``indices``, or a scalar /
+            ``(1,)`` shared by every entry.
+        indices: ``(m, k)`` integers: row ``i`` of ``A`` has entries in columns
+            ``indices[i, :]`` (repeats add up). An index outside ``[0, n)`` is masked (the
+            entry is skipped, never read or written); validate once with
+            :meth:`~primforge.ops.FixedNum.from_indices`.
+        events: bool or numeric events (non-zero = active), length ``n``
+            (``m`` when ``transpose``).
+        shape: ``(m, n)`` of the stored matrix ``A``.
+        transpose: compute ``A.T @ x`` (scatter; only rows with a non-zero input cost work).
+        backend: 'numba' (CPU default), 'jax' (reference; GPU/TPU default) or 'pallas'
+            (Triton on the GPU, interpreted on the CPU; opt-in).
+
+    Returns:
+        The product, dtype of ``weights``.
 
     Example:
         >>> import jax.numpy as jnp
@@ -216,7 +226,21 @@ def fixed_num_mm(weights: Any, indices: Any, matrix: Any, *, shape: tuple[int, i
                  transpose: bool = False, backend: str | None = None) -> jax.Array:
     """``A @ B`` (or ``A.T @ B``) for a fixed-number matrix ``A`` and a float matrix ``B``.
 
-    {args}
+    Args:
+        weights: one weight per entry, shape ``(m, k)`` like ``indices``, or a scalar /
+            ``(1,)`` shared by every entry.
+        indices: ``(m, k)`` integers: row ``i`` of ``A`` has entries in columns
+            ``indices[i, :]`` (repeats add up). An index outside ``[0, n)`` is masked (the
+            entry is skipped, never read or written); validate once with
+            :meth:`~primforge.ops.FixedNum.from_indices`.
+        matrix: float ``(n, cols)`` (``(m, cols)`` when ``transpose``).
+        shape: ``(m, n)`` of the stored matrix ``A``.
+        transpose: compute ``A.T @ x`` (scatter; only rows with a non-zero input cost work).
+        backend: 'numba' (CPU default), 'jax' (reference; GPU/TPU default) or 'pallas'
+            (Triton on the GPU, interpreted on the CPU; opt-in).
+
+    Returns:
+        The product, dtype of ``weights``.
 
     Example:
         >>> import jax.numpy as jnp
@@ -232,7 +256,21 @@ def binary_fixed_num_mm(weights: Any, indices: Any, events: Any, *, shape: tuple
                         transpose: bool = False, backend: str | None = None) -> jax.Array:
     """``A @ E`` (or ``A.T @ E``) for a matrix of binary events (one event vector per column).
 
-    {args}
+    Args:
+        weights: one weight per entry, shape ``(m, k)`` like ``indices``, or a scalar /
+            ``(1,)`` shared by every entry.
+        indices: ``(m, k)`` integers: row ``i`` of ``A`` has entries in columns
+            ``indices[i, :]`` (repeats add up). An index outside ``[0, n)`` is masked (the
+            entry is skipped, never read or written); validate once with
+            :meth:`~primforge.ops.FixedNum.from_indices`.
+        events: bool or numeric ``(n, cols)`` (``(m, cols)`` when ``transpose``).
+        shape: ``(m, n)`` of the stored matrix ``A``.
+        transpose: compute ``A.T @ x`` (scatter; only rows with a non-zero input cost work).
+        backend: 'numba' (CPU default), 'jax' (reference; GPU/TPU default) or 'pallas'
+            (Triton on the GPU, interpreted on the CPU; opt-in).
+
+    Returns:
+        The product, dtype of ``weights``.
 
     Example:
         >>> import jax.numpy as jnp
@@ -245,15 +283,6 @@ def binary_fixed_num_mm(weights: Any, indices: Any, events: Any, *, shape: tuple
     """
     return _public(True, True)(weights, indices, events, shape=shape, transpose=transpose,
                                backend=backend)
-
-
-_scaffold.fill_args(_ARGS_DOC, {
-    fixed_num_mv: "vector: float vector of length ``n`` (``m`` when ``transpose``).",
-    binary_fixed_num_mv: ("events: bool or numeric events (non-zero = active), length ``n``\n"
-                          "            (``m`` when ``transpose``)."),
-    fixed_num_mm: "matrix: float ``(n, cols)`` (``(m, cols)`` when ``transpose``).",
-    binary_fixed_num_mm: "events: bool or numeric ``(n, cols)`` (``(m, cols)`` when ``transpose``).",
-})
 
 
 # ----------------------------------------------------------------------------- benchmark hooks
