@@ -149,8 +149,8 @@ def _loss(y):
     return jnp.sum(jnp.sin(y))
 
 
-@pytest.mark.parametrize("case", CASES, ids=lambda c: c.id)
-def test_cell(case: Case):
+def run_case(case: Case):
+    """``(got, want)``: the op under the case's transformation, and the dense reference."""
     _label, build, funcs, extra, _ = FAMILIES[case.family]
     rng = np.random.default_rng(zlib.crc32(case.id.encode()))
     inst = build(rng)
@@ -188,8 +188,14 @@ def test_cell(case: Case):
             want = jax.jvp(ref, (w, jnp.asarray(x)), (dw, dx))
             np.testing.assert_allclose(np.asarray(got[0]), np.asarray(want[0]), **TOL)
             got, want = got[1], want[1]
-    assert np.abs(np.asarray(want)).sum() > 0, "a reference of zeros checks nothing"
-    np.testing.assert_allclose(np.asarray(got), np.asarray(want), **TOL)
+    return np.asarray(got), np.asarray(want)
+
+
+@pytest.mark.parametrize("case", CASES, ids=lambda c: c.id)
+def test_cell(case: Case):
+    got, want = run_case(case)
+    assert np.abs(want).sum() > 0, "a reference of zeros checks nothing"
+    np.testing.assert_allclose(got, want, **TOL)
 
 
 # ----------------------------------------------------------------------------- GPU and sharding

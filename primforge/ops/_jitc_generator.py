@@ -1,20 +1,10 @@
 """The counter-based generator behind the just-in-time connectivity products.
 
 Design:
-    * The generator (all arithmetic on uint32, wrapping):
-      ``mix`` is a 32-bit integer finaliser (xor-shift, multiply, xor-shift, multiply,
-      xor-shift); ``key = mix(seed ^ SEED_SALT)``; row ``i`` has ``r_i = mix(key +
-      mix(i ^ ROW_SALT))``; its ``c``-th draw is ``d(i, c) = mix(r_i + (c + 1) * GOLDEN)``.
-      Synapse ``s`` of a row uses draws ``3s`` (its gap), ``3s + 1`` and ``3s + 2`` (its
-      weight). The gap is a geometric variate found without floating point: ``g = #{k >= 1 :
-      d < T_k}`` with ``T_k = floor((1 - prob)^k * 2**32)`` (the threshold table, computed
-      once on the host in float64), so ``P(g >= k) = (1 - prob)^k``; the next column is
-      ``previous + 1 + g``, and the row ends at the first column ``>= n``: every entry is
-      present independently with probability ``prob`` and the work is O(nnz).
-      ``unit(d) = (2 * (d >> 9) + 1) * 2**-24`` (exact in float32, in ``(0, 1)``) gives the
-      weights: ``'homo'`` one shared weight; ``'uniform'`` ``low + (high - low) * unit(d1)``;
-      ``'normal'`` ``mean + std * sqrt(-2 log unit(d1)) * cos(2 pi unit(d2))``. Weights are
-      floating-point functions of exact integers: equal across backends up to rounding.
+    * The generator is stated exactly in the design note of :mod:`primforge.ops.jitconn`:
+      a 32-bit integer hash of the seed, the row and a counter; gaps between columns read
+      off a threshold table with integer comparisons only; weights as float functions of
+      the same draws.
     * Everything here is plain ``jax.numpy`` on uint32 (the ``jax`` and ``pallas``
       backends trace these functions); :func:`primforge.ops.jitconn.jitc_todense` is the
       independent NumPy loop over the same definition.

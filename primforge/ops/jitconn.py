@@ -8,11 +8,21 @@ Design:
       on every backend, in both directions (``W @ x`` and ``W.T @ x`` use the same rows) and
       for every weight kind. Memory: the output plus a table of about ``22 / prob`` uint32
       thresholds (depends on ``prob`` only, never on the matrix size or nnz).
-    * The generator (all arithmetic on uint32, wrapping) is defined exactly in
-      :mod:`primforge.ops._jitc_generator` (re-exported here): a 32-bit integer hash of the
-      seed, the row and a counter; the gap to the next column a geometric variate read off a
-      threshold table with integer comparisons only; the weights ``'homo'`` (one shared),
-      ``'uniform'`` (``low + (high - low) * u``) or ``'normal'`` (Box-Muller).
+    * The generator (all arithmetic on uint32, wrapping):
+      ``mix`` is a 32-bit integer finaliser (xor-shift, multiply, xor-shift, multiply,
+      xor-shift); ``key = mix(seed ^ SEED_SALT)``; row ``i`` has ``r_i = mix(key +
+      mix(i ^ ROW_SALT))``; its ``c``-th draw is ``d(i, c) = mix(r_i + (c + 1) * GOLDEN)``.
+      Synapse ``s`` of a row uses draws ``3s`` (its gap), ``3s + 1`` and ``3s + 2`` (its
+      weight). The gap is a geometric variate found without floating point: ``g = #{k >= 1 :
+      d < T_k}`` with ``T_k = floor((1 - prob)^k * 2**32)`` (the threshold table, computed
+      once on the host in float64), so ``P(g >= k) = (1 - prob)^k``; the next column is
+      ``previous + 1 + g``, and the row ends at the first column ``>= n``: every entry is
+      present independently with probability ``prob`` and the work is O(nnz).
+      ``unit(d) = (2 * (d >> 9) + 1) * 2**-24`` (exact in float32, in ``(0, 1)``) gives the
+      weights: ``'homo'`` one shared weight; ``'uniform'`` ``low + (high - low) * unit(d1)``;
+      ``'normal'`` ``mean + std * sqrt(-2 log unit(d1)) * cos(2 pi unit(d2))``. Weights are
+      floating-point functions of exact integers: equal across backends up to rounding.
+      Its functions live in :mod:`primforge.ops._jitc_generator` (importable from here).
     * Four :class:`~primforge.XLACustomKernel` objects (float or binary input, vector or
       matrix), each taking ``(theta, seed, table, x)``: ``theta`` the weight parameters
       (``(w,)``, ``(low, high)`` or ``(mean, std)``), ``seed`` a ``(1,)`` uint32 array,
