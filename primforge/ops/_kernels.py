@@ -20,7 +20,8 @@ Design:
       straight-through estimator elsewhere); bool events have no tangent.
     * Batching: ``vmap`` over ``x`` alone turns a matvec into one matmat call (the batch
       becomes the columns) and a matmat into a wider matmat; any other batching (e.g. of
-      the weights) maps the kernel over the batch with ``lax.map``.
+      the weights) maps the kernel over the batch with ``lax.map``. The rules and the
+      kernel wiring are shared with the other families (:mod:`primforge.ops._scaffold`).
     * Benchmarking: each kernel's call function is its public product (``csrmv`` ...), and
       its benchmark data is four small deterministic cases (``n`` = 200 and 1000, ``p`` =
       0.05, 5% active inputs, both directions, one shared weight), so ``primforge bench`` /

@@ -15,7 +15,8 @@ Design:
       dense matmul for matrix inputs). For binary kernels the derivative with respect to
       float-valued events is that of ``W @ x`` (straight-through); bool events have none.
     * Batching: ``vmap`` over ``x`` alone is one matrix call (the batch becomes columns);
-      other batching (e.g. of ``W``) maps the kernel with ``lax.map``.
+      other batching (e.g. of ``W``) maps the kernel with ``lax.map``. These rules, the
+      kernel wiring and the benchmark hooks are shared through :mod:`primforge.ops._scaffold`.
 """
 
 from __future__ import annotations
