@@ -140,10 +140,13 @@ def _weight_cotangent(binary, matrix, ct, w_aval, structure, x, *, shape, transp
     return g.astype(w_aval.dtype)
 
 
-fixed_num_mv_p, binary_fixed_num_mv_p, fixed_num_mm_p, binary_fixed_num_mm_p = FAMILY.build(
-    jax_gen=_jax_generator, numba_gen=_numba_generator,
-    pallas_module="primforge.ops._pallas_fixed_num", shape_rule=_shape_rule,
-    weight_cotangent=_weight_cotangent, tags=("fixed_num", "sparse"))
+FAMILY.build(jax_gen=_jax_generator, numba_gen=_numba_generator,
+             pallas_module="primforge.ops._pallas_fixed_num", shape_rule=_shape_rule,
+             weight_cotangent=_weight_cotangent, tags=("fixed_num", "sparse"))
+fixed_num_mv_p = KERNELS[(False, False)]
+binary_fixed_num_mv_p = KERNELS[(True, False)]
+fixed_num_mm_p = KERNELS[(False, True)]
+binary_fixed_num_mm_p = KERNELS[(True, True)]
 
 
 # ----------------------------------------------------------------------------- public calls

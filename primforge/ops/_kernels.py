@@ -139,10 +139,13 @@ def _weight_cotangent(binary, matrix, ct, w_aval, structure, x, *, shape, transp
     return jnp.where(ok, g, jnp.nan).astype(w_aval.dtype)
 
 
-csrmv_p, binary_csrmv_p, csrmm_p, binary_csrmm_p = FAMILY.build(
-    jax_gen=_jax_generator, numba_gen=_numba_generator, cuda_gen=_cuda_generator,
-    pallas_module="primforge.ops._pallas_csr", shape_rule=_shape_rule,
-    weight_cotangent=_weight_cotangent, tags=("csr", "sparse"))
+FAMILY.build(jax_gen=_jax_generator, numba_gen=_numba_generator, cuda_gen=_cuda_generator,
+             pallas_module="primforge.ops._pallas_csr", shape_rule=_shape_rule,
+             weight_cotangent=_weight_cotangent, tags=("csr", "sparse"))
+csrmv_p = KERNELS[(False, False)]
+binary_csrmv_p = KERNELS[(True, False)]
+csrmm_p = KERNELS[(False, True)]
+binary_csrmm_p = KERNELS[(True, True)]
 
 
 # ----------------------------------------------------------------------------- public calls

@@ -94,9 +94,12 @@ def _weight_cotangent(binary, matrix, ct, w_aval, structure, x, *, transpose, ba
     return g.astype(w_aval.dtype)
 
 
-densemv_p, binary_densemv_p, densemm_p, binary_densemm_p = FAMILY.build(
-    jax_gen=_jax_generator, numba_gen=_numba_generator, shape_rule=_shape_rule,
-    weight_cotangent=_weight_cotangent, tags=("dense",))
+FAMILY.build(jax_gen=_jax_generator, numba_gen=_numba_generator, shape_rule=_shape_rule,
+             weight_cotangent=_weight_cotangent, tags=("dense",))
+densemv_p = KERNELS[(False, False)]
+binary_densemv_p = KERNELS[(True, False)]
+densemm_p = KERNELS[(False, True)]
+binary_densemm_p = KERNELS[(True, True)]
 
 
 def _public(binary: bool, matrix: bool):

@@ -192,10 +192,13 @@ def _weight_cotangent(binary, matrix, ct, w_aval, structure, x, *, backend, **kw
         w_aval.dtype, w_aval.shape[0])
 
 
-jitc_matvec_p, binary_jitc_matvec_p, jitc_matmat_p, binary_jitc_matmat_p = FAMILY.build(
-    jax_gen=_jax_generator, numba_gen=_numba_generator,
-    pallas_module="primforge.ops._pallas_jitconn", shape_rule=_shape_rule,
-    weight_cotangent=_weight_cotangent, tags=("jitconn", "sparse"))
+FAMILY.build(jax_gen=_jax_generator, numba_gen=_numba_generator,
+             pallas_module="primforge.ops._pallas_jitconn", shape_rule=_shape_rule,
+             weight_cotangent=_weight_cotangent, tags=("jitconn", "sparse"))
+jitc_matvec_p = KERNELS[(False, False)]
+binary_jitc_matvec_p = KERNELS[(True, False)]
+jitc_matmat_p = KERNELS[(False, True)]
+binary_jitc_matmat_p = KERNELS[(True, True)]
 
 
 # ----------------------------------------------------------------------------- public calls
