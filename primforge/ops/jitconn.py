@@ -51,7 +51,7 @@ import jax
 import jax.numpy as jnp
 import numpy as np
 
-from primforge.ops import _scaffold
+from primforge.ops import _jitc_generator, _scaffold
 from primforge.ops._jitc_generator import (  # the generator; these names stay importable here
     GOLDEN,
     MIX_1,
@@ -82,6 +82,10 @@ __all__ = [
     "jitc_todense",
     "threshold_table",
 ]
+
+# The rest of the generator, still importable from here.
+gap, mix32, unit, MAX_TABLE = (_jitc_generator.gap, _jitc_generator.mix32, _jitc_generator.unit,
+                               _jitc_generator.MAX_TABLE)
 
 FAMILY = _scaffold.Family(
     ("jitc_matvec", "jitc_matmat"), params=("shape", "prob", "transpose", "weight_kind"),
