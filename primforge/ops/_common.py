@@ -20,6 +20,8 @@ import jax
 import jax.numpy as jnp
 import numpy as np
 
+from primforge.ops._scaffold import check_shape as check_shape_param
+
 __all__ = [
     "CSRStructureError",
     "check_csr_args",
@@ -41,17 +43,6 @@ class CSRStructureError(ValueError):
         >>> issubclass(CSRStructureError, ValueError)
         True
     """
-
-
-def check_shape_param(shape, who: str) -> tuple[int, int]:
-    """Return ``shape`` as a pair of non-negative ints, or raise a clear error."""
-    try:
-        m, n = (int(s) for s in shape)
-    except (TypeError, ValueError):
-        raise TypeError(f"{who}: 'shape' must be a pair of ints (rows, cols), got {shape!r}") from None
-    if m < 0 or n < 0:
-        raise ValueError(f"{who}: 'shape' must be non-negative, got {shape!r}")
-    return m, n
 
 
 def check_csr_args(who: str, data, indices, indptr, shape: Sequence[int]) -> bool:

@@ -20,7 +20,8 @@ Design:
       straight-through estimator elsewhere); bool events have no tangent.
     * Batching: ``vmap`` over ``x`` alone turns a matvec into one matmat call (the batch
       becomes the columns) and a matmat into a wider matmat; any other batching (e.g. of
-      the weights) maps the kernel over the batch with ``lax.map``.
+      the weights) maps the kernel over the batch with ``lax.map``. The rules and the
+      kernel wiring are shared with the other families (:mod:`primforge.ops._scaffold`).
     * Benchmarking: each kernel's call function is its public product (``csrmv`` ...), and
       its benchmark data is four small deterministic cases (``n`` = 200 and 1000, ``p`` =
       0.05, 5% active inputs, both directions, one shared weight), so ``primforge bench`` /
@@ -29,16 +30,13 @@ Design:
 
 from __future__ import annotations
 
-import math
 from typing import Any
 
 import jax
 import jax.numpy as jnp
 import numpy as np
 
-from primforge import _compat
-from primforge.kernel.kernel import XLACustomKernel
-from primforge.ops import _common
+from primforge.ops import _common, _scaffold
 
 __all__ = [
     "binary_csrmm",
@@ -51,16 +49,10 @@ __all__ = [
     "csrmv_p",
 ]
 
-KERNELS: dict[tuple[bool, bool], XLACustomKernel] = {}  # (binary, matrix) -> kernel
-
-
-def _pallas_generator(binary: bool, matrix: bool):
-    def generate(**kw):
-        from primforge.ops import _pallas_csr
-
-        return _pallas_csr.generator(binary, matrix, _jax_generator(binary, matrix))(**kw)
-
-    return generate
+FAMILY = _scaffold.Family(
+    ("csrmv", "csrmm"), params=("shape", "transpose"), what="CSR products", weights="data",
+    structure="'indices' or 'indptr'", doc=__doc__)
+KERNELS = FAMILY.kernels  # (binary, matrix) -> kernel
 
 
 # ----------------------------------------------------------------------------- jax reference
@@ -116,181 +108,55 @@ def _cuda_generator(binary: bool, matrix: bool):
 
 # ----------------------------------------------------------------------------- shape rule
 def _shape_rule(binary: bool, matrix: bool):
-    kind = ("binary_" if binary else "") + ("csrmm" if matrix else "csrmv")
+    kind = FAMILY.name(binary, matrix)
 
     def rule(data, indices, indptr, x, *, shape, transpose, **_):
-        m, n = _common.check_shape_param(shape, kind)
+        m, n = _scaffold.check_shape(shape, kind)
         _common.check_csr_args(kind, data, indices, indptr, (m, n))
-        rows_in, rows_out = (m, n) if transpose else (n, m)
-        want = 2 if matrix else 1
-        if len(x.shape) != want or x.shape[0] != rows_in:
-            what = f"({rows_in}, k)" if matrix else f"({rows_in},)"
-            op = "W.T @ x" if transpose else "W @ x"
-            raise ValueError(
-                f"{kind}: for {op} with W of shape {(m, n)} the input must have shape {what}, "
-                f"got {tuple(x.shape)}"
-            )
-        if not binary and not jnp.issubdtype(x.dtype, jnp.floating):
-            raise TypeError(
-                f"{kind}: the input must be floating point, got {x.dtype}; use binary_{kind} "
-                f"for bool or integer events"
-            )
-        return jax.ShapeDtypeStruct((rows_out,) + tuple(x.shape[1:]), data.dtype)
+        return FAMILY.output(kind, x, (m, n), data.dtype, binary=binary, matrix=matrix,
+                             transpose=transpose)
 
     return rule
 
 
 # ----------------------------------------------------------------------------- rules
-def _call(binary, matrix, data, indices, indptr, x, *, shape, transpose, backend=None):
-    return KERNELS[(binary, matrix)](
-        data, indices, indptr, x, shape=shape, transpose=transpose, backend=backend
-    )
-
-
-def _jvp_rule(binary: bool, matrix: bool):
-    def jvp(primals, tangents, *, outs, backend=None, shape, transpose, **_):
-        data, indices, indptr, x = primals
-        d_data, _, _, d_x = tangents
-        kw = {"shape": shape, "transpose": transpose, "backend": backend}
-        y = _call(binary, matrix, data, indices, indptr, x, **kw)
-        t = None
-        if type(d_data) is not _compat.Zero:
-            t = _call(binary, matrix, d_data, indices, indptr, x, **kw)
-        if type(d_x) is not _compat.Zero:
-            tx = _call(False, matrix, data, indices, indptr, d_x.astype(data.dtype), **kw)
-            t = tx if t is None else t + tx
-        return [y], [t]
-
-    return jvp
-
-
-def _weight_cotangent(binary, matrix, ct, data, indices, indptr, x, *, shape, transpose, backend):
+def _weight_cotangent(binary, matrix, ct, w_aval, structure, x, *, shape, transpose, backend):
     """d<ct, W x>/d data, for the shared-weight and per-synapse layouts."""
-    n = shape[1]
-    nnz = indices.shape[0]
-    ct, x = jnp.asarray(ct), jnp.asarray(x)
-    if _common.is_homogeneous(data.aval, indices):
+    indices, indptr = structure
+    if _common.is_homogeneous(w_aval, indices):
         # <ct, (w P) x> = w <ct, P x>: one more event-driven kernel call with unit weight.
-        ones = jnp.ones((1,), data.aval.dtype)
-        px = _call(binary, matrix, ones, indices, indptr, x, shape=shape, transpose=transpose,
-                   backend=backend)
-        return jnp.sum(ct * px).reshape(1).astype(data.aval.dtype)
+        return _scaffold.unit_weight_cotangent(
+            lambda e: FAMILY.call(binary, matrix, e, indices, indptr, x, shape=shape,
+                                  transpose=transpose, backend=backend), ct, w_aval.dtype, 1)
     ev = (x != 0).astype(ct.dtype) if binary else x.astype(ct.dtype)
-    rows = _common.row_ids(indptr, nnz)
+    rows = _common.row_ids(indptr, indices.shape[0])
     if transpose:  # y[indices[k]] += w_k x[row_k]
         a, b = ev[rows], ct.at[indices].get(mode="fill", fill_value=jnp.nan)
     else:  # y[row_k] += w_k x[indices[k]]
         a, b = ct[rows], ev.at[indices].get(mode="fill", fill_value=jnp.nan)
     g = jnp.sum(a * b, axis=-1) if matrix else a * b
-    ok = _common.structure_ok(indices, indptr, n)
-    return jnp.where(ok, g, jnp.nan).astype(data.aval.dtype)
+    ok = _common.structure_ok(indices, indptr, shape[1])
+    return jnp.where(ok, g, jnp.nan).astype(w_aval.dtype)
 
 
-def _transpose_rule(binary: bool, matrix: bool):
-    def transpose_rule(cts, data, indices, indptr, x, *, outs, backend=None, shape, transpose, **_):
-        (ct,) = cts
-        if type(ct) is _compat.Zero:
-            return [None, None, None, None]
-        if _compat.is_undefined_primal(indices) or _compat.is_undefined_primal(indptr):
-            raise ValueError("CSR products are not linear in 'indices' or 'indptr'")
-        if _compat.is_undefined_primal(x):
-            if _compat.is_undefined_primal(data):
-                raise ValueError("CSR products are bilinear: transpose w.r.t. data or x, not both")
-            ct_x = _call(False, matrix, data, indices, indptr, ct, shape=shape,
-                         transpose=not transpose, backend=backend)
-            return [None, None, None, ct_x.astype(x.aval.dtype)]
-        if _compat.is_undefined_primal(data):
-            ct_w = _weight_cotangent(binary, matrix, ct, data, indices, indptr, x, shape=shape,
-                                     transpose=transpose, backend=backend)
-            return [ct_w, None, None, None]
-        return [None, None, None, None]
-
-    return transpose_rule
-
-
-def _batching_rule(binary: bool, matrix: bool):
-    def batch(args, axes, *, outs, backend=None, shape, transpose, **_):
-        data, indices, indptr, x = args
-        ax_d, ax_i, ax_p, ax_x = axes
-        if ax_d is None and ax_i is None and ax_p is None:
-            # Only the input is batched: the batch becomes extra columns of one matmat call.
-            xb = jnp.moveaxis(x, ax_x, 1)  # (rows_in, batch) or (rows_in, batch, k)
-            size = xb.shape[1]
-            # Explicit sizes: a reshape with -1 is undefined when a dimension is zero.
-            flat = xb.reshape(xb.shape[0], math.prod(xb.shape[1:]))
-            y = _call(binary, True, data, indices, indptr, flat, shape=shape,
-                      transpose=transpose, backend=backend)
-            y = y.reshape((y.shape[0], size) + tuple(xb.shape[2:]))
-            return [y], [1]
-        # Batched weights or structure: one kernel call per batch element.
-        size = next(a.shape[ax] for a, ax in zip(args, axes) if ax is not None)
-        moved = [a if ax is None else jnp.moveaxis(a, ax, 0) for a, ax in zip(args, axes)]
-        mapped = [ax is not None for ax in axes]
-
-        def one(sliced):
-            it = iter(sliced)
-            full = [next(it) if mp else a for a, mp in zip(moved, mapped)]
-            return _call(binary, matrix, *full, shape=shape, transpose=transpose,
-                         backend=backend)
-
-        y = jax.lax.map(one, [a for a, mp in zip(moved, mapped) if mp])
-        assert y.shape[0] == size
-        return [y], [0]
-
-    return batch
-
-
-def _make_kernel(binary: bool, matrix: bool) -> XLACustomKernel:
-    name = "primforge.ops." + ("binary_" if binary else "") + ("csrmm" if matrix else "csrmv")
-    kernel = XLACustomKernel(name, doc=__doc__, replace=True)
-    gen = _jax_generator(binary, matrix)
-    for platform in ("cpu", "gpu", "tpu"):
-        kernel.def_kernel("jax", platform, gen)
-    kernel.def_numba_kernel(_numba_generator(binary, matrix), asdefault=True)
-    kernel.def_cuda_raw_kernel(_cuda_generator(binary, matrix), platform="gpu")
-    kernel.def_cuda_raw_kernel(_cuda_generator(binary, matrix), platform="cpu")
-    kernel.def_abstract_eval(_shape_rule(binary, matrix))
-    kernel.def_jvp_rule(_jvp_rule(binary, matrix))
-    kernel.def_transpose_rule(_transpose_rule(binary, matrix))
-    kernel.def_batching_rule(_batching_rule(binary, matrix))
-    kernel.def_tags("csr", "sparse", "event" if binary else "float", "matmat" if matrix else "matvec")
-    # Pallas (Triton) on the GPU, and the same kernels interpreted on the CPU; opt-in on both.
-    kernel.def_pallas_kernel("gpu", _pallas_generator(binary, matrix))
-    kernel.def_pallas_kernel("cpu", _pallas_generator(binary, matrix))
-    KERNELS[(binary, matrix)] = kernel
-    return kernel
-
-
-csrmv_p = _make_kernel(binary=False, matrix=False)
-binary_csrmv_p = _make_kernel(binary=True, matrix=False)
-csrmm_p = _make_kernel(binary=False, matrix=True)
-binary_csrmm_p = _make_kernel(binary=True, matrix=True)
+FAMILY.build(jax_gen=_jax_generator, numba_gen=_numba_generator, cuda_gen=_cuda_generator,
+             pallas_module="primforge.ops._pallas_csr", shape_rule=_shape_rule,
+             weight_cotangent=_weight_cotangent, tags=("csr", "sparse"))
+csrmv_p = KERNELS[(False, False)]
+binary_csrmv_p = KERNELS[(True, False)]
+csrmm_p = KERNELS[(False, True)]
+binary_csrmm_p = KERNELS[(True, True)]
 
 
 # ----------------------------------------------------------------------------- public calls
-def _prepare(who, data, indices, indptr, x, shape, binary):
-    shape = _common.check_shape_param(shape, who)
-    data = jnp.asarray(data)
-    if data.ndim == 0:
-        data = data.reshape(1)
-    if not jnp.issubdtype(data.dtype, jnp.floating):
-        data = data.astype(jnp.result_type(float))
-    x = jnp.asarray(x)
-    if not binary and not jnp.issubdtype(x.dtype, jnp.floating):
-        x = x.astype(data.dtype)
-    elif not binary and x.dtype != data.dtype:
-        x = x.astype(jnp.promote_types(x.dtype, data.dtype))
-        data = data.astype(x.dtype)
-    return data, jnp.asarray(indices), jnp.asarray(indptr), x, shape
-
-
 def _public(binary: bool, matrix: bool):
     def call(data: Any, indices: Any, indptr: Any, x: Any, *, shape: tuple[int, int],
              transpose: bool = False, backend: str | None = None) -> jax.Array:
-        who = ("binary_" if binary else "") + ("csrmm" if matrix else "csrmv")
-        data, indices, indptr, x, shape = _prepare(who, data, indices, indptr, x, shape, binary)
-        return _call(binary, matrix, data, indices, indptr, x, shape=shape,
-                     transpose=bool(transpose), backend=backend)
+        who = FAMILY.name(binary, matrix)
+        shape = _scaffold.check_shape(shape, who)
+        data, x = _scaffold.promote_input(_scaffold.float_weights(data), x, binary)
+        return FAMILY.call(binary, matrix, data, jnp.asarray(indices), jnp.asarray(indptr), x,
+                           shape=shape, transpose=bool(transpose), backend=backend)
 
     return call
 
@@ -418,8 +284,8 @@ def binary_csrmm(data: Any, indices: Any, indptr: Any, events: Any, *, shape: tu
 # ``kernel.benchmark``) and a few small deterministic configs, so that ``primforge bench``
 # and ``primforge check`` can time every backend and compare it with the 'jax' reference.
 _BENCH_PROB = 0.05  # connection probability
-_BENCH_RATE = 0.05  # fraction of active (non-zero) entries in the input
-_BENCH_COLS = 8  # columns of the input for the matmat kernels
+# (n, transpose, shared weight): both sizes and directions, and one shared-weight case.
+_BENCH_CASES = ((200, False, False), (200, True, True), (1000, False, False), (1000, True, False))
 
 
 def _bench_csr(rs, n: int, prob: float):
@@ -432,50 +298,17 @@ def _bench_csr(rs, n: int, prob: float):
     return data, cols.astype(np.int32), indptr
 
 
-def _bench_input(rs, shape, rate: float, binary: bool):
-    active = rs.random_sample(shape) < rate
-    if binary:
-        return active
-    return np.where(active, rs.standard_normal(shape), 0.0).astype(np.float32)
+def _bench_case(rs, case, binary: bool, matrix: bool):
+    n, transpose, shared = case
+    data, indices, indptr = _bench_csr(rs, n, _BENCH_PROB)
+    if shared:
+        data = np.array([0.5], np.float32)
+    x = _scaffold.bench_input(rs, n, binary, matrix)
+    params = {"n": n, "p": _BENCH_PROB, "rate": _scaffold.BENCH_RATE, "transpose": transpose,
+              "weight": "shared" if shared else "per-synapse"}
+    if matrix:
+        params["k"] = _scaffold.BENCH_COLS
+    return (data, indices, indptr, x), {"shape": (n, n), "transpose": transpose}, params
 
 
-# (n, transpose, shared weight): both sizes and directions, and one shared-weight case.
-_BENCH_CASES = ((200, False, False), (200, True, True), (1000, False, False), (1000, True, False))
-
-
-def _benchmark_data(binary: bool, matrix: bool):
-    def configs(*, platform: str) -> list:
-        del platform  # the same small cases everywhere
-        from primforge.bench import BenchmarkConfig
-
-        out = []
-        for i, (n, transpose, shared) in enumerate(_BENCH_CASES):
-            rs = np.random.RandomState(1234 + i)
-            data, indices, indptr = _bench_csr(rs, n, _BENCH_PROB)
-            if shared:
-                data = np.array([0.5], np.float32)
-            xshape = (n, _BENCH_COLS) if matrix else (n,)
-            x = _bench_input(rs, xshape, _BENCH_RATE, binary)
-            params = {"n": n, "p": _BENCH_PROB, "rate": _BENCH_RATE, "transpose": transpose,
-                      "weight": "shared" if shared else "per-synapse"}
-            if matrix:
-                params["k"] = _BENCH_COLS
-            out.append(BenchmarkConfig(
-                args=(data, indices, indptr, x),
-                kwargs={"shape": (n, n), "transpose": transpose},
-                params=params,
-            ))
-        return out
-
-    return configs
-
-
-for (_binary, _matrix), _public_fn in {
-    (False, False): csrmv,
-    (True, False): binary_csrmv,
-    (False, True): csrmm,
-    (True, True): binary_csrmm,
-}.items():
-    KERNELS[(_binary, _matrix)].def_call(_public_fn)
-    KERNELS[(_binary, _matrix)].def_benchmark_data(_benchmark_data(_binary, _matrix))
-del _binary, _matrix, _public_fn
+FAMILY.install((csrmv, binary_csrmv, csrmm, binary_csrmm), _BENCH_CASES, 1234, _bench_case)

@@ -89,7 +89,12 @@ def guide_table(table: np.ndarray) -> tuple[np.ndarray, int]:
 
 @functools.cache
 def kernel(binary: bool, matrix: bool, transpose: bool, kind: str, prob: float):
-    """The njit kernel for one variant (compiled lazily per dtype)."""
+    """The njit kernel for one variant (compiled lazily per dtype).
+
+    Long by design: the njit bodies close over this variant's constants (guide table,
+    weight kind, direction), which Numba folds into the compiled code; split into
+    functions they would become runtime arguments.
+    """
     import numba
 
     from primforge.ops.jitconn import threshold_table

@@ -163,6 +163,8 @@ def _matvec(binary, transpose, homo, *, m, n, nnz, dtype, platform):
 
 
 def _matmat(binary, transpose, homo, *, m, n, nnz, k, dtype, platform, wide):
+    # Long by design: one Pallas program (its body closes over the block sizes and the
+    # variant's flags, which Triton specialises on) plus its grid and call.
     from jax.experimental import pallas as pl
     from jax.experimental.pallas import triton as plgpu
 

@@ -35,6 +35,8 @@ BLOCK_COLS = 32  # most input columns per program
 
 
 def _program(binary, transpose, homo, *, m, n, k, cols, dtype, platform, wide):
+    # Long by design: one Pallas program (its body closes over the block sizes and the
+    # variant's flags, which Triton specialises on) plus its grid and call.
     from jax.experimental import pallas as pl
     from jax.experimental.pallas import triton as plgpu
 

@@ -58,6 +58,8 @@ def _any(mask):
 
 
 def _build(binary, matrix, transpose, kind, *, m, n, k, k_max, dtype, platform):
+    # Long by design: the Pallas body (the generator's loop over synapses, inlined so that
+    # Triton specialises on the variant's flags and block sizes) plus its grid and call.
     from jax.experimental import pallas as pl
     from jax.experimental.pallas import triton as plgpu
 

@@ -101,13 +101,15 @@ def fixed_prob(
         raise ValueError(f"fixed_prob: {indices.size} synapses do not fit int32 indices")
     indptr = np.zeros(n_rows + 1, np.int32)
     np.cumsum(counts, out=indptr[1:])
-    if callable(weight):
-        data = np.asarray(weight(rng, indices.size), dtype=dtype)
-        if data.shape != (indices.size,):
-            raise ValueError(
-                f"fixed_prob: weight(rng, nnz) must return shape ({indices.size},), got "
-                f"{data.shape}"
-            )
-    else:
-        data = np.full((1,), weight, dtype=dtype)
+    data = _weights(weight, rng, indices.size, dtype)
     return CSR(jnp.asarray(data), jnp.asarray(indices), jnp.asarray(indptr), shape=(n_rows, n_cols))
+
+
+def _weights(weight, rng, nnz: int, dtype) -> np.ndarray:
+    """One shared weight (a number) or ``weight(rng, nnz)``, checked."""
+    if not callable(weight):
+        return np.full((1,), weight, dtype=dtype)
+    data = np.asarray(weight(rng, nnz), dtype=dtype)
+    if data.shape != (nnz,):
+        raise ValueError(f"fixed_prob: weight(rng, nnz) must return shape ({nnz},), got {data.shape}")
+    return data

@@ -15,7 +15,8 @@ Design:
       dense matmul for matrix inputs). For binary kernels the derivative with respect to
       float-valued events is that of ``W @ x`` (straight-through); bool events have none.
     * Batching: ``vmap`` over ``x`` alone is one matrix call (the batch becomes columns);
-      other batching (e.g. of ``W``) maps the kernel with ``lax.map``.
+      other batching (e.g. of ``W``) maps the kernel with ``lax.map``. These rules, the
+      kernel wiring and the benchmark hooks are shared through :mod:`primforge.ops._scaffold`.
 """
 
 from __future__ import annotations
@@ -26,8 +27,7 @@ import jax
 import jax.numpy as jnp
 import numpy as np
 
-from primforge import _compat
-from primforge.kernel.kernel import XLACustomKernel
+from primforge.ops import _scaffold
 
 __all__ = [
     "binary_densemm",
@@ -40,11 +40,10 @@ __all__ = [
     "densemv_p",
 ]
 
-KERNELS: dict[tuple[bool, bool], XLACustomKernel] = {}  # (binary, matrix) -> kernel
-
-
-def _name(binary: bool, matrix: bool) -> str:
-    return ("binary_" if binary else "") + ("densemm" if matrix else "densemv")
+FAMILY = _scaffold.Family(
+    ("densemv", "densemm"), params=("transpose",), what="dense event products",
+    cols="cols", ops=("W @ x", "x @ W"), doc=__doc__)
+KERNELS = FAMILY.kernels  # (binary, matrix) -> kernel
 
 
 def _jax_generator(binary: bool, matrix: bool):
@@ -73,7 +72,7 @@ def _numba_generator(binary: bool, matrix: bool):
 
 
 def _shape_rule(binary: bool, matrix: bool):
-    who = _name(binary, matrix)
+    who = FAMILY.name(binary, matrix)
 
     def rule(weights, x, *, transpose, **_):
         if len(weights.shape) != 2:
@@ -81,123 +80,33 @@ def _shape_rule(binary: bool, matrix: bool):
                              f"{tuple(weights.shape)}")
         if not jnp.issubdtype(weights.dtype, jnp.floating):
             raise TypeError(f"{who}: 'weights' must be floating point, got {weights.dtype}")
-        m, n = weights.shape
-        rows_in, rows_out = (m, n) if transpose else (n, m)
-        want = 2 if matrix else 1
-        if len(x.shape) != want or x.shape[0] != rows_in:
-            what = f"({rows_in}, cols)" if matrix else f"({rows_in},)"
-            op = "x @ W" if transpose else "W @ x"
-            raise ValueError(f"{who}: for {op} with W of shape {(m, n)} the input must have "
-                             f"shape {what}, got {tuple(x.shape)}")
-        if not binary and not jnp.issubdtype(x.dtype, jnp.floating):
-            raise TypeError(f"{who}: the input must be floating point, got {x.dtype}; use "
-                            f"binary_{who} for bool or integer events")
-        return jax.ShapeDtypeStruct((rows_out,) + tuple(x.shape[1:]), weights.dtype)
+        return FAMILY.output(who, x, weights.shape, weights.dtype, binary=binary, matrix=matrix,
+                             transpose=transpose)
 
     return rule
 
 
-def _call(binary, matrix, weights, x, *, transpose, backend=None):
-    return KERNELS[(binary, matrix)](weights, x, transpose=transpose, backend=backend)
+def _weight_cotangent(binary, matrix, ct, w_aval, structure, x, *, transpose, backend):
+    """d<ct, W x>/dW: an outer product (a dense matmul for matrix inputs)."""
+    ev = (x != 0).astype(ct.dtype) if binary else x.astype(ct.dtype)
+    a, b = (ev, ct) if transpose else (ct, ev)  # dW = a b^T
+    g = a @ b.T if matrix else jnp.outer(a, b)
+    return g.astype(w_aval.dtype)
 
 
-def _jvp_rule(binary: bool, matrix: bool):
-    def jvp(primals, tangents, *, outs, backend=None, transpose, **_):
-        weights, x = primals
-        d_w, d_x = tangents
-        y = _call(binary, matrix, weights, x, transpose=transpose, backend=backend)
-        t = None
-        if type(d_w) is not _compat.Zero:
-            t = _call(binary, matrix, d_w, x, transpose=transpose, backend=backend)
-        if type(d_x) is not _compat.Zero:
-            tx = _call(False, matrix, weights, d_x.astype(weights.dtype), transpose=transpose,
-                       backend=backend)
-            t = tx if t is None else t + tx
-        return [y], [t]
-
-    return jvp
-
-
-def _transpose_rule(binary: bool, matrix: bool):
-    def transpose_rule(cts, weights, x, *, outs, backend=None, transpose, **_):
-        (ct,) = cts
-        if type(ct) is _compat.Zero:
-            return [None, None]
-        ct = jnp.asarray(ct)
-        if _compat.is_undefined_primal(x):
-            if _compat.is_undefined_primal(weights):
-                raise ValueError("dense event products are bilinear: transpose w.r.t. weights "
-                                 "or x, not both")
-            ct_x = _call(False, matrix, weights, ct.astype(weights.dtype),
-                         transpose=not transpose, backend=backend)
-            return [None, ct_x.astype(x.aval.dtype)]
-        if _compat.is_undefined_primal(weights):
-            ev = (x != 0).astype(ct.dtype) if binary else jnp.asarray(x).astype(ct.dtype)
-            a, b = (ev, ct) if transpose else (ct, ev)  # dW = a b^T
-            g = a @ b.T if matrix else jnp.outer(a, b)
-            return [g.astype(weights.aval.dtype), None]
-        return [None, None]
-
-    return transpose_rule
-
-
-def _batching_rule(binary: bool, matrix: bool):
-    def batch(args, axes, *, outs, backend=None, transpose, **_):
-        weights, x = args
-        ax_w, ax_x = axes
-        if ax_w is None:
-            xb = jnp.moveaxis(x, ax_x, 1)
-            size = xb.shape[1]
-            flat = xb.reshape(xb.shape[0], -1)
-            y = _call(binary, True, weights, flat, transpose=transpose, backend=backend)
-            return [y.reshape((y.shape[0], size) + tuple(xb.shape[2:]))], [1]
-        ws = jnp.moveaxis(weights, ax_w, 0)
-        if ax_x is None:
-            y = jax.lax.map(lambda w: _call(binary, matrix, w, x, transpose=transpose,
-                                            backend=backend), ws)
-        else:
-            xs = jnp.moveaxis(x, ax_x, 0)
-            y = jax.lax.map(lambda a: _call(binary, matrix, a[0], a[1], transpose=transpose,
-                                            backend=backend), (ws, xs))
-        return [y], [0]
-
-    return batch
-
-
-def _make_kernel(binary: bool, matrix: bool) -> XLACustomKernel:
-    kernel = XLACustomKernel("primforge.ops." + _name(binary, matrix), doc=__doc__, replace=True)
-    gen = _jax_generator(binary, matrix)
-    for platform in ("cpu", "gpu", "tpu"):
-        kernel.def_kernel("jax", platform, gen)
-    kernel.def_numba_kernel(_numba_generator(binary, matrix), asdefault=True)
-    kernel.def_abstract_eval(_shape_rule(binary, matrix))
-    kernel.def_jvp_rule(_jvp_rule(binary, matrix))
-    kernel.def_transpose_rule(_transpose_rule(binary, matrix))
-    kernel.def_batching_rule(_batching_rule(binary, matrix))
-    kernel.def_tags("dense", "event" if binary else "float", "matmat" if matrix else "matvec")
-    KERNELS[(binary, matrix)] = kernel
-    return kernel
-
-
-densemv_p = _make_kernel(binary=False, matrix=False)
-binary_densemv_p = _make_kernel(binary=True, matrix=False)
-densemm_p = _make_kernel(binary=False, matrix=True)
-binary_densemm_p = _make_kernel(binary=True, matrix=True)
+FAMILY.build(jax_gen=_jax_generator, numba_gen=_numba_generator, shape_rule=_shape_rule,
+             weight_cotangent=_weight_cotangent, tags=("dense",))
+densemv_p = KERNELS[(False, False)]
+binary_densemv_p = KERNELS[(True, False)]
+densemm_p = KERNELS[(False, True)]
+binary_densemm_p = KERNELS[(True, True)]
 
 
 def _public(binary: bool, matrix: bool):
     def call(weights, x, *, transpose=False, backend=None):
-        weights = jnp.asarray(weights)
-        if not jnp.issubdtype(weights.dtype, jnp.floating):
-            weights = weights.astype(jnp.result_type(float))
-        x = jnp.asarray(x)
-        if not binary:
-            if not jnp.issubdtype(x.dtype, jnp.floating):
-                x = x.astype(weights.dtype)
-            elif x.dtype != weights.dtype:
-                x = x.astype(jnp.promote_types(x.dtype, weights.dtype))
-                weights = weights.astype(x.dtype)
-        return _call(binary, matrix, weights, x, transpose=bool(transpose), backend=backend)
+        weights = _scaffold.float_weights(weights, scalar_as_vector=False)
+        weights, x = _scaffold.promote_input(weights, x, binary)
+        return FAMILY.call(binary, matrix, weights, x, transpose=bool(transpose), backend=backend)
 
     return call
 
@@ -294,36 +203,15 @@ def binary_densemm(weights: Any, events: Any, *, transpose: bool = False,
 
 # ----------------------------------------------------------------------------- benchmark hooks
 _BENCH_CASES = ((500, True), (500, False), (2000, True), (2000, False))  # (n, transpose)
-_BENCH_RATE = 0.05
-_BENCH_COLS = 8
 
 
-def _benchmark_data(binary: bool, matrix: bool):
-    def configs(*, platform: str) -> list:
-        del platform
-        from primforge.bench import BenchmarkConfig
-
-        out = []
-        for i, (n, transpose) in enumerate(_BENCH_CASES):
-            rs = np.random.RandomState(777 + i)
-            w = rs.standard_normal((n, n)).astype(np.float32)
-            xshape = (n, _BENCH_COLS) if matrix else (n,)
-            active = rs.random_sample(xshape) < _BENCH_RATE
-            x = active if binary else np.where(active, rs.standard_normal(xshape), 0).astype(np.float32)
-            out.append(BenchmarkConfig(args=(w, x), kwargs={"transpose": transpose},
-                                       params={"n": n, "rate": _BENCH_RATE,
-                                               "transpose": transpose}))
-        return out
-
-    return configs
+def _bench_case(rs, case, binary: bool, matrix: bool):
+    n, transpose = case
+    w = rs.standard_normal((n, n)).astype(np.float32)
+    x = _scaffold.bench_input(rs, n, binary, matrix)
+    params = {"n": n, "rate": _scaffold.BENCH_RATE, "transpose": transpose}
+    return (w, x), {"transpose": transpose}, params
 
 
-for (_binary, _matrix), _public_fn in {
-    (False, False): densemv,
-    (True, False): binary_densemv,
-    (False, True): densemm,
-    (True, True): binary_densemm,
-}.items():
-    KERNELS[(_binary, _matrix)].def_call(_public_fn)
-    KERNELS[(_binary, _matrix)].def_benchmark_data(_benchmark_data(_binary, _matrix))
-del _binary, _matrix, _public_fn
+FAMILY.install((densemv, binary_densemv, densemm, binary_densemm), _BENCH_CASES, 777,
+               _bench_case)

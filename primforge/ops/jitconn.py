@@ -22,6 +22,7 @@ Design:
       weights: ``'homo'`` one shared weight; ``'uniform'`` ``low + (high - low) * unit(d1)``;
       ``'normal'`` ``mean + std * sqrt(-2 log unit(d1)) * cos(2 pi unit(d2))``. Weights are
       floating-point functions of exact integers: equal across backends up to rounding.
+      Its functions live in :mod:`primforge.ops._jitc_generator` (importable from here).
     * Four :class:`~primforge.XLACustomKernel` objects (float or binary input, vector or
       matrix), each taking ``(theta, seed, table, x)``: ``theta`` the weight parameters
       (``(w,)``, ``(low, high)`` or ``(mean, std)``), ``seed`` a ``(1,)`` uint32 array,
@@ -37,12 +38,12 @@ Design:
       ``theta`` one kernel call per parameter with a unit parameter vector. The seed and the
       table are integers (no tangent).
     * Batching: ``vmap`` over ``x`` alone is one matmat call (the batch becomes columns);
-      anything else (a batch of seeds or weights) maps the kernel with ``lax.map``.
+      anything else (a batch of seeds or weights) maps the kernel with ``lax.map``. The
+      rules and the kernel wiring are shared through :mod:`primforge.ops._scaffold`.
 """
 
 from __future__ import annotations
 
-import functools
 import math
 from typing import Any
 
@@ -50,8 +51,23 @@ import jax
 import jax.numpy as jnp
 import numpy as np
 
-from primforge import _compat
-from primforge.kernel.kernel import XLACustomKernel
+from primforge.ops import _jitc_generator, _scaffold
+from primforge.ops._jitc_generator import (  # the generator; these names stay importable here
+    GOLDEN,
+    MIX_1,
+    MIX_2,
+    ROW_SALT,
+    SEED_SALT,
+    WEIGHT_KINDS,
+    cached_table,
+    check_kind,
+    check_prob,
+    draw,
+    next_column,
+    row_keys,
+    threshold_table,
+    weights,
+)
 
 __all__ = [
     "WEIGHT_KINDS",
@@ -67,121 +83,19 @@ __all__ = [
     "threshold_table",
 ]
 
-WEIGHT_KINDS = {"homo": 1, "uniform": 2, "normal": 2}  # kind -> number of parameters
-SEED_SALT = 0x3C6EF372
-ROW_SALT = 0x85EBCA6B
-GOLDEN = 0x9E3779B9
-MIX_1 = 0x7FEB352D
-MIX_2 = 0x846CA68B
-MAX_TABLE = 2**23  # thresholds; prob >= ~2.7e-6
+# The rest of the generator, still importable from here.
+gap, mix32, unit, MAX_TABLE = (_jitc_generator.gap, _jitc_generator.mix32, _jitc_generator.unit,
+                               _jitc_generator.MAX_TABLE)
 
-KERNELS: dict[tuple[bool, bool], XLACustomKernel] = {}  # (binary, matrix) -> kernel
-
-
-# ----------------------------------------------------------------------------- the generator
-def check_prob(prob: Any, who: str) -> float:
-    """``prob`` as a float in ``(0, 1]``, or a clear error."""
-    try:
-        p = float(prob)
-    except (TypeError, ValueError):
-        raise TypeError(f"{who}: 'prob' must be a float in (0, 1], got {prob!r}") from None
-    if not 0.0 < p <= 1.0:
-        raise ValueError(f"{who}: 'prob' must be in (0, 1], got {prob!r}")
-    return p
+FAMILY = _scaffold.Family(
+    ("jitc_matvec", "jitc_matmat"), params=("shape", "prob", "transpose", "weight_kind"),
+    what="jitc products", weights="the weights", structure="'seed' or the threshold table",
+    doc=__doc__)
+KERNELS = FAMILY.kernels  # (binary, matrix) -> kernel
 
 
-@functools.lru_cache(maxsize=64)
-def _table(p: float) -> np.ndarray:
-    if p >= 1.0:
-        return np.zeros(1, np.uint32)
-    logq = math.log1p(-p)
-    k_max = int(32 * math.log(2) / -logq) + 2
-    if k_max > MAX_TABLE:
-        raise ValueError(
-            f"jitc: 'prob' = {p} is too small: its threshold table would hold {k_max} entries "
-            f"(at most {MAX_TABLE}, i.e. prob >= {22.2 / MAX_TABLE:.1e}); store the matrix as "
-            f"CSR instead"
-        )
-    ks = np.arange(1, k_max + 1, dtype=np.float64)
-    t = np.floor(np.exp(ks * logq) * 2.0**32)
-    t = t[t >= 1.0]
-    out = np.zeros(t.size + 1, np.uint32)  # the trailing 0 ends every search
-    out[:-1] = np.minimum(t, 2.0**32 - 1).astype(np.uint32)
-    out.setflags(write=False)
-    return out
-
-
-def threshold_table(prob: float) -> np.ndarray:
-    """The gap thresholds of connection probability ``prob`` (read-only uint32 array).
-
-    Entry ``k - 1`` is ``floor((1 - prob)**k * 2**32)`` for ``k = 1 .. K`` (every
-    non-zero one), followed by a 0. A gap of ``g`` columns follows a draw ``d`` when
-    exactly ``g`` entries exceed ``d``.
-
-    Example:
-        >>> t = threshold_table(0.5)
-        >>> [int(v) for v in t[:3]], int(t[-1]), t.size
-        ([2147483648, 1073741824, 536870912], 0, 33)
-    """
-    return _table(check_prob(prob, "threshold_table"))
-
-
-def mix32(x):
-    """The 32-bit integer finaliser of the generator, on uint32 arrays (wrapping)."""
-    x = x ^ (x >> 16)
-    x = x * jnp.uint32(MIX_1)
-    x = x ^ (x >> 15)
-    x = x * jnp.uint32(MIX_2)
-    return x ^ (x >> 16)
-
-
-def row_keys(seed, rows):
-    """Per-row keys ``r_i`` for uint32 ``seed`` (scalar) and int ``rows``."""
-    key = mix32(seed ^ jnp.uint32(SEED_SALT))
-    return mix32(key + mix32(rows.astype(jnp.uint32) ^ jnp.uint32(ROW_SALT)))
-
-
-def draw(keys, c):
-    """Draw ``c`` (uint32 scalar) of every row key."""
-    return mix32(keys + (c + jnp.uint32(1)) * jnp.uint32(GOLDEN))
-
-
-def unit(h):
-    """A uint32 draw as a float32 in (0, 1): an odd multiple of 2**-24 (exact)."""
-    odd = ((h >> 9) * jnp.uint32(2) + jnp.uint32(1)).astype(jnp.int32)
-    return odd.astype(jnp.float32) * jnp.float32(2.0**-24)
-
-
-def gap(u, load, k_max: int):
-    """Number of thresholds above ``u``: a fixed-length binary search through ``load``."""
-    lo = jnp.zeros(u.shape, jnp.int32)
-    hi = jnp.full(u.shape, k_max, jnp.int32)
-    for _ in range(int(k_max).bit_length()):
-        mid = (lo + hi) // 2
-        le = load(mid) <= u
-        hi = jnp.where(le, mid, hi)
-        lo = jnp.where(le, lo, mid + 1)
-    return lo
-
-
-def next_column(j, alive, u, load, k_max: int, n: int):
-    """Advance each live row to its next column; a row dies at the first column >= n."""
-    g = gap(u, load, k_max)
-    fits = alive & (g < n - 1 - j)
-    return jnp.where(fits, j + 1 + g, j), fits
-
-
-def weights(theta, keys, s, kind: str, dtype):
-    """The weight of synapse ``s`` (uint32 scalar) of every row, in ``dtype``."""
-    if kind == "homo":
-        return jnp.broadcast_to(theta[0], keys.shape).astype(dtype)
-    three = jnp.uint32(3)
-    u1 = unit(draw(keys, three * s + jnp.uint32(1))).astype(dtype)
-    if kind == "uniform":
-        return theta[0] + (theta[1] - theta[0]) * u1
-    u2 = unit(draw(keys, three * s + jnp.uint32(2))).astype(dtype)
-    z = jnp.sqrt(-2 * jnp.log(u1)) * jnp.cos((2 * np.pi) * u2)
-    return theta[0] + theta[1] * z
+def _name(binary: bool, matrix: bool) -> str:
+    return FAMILY.name(binary, matrix)
 
 
 # ----------------------------------------------------------------------------- jax reference
@@ -239,27 +153,23 @@ def _numba_generator(binary: bool, matrix: bool):
     return generate
 
 
-def _pallas_generator(binary: bool, matrix: bool):
-    def generate(**kw):
-        from primforge.ops import _pallas_jitconn
+def _numba_generator(binary: bool, matrix: bool):
+    def generate(*, prob, transpose, weight_kind, **_):
+        from primforge.ops import _numba_jitconn
 
-        return _pallas_jitconn.generator(binary, matrix, _jax_generator(binary, matrix))(**kw)
+        return _numba_jitconn.kernel(binary, matrix, bool(transpose), weight_kind, float(prob))
 
     return generate
 
 
 # ----------------------------------------------------------------------------- shape rule
-def _name(binary: bool, matrix: bool) -> str:
-    return ("binary_" if binary else "") + ("jitc_matmat" if matrix else "jitc_matvec")
-
-
 def _shape_rule(binary: bool, matrix: bool):
-    who = _name(binary, matrix)
+    who = FAMILY.name(binary, matrix)
 
     def rule(theta, seed, table, x, *, shape, prob, transpose, weight_kind, **_):
-        m, n = _check_shape(shape, who)
+        m, n = _scaffold.check_shape(shape, who, int32=True)
         p = check_prob(prob, who)
-        _check_kind(weight_kind, who)
+        check_kind(weight_kind, who)
         want_theta = (WEIGHT_KINDS[weight_kind],)
         if tuple(theta.shape) != want_theta or not jnp.issubdtype(theta.dtype, jnp.floating):
             raise ValueError(
@@ -269,150 +179,36 @@ def _shape_rule(binary: bool, matrix: bool):
         if tuple(seed.shape) != (1,) or seed.dtype != jnp.uint32:
             raise ValueError(f"{who}: 'seed' must be a (1,) uint32 array, got "
                              f"{seed.dtype}{list(seed.shape)}")
-        want_table = _table(p).shape
+        want_table = cached_table(p).shape
         if tuple(table.shape) != want_table or table.dtype != jnp.uint32:
             raise ValueError(f"{who}: 'table' must be threshold_table({p}) (uint32{list(want_table)}), "
                              f"got {table.dtype}{list(table.shape)}")
-        rows_in, rows_out = (m, n) if transpose else (n, m)
-        want = 2 if matrix else 1
-        if len(x.shape) != want or x.shape[0] != rows_in:
-            what = f"({rows_in}, k)" if matrix else f"({rows_in},)"
-            op = "W.T @ x" if transpose else "W @ x"
-            raise ValueError(f"{who}: for {op} with W of shape {(m, n)} the input must have "
-                             f"shape {what}, got {tuple(x.shape)}")
-        if not binary and not jnp.issubdtype(x.dtype, jnp.floating):
-            raise TypeError(f"{who}: the input must be floating point, got {x.dtype}; use "
-                            f"binary_{who} for bool or integer events")
-        return jax.ShapeDtypeStruct((rows_out,) + tuple(x.shape[1:]), theta.dtype)
+        return FAMILY.output(who, x, (m, n), theta.dtype, binary=binary, matrix=matrix,
+                             transpose=transpose)
 
     return rule
 
 
-def _check_shape(shape, who):
-    try:
-        m, n = (int(s) for s in shape)
-    except (TypeError, ValueError):
-        raise TypeError(f"{who}: 'shape' must be a pair of ints (rows, cols), got {shape!r}") from None
-    if m < 0 or n < 0 or max(m, n) >= 2**31 - 1:
-        raise ValueError(f"{who}: 'shape' must be non-negative and below 2**31 - 1, got {shape!r}")
-    return m, n
+def _weight_cotangent(binary, matrix, ct, w_aval, structure, x, *, backend, **kw):
+    """<ct, W(e_k) x> for each weight parameter k: the product is linear in theta."""
+    return _scaffold.unit_weight_cotangent(
+        lambda e: FAMILY.call(binary, matrix, e, *structure, x, backend=backend, **kw), ct,
+        w_aval.dtype, w_aval.shape[0])
 
 
-def _check_kind(kind, who):
-    if kind not in WEIGHT_KINDS:
-        raise ValueError(f"{who}: 'weight_kind' must be one of {sorted(WEIGHT_KINDS)}, got {kind!r}")
-
-
-# ----------------------------------------------------------------------------- rules
-def _call(binary, matrix, theta, seed, table, x, *, shape, prob, transpose, weight_kind,
-          backend=None):
-    return KERNELS[(binary, matrix)](theta, seed, table, x, shape=shape, prob=prob,
-                                     transpose=transpose, weight_kind=weight_kind,
-                                     backend=backend)
-
-
-def _jvp_rule(binary: bool, matrix: bool):
-    def jvp(primals, tangents, *, outs, backend=None, **kw):
-        theta, seed, table, x = primals
-        d_theta, _, _, d_x = tangents
-        kw = {k: kw[k] for k in ("shape", "prob", "transpose", "weight_kind")}
-        y = _call(binary, matrix, theta, seed, table, x, backend=backend, **kw)
-        t = None
-        if type(d_theta) is not _compat.Zero:  # linear in theta
-            t = _call(binary, matrix, d_theta, seed, table, x, backend=backend, **kw)
-        if type(d_x) is not _compat.Zero:
-            tx = _call(False, matrix, theta, seed, table, d_x.astype(theta.dtype),
-                       backend=backend, **kw)
-            t = tx if t is None else t + tx
-        return [y], [t]
-
-    return jvp
-
-
-def _transpose_rule(binary: bool, matrix: bool):
-    def transpose_rule(cts, theta, seed, table, x, *, outs, backend=None, **kw):
-        (ct,) = cts
-        kw = {k: kw[k] for k in ("shape", "prob", "transpose", "weight_kind")}
-        if type(ct) is _compat.Zero:
-            return [None, None, None, None]
-        if _compat.is_undefined_primal(seed) or _compat.is_undefined_primal(table):
-            raise ValueError("jitc products are not linear in 'seed' or the threshold table")
-        if _compat.is_undefined_primal(x):
-            if _compat.is_undefined_primal(theta):
-                raise ValueError("jitc products are bilinear: transpose w.r.t. the weights or "
-                                 "x, not both")
-            flipped = dict(kw, transpose=not kw["transpose"])
-            ct_x = _call(False, matrix, theta, seed, table, ct, backend=backend, **flipped)
-            return [None, None, None, ct_x.astype(x.aval.dtype)]
-        if _compat.is_undefined_primal(theta):
-            ct = jnp.asarray(ct)
-            dtype = theta.aval.dtype
-            size = theta.aval.shape[0]
-            grads = []
-            for k in range(size):  # <ct, W(e_k) x>: one kernel call per weight parameter
-                e_k = jnp.zeros((size,), dtype).at[k].set(1)
-                y_k = _call(binary, matrix, e_k, seed, table, x, backend=backend, **kw)
-                grads.append(jnp.sum(ct * y_k))
-            return [jnp.stack(grads).astype(dtype), None, None, None]
-        return [None, None, None, None]
-
-    return transpose_rule
-
-
-def _batching_rule(binary: bool, matrix: bool):
-    def batch(args, axes, *, outs, backend=None, **kw):
-        kw = {k: kw[k] for k in ("shape", "prob", "transpose", "weight_kind")}
-        theta, seed, table, x = args
-        if axes[0] is None and axes[1] is None and axes[2] is None:
-            # Only the input is batched: the batch becomes extra columns of one matmat call.
-            xb = jnp.moveaxis(x, axes[3], 1)  # (rows_in, batch) or (rows_in, batch, k)
-            size = xb.shape[1]
-            flat = xb.reshape(xb.shape[0], -1)
-            y = _call(binary, True, theta, seed, table, flat, backend=backend, **kw)
-            return [y.reshape((y.shape[0], size) + tuple(xb.shape[2:]))], [1]
-        moved = [a if ax is None else jnp.moveaxis(a, ax, 0) for a, ax in zip(args, axes)]
-        mapped = [ax is not None for ax in axes]
-
-        def one(sliced):
-            it = iter(sliced)
-            full = [next(it) if mp else a for a, mp in zip(moved, mapped)]
-            return _call(binary, matrix, *full, backend=backend, **kw)
-
-        return [jax.lax.map(one, [a for a, mp in zip(moved, mapped) if mp])], [0]
-
-    return batch
-
-
-def _make_kernel(binary: bool, matrix: bool) -> XLACustomKernel:
-    kernel = XLACustomKernel("primforge.ops." + _name(binary, matrix), doc=__doc__, replace=True)
-    gen = _jax_generator(binary, matrix)
-    for platform in ("cpu", "gpu", "tpu"):
-        kernel.def_kernel("jax", platform, gen)
-    kernel.def_numba_kernel(_numba_generator(binary, matrix), asdefault=True)
-    kernel.def_pallas_kernel("gpu", _pallas_generator(binary, matrix))
-    kernel.def_pallas_kernel("cpu", _pallas_generator(binary, matrix))
-    kernel.def_abstract_eval(_shape_rule(binary, matrix))
-    kernel.def_jvp_rule(_jvp_rule(binary, matrix))
-    kernel.def_transpose_rule(_transpose_rule(binary, matrix))
-    kernel.def_batching_rule(_batching_rule(binary, matrix))
-    kernel.def_tags("jitconn", "sparse", "event" if binary else "float",
-                    "matmat" if matrix else "matvec")
-    KERNELS[(binary, matrix)] = kernel
-    return kernel
-
-
-jitc_matvec_p = _make_kernel(binary=False, matrix=False)
-binary_jitc_matvec_p = _make_kernel(binary=True, matrix=False)
-jitc_matmat_p = _make_kernel(binary=False, matrix=True)
-binary_jitc_matmat_p = _make_kernel(binary=True, matrix=True)
+FAMILY.build(jax_gen=_jax_generator, numba_gen=_numba_generator,
+             pallas_module="primforge.ops._pallas_jitconn", shape_rule=_shape_rule,
+             weight_cotangent=_weight_cotangent, tags=("jitconn", "sparse"))
+jitc_matvec_p = KERNELS[(False, False)]
+binary_jitc_matvec_p = KERNELS[(True, False)]
+jitc_matmat_p = KERNELS[(False, True)]
+binary_jitc_matmat_p = KERNELS[(True, True)]
 
 
 # ----------------------------------------------------------------------------- public calls
 def _theta(weight, weight_kind, who):
-    _check_kind(weight_kind, who)
-    theta = jnp.asarray(weight)
-    if not jnp.issubdtype(theta.dtype, jnp.floating):
-        theta = theta.astype(jnp.result_type(float))
+    check_kind(weight_kind, who)
+    theta = _scaffold.float_weights(weight, scalar_as_vector=False)
     want = WEIGHT_KINDS[weight_kind]
     if theta.size != want or theta.ndim > 1:
         what = {"homo": "a scalar", "uniform": "a pair (low, high)",
@@ -434,20 +230,14 @@ def _seed(seed, who):
 
 def _public(binary: bool, matrix: bool, weight, seed, x, *, shape, prob, transpose,
             weight_kind, backend):
-    who = _name(binary, matrix)
-    shape = _check_shape(shape, who)
+    who = FAMILY.name(binary, matrix)
+    shape = _scaffold.check_shape(shape, who, int32=True)
     prob = check_prob(prob, who)
     theta = _theta(weight, weight_kind, who)
-    x = jnp.asarray(x)
-    if not binary:
-        if not jnp.issubdtype(x.dtype, jnp.floating):
-            x = x.astype(theta.dtype)
-        elif x.dtype != theta.dtype:
-            x = x.astype(jnp.promote_types(x.dtype, theta.dtype))
-            theta = theta.astype(x.dtype)
-    table = jnp.asarray(_table(prob))
-    return _call(binary, matrix, theta, _seed(seed, who), table, x, shape=shape, prob=prob,
-                 transpose=bool(transpose), weight_kind=weight_kind, backend=backend)
+    theta, x = _scaffold.promote_input(theta, x, binary)
+    table = jnp.asarray(cached_table(prob))
+    return FAMILY.call(binary, matrix, theta, _seed(seed, who), table, x, shape=shape, prob=prob,
+                       transpose=bool(transpose), weight_kind=weight_kind, backend=backend)
 
 
 _ARGS_DOC = """
@@ -549,14 +339,14 @@ def binary_jitc_matmat(weight: Any, seed: Any, events: Any, *, shape: tuple[int,
                    transpose=transpose, weight_kind=weight_kind, backend=backend)
 
 
-for _fn, _x in ((jitc_matvec, "x: float vector of length ``cols`` (``rows`` with ``transpose``)."),
-                (binary_jitc_matvec, ("events: bool (or numeric: non-zero is active) vector of "
-                                      "length ``cols`` (``rows`` with ``transpose``).")),
-                (jitc_matmat, "x: float matrix ``(cols, k)`` (``(rows, k)`` with ``transpose``)."),
-                (binary_jitc_matmat, ("events: bool (or numeric) matrix ``(cols, k)`` (``(rows, "
-                                      "k)`` with ``transpose``)."))):
-    _fn.__doc__ = _fn.__doc__.replace("{args}", _ARGS_DOC.format(xname=_x).strip())
-del _fn, _x
+_scaffold.fill_args(_ARGS_DOC, {
+    jitc_matvec: "x: float vector of length ``cols`` (``rows`` with ``transpose``).",
+    binary_jitc_matvec: ("events: bool (or numeric: non-zero is active) vector of length "
+                         "``cols`` (``rows`` with ``transpose``)."),
+    jitc_matmat: "x: float matrix ``(cols, k)`` (``(rows, k)`` with ``transpose``).",
+    binary_jitc_matmat: ("events: bool (or numeric) matrix ``(cols, k)`` (``(rows, k)`` with "
+                         "``transpose``)."),
+})
 
 
 # ----------------------------------------------------------------------------- the explicit matrix
@@ -573,14 +363,14 @@ def jitc_todense(seed: int, shape: tuple[int, int], prob: float, weight: Any = 1
         array([[0. , 0. , 0. , 0.5, 0.5, 0.5],
                [0. , 0.5, 0.5, 0. , 0.5, 0. ]])
     """
-    m, n = _check_shape(shape, "jitc_todense")
+    m, n = _scaffold.check_shape(shape, "jitc_todense", int32=True)
     p = check_prob(prob, "jitc_todense")
-    _check_kind(weight_kind, "jitc_todense")
+    check_kind(weight_kind, "jitc_todense")
     theta = [float(v) for v in np.ravel(np.asarray(weight, np.float64))]
     if len(theta) != WEIGHT_KINDS[weight_kind]:
         raise ValueError(f"jitc_todense: 'weight' needs {WEIGHT_KINDS[weight_kind]} value(s) "
                          f"for weight_kind={weight_kind!r}, got {len(theta)}")
-    neg = -_table(p)[:-1].astype(np.int64)  # ascending
+    neg = -cached_table(p)[:-1].astype(np.int64)  # ascending
     full = 0xFFFFFFFF
 
     def mix(v):
@@ -621,47 +411,22 @@ def jitc_todense(seed: int, shape: tuple[int, int], prob: float, weight: Any = 1
 
 
 # ----------------------------------------------------------------------------- benchmark hooks
-_BENCH_RATE = 0.05
-_BENCH_COLS = 8
-# (n, prob, transpose, weight_kind)
-_BENCH_CASES = ((1000, 0.05, False, "homo"), (1000, 0.05, True, "homo"),
-                (2000, 0.02, True, "uniform"), (2000, 0.02, False, "normal"))
+# (n, prob, transpose, weight_kind, seed)
+_BENCH_CASES = ((1000, 0.05, False, "homo", 1234), (1000, 0.05, True, "homo", 1235),
+                (2000, 0.02, True, "uniform", 1236), (2000, 0.02, False, "normal", 1237))
 
 
-def _benchmark_data(binary: bool, matrix: bool):
-    def configs(*, platform: str) -> list:
-        del platform
-        from primforge.bench import BenchmarkConfig
-
-        out = []
-        for i, (n, prob, transpose, kind) in enumerate(_BENCH_CASES):
-            rs = np.random.RandomState(4321 + i)
-            xshape = (n, _BENCH_COLS) if matrix else (n,)
-            active = rs.random_sample(xshape) < _BENCH_RATE
-            x = active if binary else np.where(active, rs.standard_normal(xshape), 0.0).astype(
-                np.float32)
-            weight = np.float32(0.5) if kind == "homo" else np.array([0.1, 0.5], np.float32)
-            params = {"n": n, "p": prob, "rate": _BENCH_RATE, "transpose": transpose,
-                      "weight": kind}
-            if matrix:
-                params["k"] = _BENCH_COLS
-            out.append(BenchmarkConfig(
-                args=(weight, 1234 + i, x),
-                kwargs={"shape": (n, n), "prob": prob, "transpose": transpose,
-                        "weight_kind": kind},
-                params=params,
-            ))
-        return out
-
-    return configs
+def _bench_case(rs, case, binary: bool, matrix: bool):
+    n, prob, transpose, kind, seed = case
+    x = _scaffold.bench_input(rs, n, binary, matrix)
+    weight = np.float32(0.5) if kind == "homo" else np.array([0.1, 0.5], np.float32)
+    params = {"n": n, "p": prob, "rate": _scaffold.BENCH_RATE, "transpose": transpose,
+              "weight": kind}
+    if matrix:
+        params["k"] = _scaffold.BENCH_COLS
+    kwargs = {"shape": (n, n), "prob": prob, "transpose": transpose, "weight_kind": kind}
+    return (weight, seed, x), kwargs, params
 
 
-for (_binary, _matrix), _public_fn in {
-    (False, False): jitc_matvec,
-    (True, False): binary_jitc_matvec,
-    (False, True): jitc_matmat,
-    (True, True): binary_jitc_matmat,
-}.items():
-    KERNELS[(_binary, _matrix)].def_call(_public_fn)
-    KERNELS[(_binary, _matrix)].def_benchmark_data(_benchmark_data(_binary, _matrix))
-del _binary, _matrix, _public_fn
+FAMILY.install((jitc_matvec, binary_jitc_matvec, jitc_matmat, binary_jitc_matmat),
+               _BENCH_CASES, 4321, _bench_case)

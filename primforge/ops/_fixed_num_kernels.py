@@ -1,0 +1,307 @@
+"""The four fixed-number product kernels and their public calls.
+
+Design:
+    * The stored ``(m, n)`` matrix ``A`` is an ``(m, k)`` integer array ``indices`` plus
+      weights, one shared (``(1,)``) or one per entry (``(m, k)``): ``A[i, indices[i, j]] +=
+      weights[i, j]``. Each kernel takes ``(weights, indices, x)`` and the static params
+      ``shape`` (of ``A``) and ``transpose``: ``A @ x`` gathers ``k`` inputs per row,
+      ``A.T @ x`` scatters the ``k`` entries of each row whose input is non-zero.
+    * Every backend masks an index outside ``[0, n)`` (the entry is skipped; no memory
+      outside the arrays is touched); :class:`~primforge.ops.FixedNum` validates once, at
+      construction. Backends: ``jax`` (reference, every platform), ``numba`` (CPU default,
+      :mod:`primforge.ops._numba_fixed_num`), ``pallas`` (opt-in,
+      :mod:`primforge.ops._pallas_fixed_num`).
+    * Rules, kernel wiring and benchmark hooks come from :mod:`primforge.ops._scaffold`
+      (bilinear in weights and input); only the weights' cotangent is specific here.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+import jax
+import jax.numpy as jnp
+import numpy as np
+
+from primforge.ops import _scaffold
+
+__all__ = [
+    "binary_fixed_num_mm",
+    "binary_fixed_num_mm_p",
+    "binary_fixed_num_mv",
+    "binary_fixed_num_mv_p",
+    "fixed_num_mm",
+    "fixed_num_mm_p",
+    "fixed_num_mv",
+    "fixed_num_mv_p",
+]
+
+FAMILY = _scaffold.Family(
+    ("fixed_num_mv", "fixed_num_mm"), params=("shape", "transpose"),
+    what="fixed-number products", structure="'indices'", letter="A", cols="cols",
+    ops=("A @ x", "A.T @ x"), doc=__doc__)
+KERNELS = FAMILY.kernels  # (binary, matrix) -> kernel
+
+
+def safe_indices(indices, n: int):
+    """``indices`` with every entry outside ``[0, n)`` replaced by ``n`` (dropped/filled)."""
+    ok = (indices >= 0) & (indices < n)
+    return jnp.where(ok, indices, n), ok
+
+
+# ----------------------------------------------------------------------------- backends
+def _jax_generator(binary: bool, matrix: bool):
+    def generate(*, ins, outs, shape, transpose, **_):
+        _m, n = shape
+        dtype = outs[0].dtype
+        shared = len(ins[0].shape) == 1
+
+        def kernel(weights, indices, x):
+            ev = (x != 0).astype(dtype) if binary else x.astype(dtype)
+            w = weights.astype(dtype)
+            w = w[0] if shared else (w[..., None] if matrix else w)
+            if transpose:  # out[indices[i, j]] += w_ij x[i]
+                safe, _ = safe_indices(indices, outs[0].shape[0])
+                src = ev[:, None, :] if matrix else ev[:, None]
+                contrib = jnp.broadcast_to(w * src, indices.shape + tuple(ev.shape[1:]))
+                return jnp.zeros(outs[0].shape, dtype).at[safe].add(contrib, mode="drop")
+            safe, _ = safe_indices(indices, n)  # out[i] = sum_j w_ij x[indices[i, j]]
+            got = ev.at[safe].get(mode="fill", fill_value=0)
+            return jnp.sum(w * got, axis=1).astype(dtype)
+
+        return kernel
+
+    return generate
+
+
+def _numba_generator(binary: bool, matrix: bool):
+    def generate(*, ins, transpose, **_):
+        from primforge.ops import _numba_fixed_num
+
+        make = _numba_fixed_num.mm_kernel if matrix else _numba_fixed_num.mv_kernel
+        return make(binary, bool(transpose), len(ins[0].shape) == 1)
+
+    return generate
+
+
+# ----------------------------------------------------------------------------- shape rule
+def check_structure_args(who, weights, indices, shape):
+    m, _n = shape
+    ishape = tuple(jnp.shape(indices))
+    if len(ishape) != 2:
+        raise ValueError(f"{who}: 'indices' must be 2-D (rows, k), got shape {ishape}")
+    if not jnp.issubdtype(jnp.result_type(indices), jnp.integer):
+        raise TypeError(f"{who}: 'indices' must be an integer array, got {jnp.result_type(indices)}")
+    if ishape[0] != m:
+        raise ValueError(
+            f"{who}: 'indices' must have {m} rows (shape ({m}, k)) for the stored shape "
+            f"{tuple(shape)}, got {ishape}"
+        )
+    if not jnp.issubdtype(jnp.result_type(weights), jnp.floating):
+        raise TypeError(f"{who}: 'weights' must be floating point, got {jnp.result_type(weights)}")
+    wshape = tuple(jnp.shape(weights))
+    if wshape != (1,) and wshape != ishape:
+        raise ValueError(
+            f"{who}: 'weights' must have shape {ishape} (one per entry, like 'indices': the "
+            f"same k) or (1,) (one shared weight), got {wshape}"
+        )
+
+
+def _shape_rule(binary: bool, matrix: bool):
+    who = FAMILY.name(binary, matrix)
+
+    def rule(weights, indices, x, *, shape, transpose, **_):
+        m, n = _scaffold.check_shape(shape, who)
+        check_structure_args(who, weights, indices, (m, n))
+        return FAMILY.output(who, x, (m, n), weights.dtype, binary=binary, matrix=matrix,
+                             transpose=transpose)
+
+    return rule
+
+
+# ----------------------------------------------------------------------------- rules
+def _weight_cotangent(binary, matrix, ct, w_aval, structure, x, *, shape, transpose, backend):
+    """d<ct, A x>/d weights for a shared or a per-entry weight."""
+    (indices,) = structure
+    if len(w_aval.shape) == 1:  # <ct, (w P) x> = w <ct, P x>: one more event-driven call
+        return _scaffold.unit_weight_cotangent(
+            lambda e: FAMILY.call(binary, matrix, e, indices, x, shape=shape,
+                                  transpose=transpose, backend=backend), ct, w_aval.dtype, 1)
+    ev = (x != 0).astype(ct.dtype) if binary else x.astype(ct.dtype)
+    if transpose:  # y[indices[i, j]] += w_ij x[i]
+        safe, _ = safe_indices(indices, ct.shape[0])
+        a = ev[:, None, :] if matrix else ev[:, None]
+        b = ct.at[safe].get(mode="fill", fill_value=0)
+    else:  # y[i] += w_ij x[indices[i, j]]
+        safe, _ = safe_indices(indices, shape[1])
+        a = ct[:, None, :] if matrix else ct[:, None]
+        b = ev.at[safe].get(mode="fill", fill_value=0)
+    g = jnp.sum(a * b, axis=-1) if matrix else a * b
+    return g.astype(w_aval.dtype)
+
+
+FAMILY.build(jax_gen=_jax_generator, numba_gen=_numba_generator,
+             pallas_module="primforge.ops._pallas_fixed_num", shape_rule=_shape_rule,
+             weight_cotangent=_weight_cotangent, tags=("fixed_num", "sparse"))
+fixed_num_mv_p = KERNELS[(False, False)]
+binary_fixed_num_mv_p = KERNELS[(True, False)]
+fixed_num_mm_p = KERNELS[(False, True)]
+binary_fixed_num_mm_p = KERNELS[(True, True)]
+
+
+# ----------------------------------------------------------------------------- public calls
+def _public(binary: bool, matrix: bool):
+    who = FAMILY.name(binary, matrix)
+
+    def call(weights, indices, x, *, shape, transpose=False, backend=None):
+        shape = _scaffold.check_shape(shape, who)
+        weights, x = _scaffold.promote_input(_scaffold.float_weights(weights), x, binary)
+        return FAMILY.call(binary, matrix, weights, jnp.asarray(indices), x, shape=shape,
+                           transpose=bool(transpose), backend=backend)
+
+    return call
+
+
+def fixed_num_mv(weights: Any, indices: Any, vector: Any, *, shape: tuple[int, int],
+                 transpose: bool = False, backend: str | None = None) -> jax.Array:
+    """``A @ v`` (or ``A.T @ v``) for a fixed-number matrix ``A`` and a float vector.
+
+    Args:
+        weights: one weight per entry, shape ``(m, k)`` like ``indices``, or a scalar /
+            ``(1,)`` shared by every entry.
+        indices: ``(m, k)`` integers: row ``i`` of ``A`` has entries in columns
+            ``indices[i, :]`` (repeats add up). An index outside ``[0, n)`` is masked (the
+            entry is skipped, never read or written); validate once with
+            :meth:`~primforge.ops.FixedNum.from_indices`.
+        vector: float vector of length ``n`` (``m`` when ``transpose``).
+        shape: ``(m, n)`` of the stored matrix ``A``.
+        transpose: compute ``A.T @ x`` (scatter; only rows with a non-zero input cost work).
+        backend: 'numba' (CPU default), 'jax' (reference; GPU/TPU default) or 'pallas'
+            (Triton on the GPU, interpreted on the CPU; opt-in).
+
+    Returns:
+        The product, dtype of ``weights``.
+
+    Example:
+        >>> import jax.numpy as jnp
+        >>> # A = [[1, 0, 2], [0, 3, 4]]: k = 2 entries per row
+        >>> fixed_num_mv(jnp.array([[1., 2.], [3., 4.]]), jnp.array([[0, 2], [1, 2]]),
+        ...              jnp.array([1., 1., 1.]), shape=(2, 3))
+        Array([3., 7.], dtype=float32)
+    """
+    return _public(False, False)(weights, indices, vector, shape=shape, transpose=transpose,
+                                 backend=backend)
+
+
+def binary_fixed_num_mv(weights: Any, indices: Any, events: Any, *, shape: tuple[int, int],
+                        transpose: bool = False, backend: str | None = None) -> jax.Array:
+    """``A @ (e != 0)`` (or ``A.T @ (e != 0)``) for binary events (bool, int or float).
+
+    Args:
+        weights: one weight per entry, shape ``(m, k)`` like ``indices``, or a scalar /
+            ``(1,)`` shared by every entry.
+        indices: ``(m, k)`` integers: row ``i`` of ``A`` has entries in columns
+            ``indices[i, :]`` (repeats add up). An index outside ``[0, n)`` is masked (the
+            entry is skipped, never read or written); validate once with
+            :meth:`~primforge.ops.FixedNum.from_indices`.
+        events: bool or numeric events (non-zero = active), length ``n``
+            (``m`` when ``transpose``).
+        shape: ``(m, n)`` of the stored matrix ``A``.
+        transpose: compute ``A.T @ x`` (scatter; only rows with a non-zero input cost work).
+        backend: 'numba' (CPU default), 'jax' (reference; GPU/TPU default) or 'pallas'
+            (Triton on the GPU, interpreted on the CPU; opt-in).
+
+    Returns:
+        The product, dtype of ``weights``.
+
+    Example:
+        >>> import jax.numpy as jnp
+        >>> # row 1 fires: its k = 2 targets get the shared weight 0.5
+        >>> binary_fixed_num_mv(0.5, jnp.array([[0, 2], [1, 2]]), jnp.array([False, True]),
+        ...                     shape=(2, 3), transpose=True)
+        Array([0. , 0.5, 0.5], dtype=float32)
+    """
+    return _public(True, False)(weights, indices, events, shape=shape, transpose=transpose,
+                                backend=backend)
+
+
+def fixed_num_mm(weights: Any, indices: Any, matrix: Any, *, shape: tuple[int, int],
+                 transpose: bool = False, backend: str | None = None) -> jax.Array:
+    """``A @ B`` (or ``A.T @ B``) for a fixed-number matrix ``A`` and a float matrix ``B``.
+
+    Args:
+        weights: one weight per entry, shape ``(m, k)`` like ``indices``, or a scalar /
+            ``(1,)`` shared by every entry.
+        indices: ``(m, k)`` integers: row ``i`` of ``A`` has entries in columns
+            ``indices[i, :]`` (repeats add up). An index outside ``[0, n)`` is masked (the
+            entry is skipped, never read or written); validate once with
+            :meth:`~primforge.ops.FixedNum.from_indices`.
+        matrix: float ``(n, cols)`` (``(m, cols)`` when ``transpose``).
+        shape: ``(m, n)`` of the stored matrix ``A``.
+        transpose: compute ``A.T @ x`` (scatter; only rows with a non-zero input cost work).
+        backend: 'numba' (CPU default), 'jax' (reference; GPU/TPU default) or 'pallas'
+            (Triton on the GPU, interpreted on the CPU; opt-in).
+
+    Returns:
+        The product, dtype of ``weights``.
+
+    Example:
+        >>> import jax.numpy as jnp
+        >>> fixed_num_mm(1.0, jnp.array([[0, 2], [1, 2]]), jnp.ones((3, 2)), shape=(2, 3))
+        Array([[2., 2.],
+               [2., 2.]], dtype=float32)
+    """
+    return _public(False, True)(weights, indices, matrix, shape=shape, transpose=transpose,
+                                backend=backend)
+
+
+def binary_fixed_num_mm(weights: Any, indices: Any, events: Any, *, shape: tuple[int, int],
+                        transpose: bool = False, backend: str | None = None) -> jax.Array:
+    """``A @ E`` (or ``A.T @ E``) for a matrix of binary events (one event vector per column).
+
+    Args:
+        weights: one weight per entry, shape ``(m, k)`` like ``indices``, or a scalar /
+            ``(1,)`` shared by every entry.
+        indices: ``(m, k)`` integers: row ``i`` of ``A`` has entries in columns
+            ``indices[i, :]`` (repeats add up). An index outside ``[0, n)`` is masked (the
+            entry is skipped, never read or written); validate once with
+            :meth:`~primforge.ops.FixedNum.from_indices`.
+        events: bool or numeric ``(n, cols)`` (``(m, cols)`` when ``transpose``).
+        shape: ``(m, n)`` of the stored matrix ``A``.
+        transpose: compute ``A.T @ x`` (scatter; only rows with a non-zero input cost work).
+        backend: 'numba' (CPU default), 'jax' (reference; GPU/TPU default) or 'pallas'
+            (Triton on the GPU, interpreted on the CPU; opt-in).
+
+    Returns:
+        The product, dtype of ``weights``.
+
+    Example:
+        >>> import jax.numpy as jnp
+        >>> binary_fixed_num_mm(1.0, jnp.array([[0, 2], [1, 2]]),
+        ...                     jnp.array([[True, False], [True, True]]), shape=(2, 3),
+        ...                     transpose=True)
+        Array([[1., 0.],
+               [1., 1.],
+               [2., 1.]], dtype=float32)
+    """
+    return _public(True, True)(weights, indices, events, shape=shape, transpose=transpose,
+                               backend=backend)
+
+
+# ----------------------------------------------------------------------------- benchmark hooks
+_BENCH_CASES = ((1000, 20, False, True), (1000, 20, True, False), (5000, 50, True, True),
+                (5000, 50, False, False))  # (n, k, transpose, shared weight)
+
+
+def _bench_case(rs, case, binary: bool, matrix: bool):
+    n, k, transpose, shared = case
+    ind = rs.randint(0, n, size=(n, k)).astype(np.int32)
+    w = np.array([0.5], np.float32) if shared else rs.standard_normal((n, k)).astype(np.float32)
+    x = _scaffold.bench_input(rs, n, binary, matrix)
+    params = {"n": n, "k": k, "rate": _scaffold.BENCH_RATE, "transpose": transpose,
+              "weight": "shared" if shared else "per-synapse"}
+    return (w, ind, x), {"shape": (n, n), "transpose": transpose}, params
+
+
+FAMILY.install((fixed_num_mv, binary_fixed_num_mv, fixed_num_mm, binary_fixed_num_mm),
+               _BENCH_CASES, 4321, _bench_case)

@@ -1,0 +1,346 @@
+"""What every operator family of :mod:`primforge.ops` shares: kernel wiring, rules, checks.
+
+Design:
+    * A family is four :class:`~primforge.XLACustomKernel` objects, float or binary input x
+      vector or matrix input, that compute ``y = A(w, s) @ x`` (``A.T @ x`` with the static
+      param ``transpose``). Their arguments are ``(w, *s, x)``: ``w`` the differentiable
+      weights (first), ``s`` integer structure without a tangent (CSR ``indices, indptr``;
+      fixed-number ``indices``; a seed and a table; nothing for a dense ``W``), ``x`` the input
+      (last). :class:`Family` holds the four kernels, keyed ``(binary, matrix)``.
+    * The product is bilinear in ``(w, x)``, which fixes the rules for every family: the
+      JVP is two kernel calls; the transpose w.r.t. ``x`` is the float kernel with
+      ``transpose`` flipped; w.r.t. ``w`` a cotangent each family supplies (shared helper:
+      :func:`unit_weight_cotangent`, one kernel call per weight parameter); ``vmap`` over
+      ``x`` alone is one matrix-kernel call (the batch becomes columns), any other batching
+      maps the kernel with ``lax.map``.
+    * :meth:`Family.build` registers the backends in one order everywhere (``jax`` on every
+      platform, ``numba`` the CPU default, then the opt-in ``cuda_raw`` and ``pallas``
+      backends on GPU and CPU), the shape rule, the three rules and the tags;
+      :meth:`Family.install` adds each kernel's call function and benchmark data.
+    * Checks and coercions the public calls share (:func:`check_shape`,
+      :func:`float_weights`, :func:`promote_input`, :meth:`Family.output`) raise errors that
+      name the operation and the argument, at trace time.
+"""
+
+from __future__ import annotations
+
+import importlib
+import math
+from collections.abc import Callable, Sequence
+from typing import Any
+
+import jax
+import jax.numpy as jnp
+import numpy as np
+
+from primforge import _compat
+from primforge.bench import BenchmarkConfig
+from primforge.kernel.kernel import XLACustomKernel
+
+__all__ = [
+    "BENCH_COLS",
+    "BENCH_RATE",
+    "Family",
+    "bench_input",
+    "check_shape",
+    "deferred_generator",
+    "fill_args",
+    "float_weights",
+    "promote_input",
+    "unit_weight_cotangent",
+]
+
+VARIANTS = ((False, False), (True, False), (False, True), (True, True))  # (binary, matrix)
+BENCH_RATE = 0.05  # fraction of active (non-zero) inputs in the benchmark cases
+BENCH_COLS = 8  # columns of the input for the matrix kernels' benchmark cases
+
+
+# ----------------------------------------------------------------------------- argument checks
+def check_shape(shape: Any, who: str, *, int32: bool = False) -> tuple[int, int]:
+    """``shape`` as a pair of non-negative ints (below ``2**31 - 1`` with ``int32``).
+
+    Example:
+        >>> check_shape((3, 4), 'csrmv')
+        (3, 4)
+        >>> check_shape((3, -1), 'csrmv')
+        Traceback (most recent call last):
+        ...
+        ValueError: csrmv: 'shape' must be non-negative, got (3, -1)
+    """
+    try:
+        m, n = (int(s) for s in shape)
+    except (TypeError, ValueError):
+        raise TypeError(f"{who}: 'shape' must be a pair of ints (rows, cols), got {shape!r}") from None
+    if int32 and (m < 0 or n < 0 or max(m, n) >= 2**31 - 1):
+        raise ValueError(f"{who}: 'shape' must be non-negative and below 2**31 - 1, got {shape!r}")
+    if m < 0 or n < 0:
+        raise ValueError(f"{who}: 'shape' must be non-negative, got {shape!r}")
+    return m, n
+
+
+def float_weights(weights: Any, *, scalar_as_vector: bool = True) -> jax.Array:
+    """``weights`` as a floating JAX array; a scalar becomes shape ``(1,)`` (one shared weight).
+
+    Example:
+        >>> float_weights(2)
+        Array([2.], dtype=float32)
+    """
+    weights = jnp.asarray(weights)
+    if scalar_as_vector and weights.ndim == 0:
+        weights = weights.reshape(1)
+    if not jnp.issubdtype(weights.dtype, jnp.floating):
+        weights = weights.astype(jnp.result_type(float))
+    return weights
+
+
+def promote_input(weights: jax.Array, x: Any, binary: bool) -> tuple[jax.Array, jax.Array]:
+    """Give a float product's input and weights one floating dtype (binary input is kept).
+
+    Example:
+        >>> w, x = promote_input(jnp.ones(2, jnp.float32), [1, 0], binary=False)
+        >>> w.dtype, x.dtype
+        (dtype('float32'), dtype('float32'))
+    """
+    x = jnp.asarray(x)
+    if not binary:
+        if not jnp.issubdtype(x.dtype, jnp.floating):
+            x = x.astype(weights.dtype)
+        elif x.dtype != weights.dtype:
+            x = x.astype(jnp.promote_types(x.dtype, weights.dtype))
+            weights = weights.astype(x.dtype)
+    return weights, x
+
+
+def fill_args(template: str, inputs: dict[Callable, str]) -> None:
+    """Put the argument list ``template`` (its ``{xname}`` the input's entry) into each
+    function's docstring in place of ``{args}``: the four products share their arguments."""
+    for fn, xname in inputs.items():
+        if fn.__doc__:  # None under ``python -OO``
+            fn.__doc__ = fn.__doc__.replace("{args}", template.format(xname=xname).strip())
+
+
+# ----------------------------------------------------------------------------- backends
+def deferred_generator(module: str, binary: bool, matrix: bool, reference: Callable):
+    """A kernel generator that imports ``module`` (Pallas, Triton) only when first used.
+
+    ``module.generator(binary, matrix, fallback)`` makes the real generator; ``fallback`` is
+    ``reference(binary, matrix)``, the ``jax`` generator used for degenerate sizes.
+    """
+
+    def generate(**kw):
+        make = importlib.import_module(module).generator
+        return make(binary, matrix, reference(binary, matrix))(**kw)
+
+    return generate
+
+
+# ----------------------------------------------------------------------------- autodiff helpers
+def unit_weight_cotangent(product: Callable, ct: jax.Array, dtype, size: int) -> jax.Array:
+    """``d<ct, A(w) x>/dw`` for ``A`` linear in the ``size`` weight parameters ``w``.
+
+    ``product(e)`` is the kernel call with the parameter vector ``e``; the cotangent of
+    parameter ``k`` is ``<ct, product(e_k)>`` (one kernel call each: for one shared weight,
+    a single event-driven call with unit weight).
+    """
+    grads = []
+    for k in range(size):
+        e_k = jnp.ones((1,), dtype) if size == 1 else jnp.zeros((size,), dtype).at[k].set(1)
+        grads.append(jnp.sum(ct * product(e_k)))
+    return jnp.stack(grads).astype(dtype)
+
+
+def bench_input(rs: np.random.RandomState, rows: int, binary: bool, matrix: bool) -> np.ndarray:
+    """A benchmark input: ``BENCH_RATE`` of its entries active (bool, or float32 normal)."""
+    shape = (rows, BENCH_COLS) if matrix else (rows,)
+    active = rs.random_sample(shape) < BENCH_RATE
+    if binary:
+        return active
+    return np.where(active, rs.standard_normal(shape), 0.0).astype(np.float32)
+
+
+# ----------------------------------------------------------------------------- the family
+class Family:
+    """The four kernels of one operator family and the rules they share.
+
+    Args:
+        stems: the names of the vector and the matrix product (``'csrmv', 'csrmm'``); binary
+            products get the prefix ``binary_``.
+        params: the static params every kernel call takes (forwarded by the rules).
+        what: how error messages name the family's products (``'CSR products'``).
+        weights: how they name the weights (``'data'``); ``structure``: the structure
+            arguments (``"'indices' or 'indptr'"``; empty for none).
+        letter, cols, ops: how shape errors name the matrix, the input's columns and the
+            two directions (``'W @ x'``, ``'W.T @ x'``).
+        doc: the kernels' description (the defining module's docstring).
+    """
+
+    def __init__(self, stems: tuple[str, str], *, params: Sequence[str], what: str,
+                 weights: str = "weights", structure: str = "", letter: str = "W",
+                 cols: str = "k", ops: tuple[str, str] = ("W @ x", "W.T @ x"), doc: str = ""):
+        self.stems, self.params, self.what = stems, tuple(params), what
+        self.weights, self.structure = weights, structure
+        self.letter, self.cols, self.ops, self.doc = letter, cols, ops, doc
+        self.kernels: dict[tuple[bool, bool], XLACustomKernel] = {}
+
+    def name(self, binary: bool, matrix: bool) -> str:
+        """The public name of one variant (``binary_csrmm``)."""
+        return ("binary_" if binary else "") + self.stems[int(bool(matrix))]
+
+    def call(self, binary: bool, matrix: bool, *args, backend=None, **params):
+        """Bind one variant's kernel."""
+        return self.kernels[(binary, matrix)](*args, backend=backend, **params)
+
+    def _params(self, kw: dict) -> dict:
+        return {k: kw[k] for k in self.params}
+
+    # ------------------------------------------------------------------ shape rule
+    def output(self, who: str, x, shape: tuple[int, int], dtype, *, binary: bool,
+               matrix: bool, transpose: bool) -> jax.ShapeDtypeStruct:
+        """Check the input against ``A`` of ``shape``; the output's shape and dtype."""
+        m, n = shape
+        rows_in, rows_out = (m, n) if transpose else (n, m)
+        if len(x.shape) != (2 if matrix else 1) or x.shape[0] != rows_in:
+            what = f"({rows_in}, {self.cols})" if matrix else f"({rows_in},)"
+            raise ValueError(
+                f"{who}: for {self.ops[bool(transpose)]} with {self.letter} of shape {(m, n)} "
+                f"the input must have shape {what}, got {tuple(x.shape)}"
+            )
+        if not binary and not jnp.issubdtype(x.dtype, jnp.floating):
+            raise TypeError(f"{who}: the input must be floating point, got {x.dtype}; use "
+                            f"binary_{who} for bool or integer events")
+        return jax.ShapeDtypeStruct((rows_out,) + tuple(x.shape[1:]), dtype)
+
+    # ------------------------------------------------------------------ rules
+    def jvp_rule(self, binary: bool, matrix: bool):
+        """Bilinear JVP: ``A(dw) x + A(w) dx`` (the tangent of ``x`` through the float kernel)."""
+
+        def jvp(primals, tangents, *, outs, backend=None, **kw):
+            kw = self._params(kw)
+            w, *structure, x = primals
+            d_w, d_x = tangents[0], tangents[-1]
+            y = self.call(binary, matrix, w, *structure, x, backend=backend, **kw)
+            t = None
+            if type(d_w) is not _compat.Zero:
+                t = self.call(binary, matrix, d_w, *structure, x, backend=backend, **kw)
+            if type(d_x) is not _compat.Zero:
+                tx = self.call(False, matrix, w, *structure, d_x.astype(w.dtype),
+                               backend=backend, **kw)
+                t = tx if t is None else t + tx
+            return [y], [t]
+
+        return jvp
+
+    def transpose_rule(self, binary: bool, matrix: bool, weight_cotangent: Callable):
+        """Transpose w.r.t. ``x`` (flipped float kernel) or ``w`` (``weight_cotangent``).
+
+        ``weight_cotangent(binary, matrix, ct, w_aval, structure, x, backend=..., **params)``
+        returns the weights' cotangent.
+        """
+
+        def transpose_rule(cts, *args, outs, backend=None, **kw):
+            kw = self._params(kw)
+            (ct,), (w, *structure, x) = cts, args
+            none = [None] * len(args)
+            if type(ct) is _compat.Zero:
+                return none
+            if any(_compat.is_undefined_primal(s) for s in structure):
+                raise ValueError(f"{self.what} are not linear in {self.structure}")
+            ct = jnp.asarray(ct)
+            if _compat.is_undefined_primal(x):
+                if _compat.is_undefined_primal(w):
+                    raise ValueError(f"{self.what} are bilinear: transpose w.r.t. "
+                                     f"{self.weights} or x, not both")
+                flipped = dict(kw, transpose=not kw["transpose"])
+                ct_x = self.call(False, matrix, w, *structure, ct.astype(w.dtype),
+                                 backend=backend, **flipped)
+                return none[:-1] + [ct_x.astype(x.aval.dtype)]
+            if _compat.is_undefined_primal(w):
+                ct_w = weight_cotangent(binary, matrix, ct, w.aval, structure, jnp.asarray(x),
+                                        backend=backend, **kw)
+                return [ct_w] + none[1:]
+            return none
+
+        return transpose_rule
+
+    def batching_rule(self, binary: bool, matrix: bool):
+        """``vmap``: one matrix call when only ``x`` is batched, else ``lax.map``."""
+
+        def batch(args, axes, *, outs, backend=None, **kw):
+            kw = self._params(kw)
+            *fixed, x = args
+            if all(ax is None for ax in axes[:-1]):
+                # Only the input is batched: the batch becomes extra columns of one call.
+                xb = jnp.moveaxis(x, axes[-1], 1)  # (rows_in, batch) or (rows_in, batch, k)
+                size = xb.shape[1]
+                # Explicit sizes: a reshape with -1 is undefined when a dimension is zero.
+                flat = xb.reshape(xb.shape[0], math.prod(xb.shape[1:]))
+                y = self.call(binary, True, *fixed, flat, backend=backend, **kw)
+                return [y.reshape((y.shape[0], size) + tuple(xb.shape[2:]))], [1]
+            # Batched weights or structure: one kernel call per batch element.
+            moved = [a if ax is None else jnp.moveaxis(a, ax, 0) for a, ax in zip(args, axes)]
+            mapped = [ax is not None for ax in axes]
+
+            def one(sliced):
+                it = iter(sliced)
+                full = [next(it) if mp else a for a, mp in zip(moved, mapped)]
+                return self.call(binary, matrix, *full, backend=backend, **kw)
+
+            return [jax.lax.map(one, [a for a, mp in zip(moved, mapped) if mp])], [0]
+
+        return batch
+
+    # ------------------------------------------------------------------ building
+    def build(self, *, jax_gen: Callable, numba_gen: Callable, shape_rule: Callable,
+              weight_cotangent: Callable, tags: Sequence[str], cuda_gen: Callable | None = None,
+              pallas_module: str | None = None) -> tuple[XLACustomKernel, ...]:
+        """Make the four kernels (float vector, binary vector, float matrix, binary matrix).
+
+        The generator arguments are factories ``gen(binary, matrix)``; ``pallas_module``
+        names the module whose ``generator`` makes the opt-in Pallas kernels.
+        """
+        for binary, matrix in VARIANTS:
+            kernel = XLACustomKernel("primforge.ops." + self.name(binary, matrix), doc=self.doc,
+                                     replace=True)
+            reference = jax_gen(binary, matrix)
+            for platform in ("cpu", "gpu", "tpu"):
+                kernel.def_kernel("jax", platform, reference)
+            kernel.def_numba_kernel(numba_gen(binary, matrix), asdefault=True)
+            if cuda_gen is not None:  # CUDA C++ on the GPU, its C++ twin on the CPU; opt-in
+                for platform in ("gpu", "cpu"):
+                    kernel.def_cuda_raw_kernel(cuda_gen(binary, matrix), platform=platform)
+            if pallas_module is not None:  # Triton on the GPU, interpreted on the CPU; opt-in
+                for platform in ("gpu", "cpu"):
+                    kernel.def_pallas_kernel(
+                        platform, deferred_generator(pallas_module, binary, matrix, jax_gen))
+            kernel.def_abstract_eval(shape_rule(binary, matrix))
+            kernel.def_jvp_rule(self.jvp_rule(binary, matrix))
+            kernel.def_transpose_rule(self.transpose_rule(binary, matrix, weight_cotangent))
+            kernel.def_batching_rule(self.batching_rule(binary, matrix))
+            kernel.def_tags(*tags, "event" if binary else "float", "matmat" if matrix else "matvec")
+            self.kernels[(binary, matrix)] = kernel
+        return tuple(self.kernels[v] for v in VARIANTS)
+
+    def install(self, publics: Sequence[Callable], cases: Sequence, seed: int,
+                make_case: Callable) -> None:
+        """Give each kernel its call function and benchmark data.
+
+        ``publics`` are the four public calls in :meth:`build`'s order. The benchmark data
+        of a kernel is one config per entry of ``cases``: ``make_case(rs, case, binary,
+        matrix) -> (args, kwargs, params)`` with ``rs`` a ``RandomState(seed + i)``.
+        """
+        for (binary, matrix), public in zip(VARIANTS, publics):
+            kernel = self.kernels[(binary, matrix)]
+            kernel.def_call(public)
+            kernel.def_benchmark_data(_configs(cases, seed, make_case, binary, matrix))
+
+
+def _configs(cases, seed, make_case, binary, matrix):
+    def configs(*, platform: str) -> list:
+        del platform  # the same small cases everywhere
+        out = []
+        for i, case in enumerate(cases):
+            args, kwargs, params = make_case(np.random.RandomState(seed + i), case, binary, matrix)
+            out.append(BenchmarkConfig(args=args, kwargs=kwargs, params=params))
+        return out
+
+    return configs
