@@ -97,7 +97,7 @@ def kernel(binary: bool, matrix: bool, transpose: bool, kind: str, prob: float):
     """
     import numba
 
-    from primforge.ops.jitconn import threshold_table
+    from primforge.ops._jitc_generator import threshold_table
 
     GUIDE, SHIFT = guide_table(threshold_table(prob))
 
