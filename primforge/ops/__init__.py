@@ -115,3 +115,8 @@ from primforge.ops.plasticity import (
 )
 
 __all__ += ["compressed_update_p", "dense_update_p", "update_on_post", "update_on_pre"]
+
+# Bit-packed binary events, accepted by every binary product.
+from primforge.ops.packed import PackedEvents, pack_events
+
+__all__ += ["PackedEvents", "pack_events"]

@@ -36,6 +36,7 @@ import numpy as np
 from primforge import _compat
 from primforge.bench import BenchmarkConfig
 from primforge.kernel.kernel import XLACustomKernel
+from primforge.ops.packed import as_events
 
 __all__ = [
     "BENCH_COLS",
@@ -96,12 +97,14 @@ def float_weights(weights: Any, *, scalar_as_vector: bool = True) -> jax.Array:
 def promote_input(weights: jax.Array, x: Any, binary: bool) -> tuple[jax.Array, jax.Array]:
     """Give a float product's input and weights one floating dtype (binary input is kept).
 
+    Bit-packed events (:class:`~primforge.ops.PackedEvents`) are unpacked to bool here.
+
     Example:
         >>> w, x = promote_input(jnp.ones(2, jnp.float32), [1, 0], binary=False)
         >>> w.dtype, x.dtype
         (dtype('float32'), dtype('float32'))
     """
-    x = jnp.asarray(x)
+    x = jnp.asarray(as_events(x))
     if not binary:
         if not jnp.issubdtype(x.dtype, jnp.floating):
             x = x.astype(weights.dtype)

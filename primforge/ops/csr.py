@@ -23,6 +23,7 @@ import jax.numpy as jnp
 import numpy as np
 
 from primforge.ops import _common, _kernels
+from primforge.ops.packed import as_events
 from primforge.utils import dataclass, field
 
 __all__ = ["CSC", "CSR"]
@@ -34,7 +35,7 @@ def _is_event(x: jax.Array) -> bool:
 
 def _product(mat, x: jax.Array, *, transpose: bool, backend: str | None) -> jax.Array:
     """``A @ x`` (``transpose=False``) or ``A.T @ x`` where A is the stored CSR."""
-    x = jnp.asarray(x)
+    x = jnp.asarray(as_events(x))
     fn = {
         (True, 1): _kernels.binary_csrmv,
         (False, 1): _kernels.csrmv,
@@ -146,7 +147,7 @@ class _Compressed:
 
     def rmatmul(self, x: Any, *, backend: str | None = None) -> jax.Array:
         """``x @ self`` with an explicit backend choice (vector or ``(k, rows)`` matrix)."""
-        x = jnp.asarray(x)
+        x = jnp.asarray(as_events(x))
         if x.ndim == 2:
             return _product(self, x.T, transpose=not self._TRANSPOSED, backend=backend).T
         return _product(self, x, transpose=not self._TRANSPOSED, backend=backend)

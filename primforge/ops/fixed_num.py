@@ -39,6 +39,7 @@ import jax.numpy as jnp
 import numpy as np
 
 from primforge.ops import _fixed_num_kernels, _scaffold
+from primforge.ops.packed import as_events
 from primforge.ops._fixed_num_kernels import (
     binary_fixed_num_mm,
     binary_fixed_num_mm_p,
@@ -225,7 +226,7 @@ class FixedNum:
 
     def _product(self, x, *, transpose_w: bool, backend):
         """``W @ x`` (``transpose_w=False``) or ``W.T @ x`` for a vector or matrix ``x``."""
-        x = jnp.asarray(x)
+        x = jnp.asarray(as_events(x))
         binary = not jnp.issubdtype(x.dtype, jnp.inexact)
         if x.ndim not in (1, 2):
             raise ValueError(f"FixedNum @ operand must be a vector or a matrix, got shape {x.shape}")
@@ -242,7 +243,7 @@ class FixedNum:
 
     def rmatmul(self, x: Any, *, backend: str | None = None) -> jax.Array:
         """``x @ self`` with an explicit backend choice (vector or ``(cols, n_pre)`` matrix)."""
-        x = jnp.asarray(x)
+        x = jnp.asarray(as_events(x))
         if x.ndim == 2:
             return self._product(x.T, transpose_w=True, backend=backend).T
         return self._product(x, transpose_w=True, backend=backend)

@@ -40,6 +40,7 @@ from primforge.kernel.kernel import XLACustomKernel
 from primforge.ops import _common
 from primforge.ops.csr import CSC, CSR
 from primforge.ops.fixed_num import FixedNum
+from primforge.ops.packed import as_events
 
 __all__ = [
     "compressed_update_p",
@@ -292,7 +293,7 @@ def _bounds(who, w_min, w_max):
 
 
 def _events(who, name, x):
-    x = jnp.asarray(x)
+    x = jnp.asarray(as_events(x))
     if x.ndim != 1:
         raise ValueError(f"{who}: {name!r} must be a vector, got shape {tuple(x.shape)}")
     return x
@@ -348,7 +349,8 @@ def update_on_pre(W: Any, pre_spikes: Any, post_trace: Any, *, w_min: float | No
     Args:
         W: ``(n_pre, n_post)`` weights: a :class:`CSR`, :class:`CSC` or :class:`FixedNum`
             with one weight per synapse, or a dense float array.
-        pre_spikes: ``(n_pre,)`` events (bool, or numbers: non-zero fires).
+        pre_spikes: ``(n_pre,)`` events (bool, or numbers: non-zero fires, or
+            :class:`PackedEvents`).
         post_trace: ``(n_post,)`` floats.
         w_min: optional static lower bound for the updated weights.
         w_max: optional static upper bound for the updated weights.
@@ -382,7 +384,8 @@ def update_on_post(W: Any, post_spikes: Any, pre_trace: Any, *, w_min: float | N
     Args:
         W: ``(n_pre, n_post)`` weights: a :class:`CSR`, :class:`CSC` or :class:`FixedNum`
             with one weight per synapse, or a dense float array.
-        post_spikes: ``(n_post,)`` events (bool, or numbers: non-zero fires).
+        post_spikes: ``(n_post,)`` events (bool, or numbers: non-zero fires, or
+            :class:`PackedEvents`).
         pre_trace: ``(n_pre,)`` floats.
         w_min: optional static lower bound for the updated weights.
         w_max: optional static upper bound for the updated weights.
