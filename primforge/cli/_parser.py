@@ -45,6 +45,7 @@ def build_parser() -> argparse.ArgumentParser:
         >>> build_parser().parse_args(['bench', '--tags', 'csr,binary', '--n-runs', '5']).n_runs
         5
     """
+    # Long by design: a flat list of argparse declarations, one per option, read top down.
     common = argparse.ArgumentParser(add_help=False)
     common.add_argument(
         "--import", dest="imports", action="append", default=[], metavar="MODULE",

@@ -45,7 +45,12 @@ def _clamp(lo, hi):
 
 @functools.cache
 def compressed_kernel(on_rows: bool, masked: bool, lo, hi):
-    """``kernel(data, indices, indptr, spikes, trace, out)`` for compressed storage."""
+    """``kernel(data, indices, indptr, spikes, trace, out)`` for compressed storage.
+
+    Long by design: the two njit bodies close over the variant's constants (bounds, masking),
+    which Numba folds into the compiled loop; as separate functions they would become
+    runtime arguments.
+    """
     import numba
 
     from primforge.ops._numba_csr import _indptr_checker
