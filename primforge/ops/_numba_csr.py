@@ -81,33 +81,7 @@ def mv_kernel(binary: bool, transpose: bool, homo: bool):
 
         return csr_t_mv
 
-    @numba.njit(nogil=True)
-    def csr_mv(data, indices, indptr, x, out):
-        m = out.shape[0]
-        n = x.shape[0]
-        nnz = indices.shape[0]
-        ok = indptr_ok(indptr, m, nnz)
-        if ok:
-            w0 = data[0]
-            for i in range(m):
-                s = 0.0  # accumulate in float64
-                for k in range(indptr[i], indptr[i + 1]):
-                    j = indices[k]
-                    if j < 0 or j >= n:
-                        ok = False
-                        break
-                    if BINARY:
-                        if x[j] != 0:
-                            s += 1.0 if HOMO else data[k]
-                    else:
-                        s += (1.0 if HOMO else data[k]) * x[j]
-                if not ok:
-                    break
-                out[i] = s * w0 if HOMO else s
-        if not ok:
-            out[:] = np.nan
-
-    return csr_mv
+    return _gather_mv(BINARY, HOMO, parallel=False)
 
 
 @functools.cache
@@ -186,3 +160,58 @@ def mm_kernel(binary: bool, transpose: bool, homo: bool):
             out[:] = np.nan
 
     return csr_mm
+
+
+# Float reassociation only: lets LLVM vectorise the row sums (the summation order changes,
+# nothing else; NaN and infinity keep their IEEE meaning, so the NaN poisoning stays exact).
+_REASSOC = {"reassoc"}
+
+
+@functools.cache
+def _gather_mv(binary: bool, homo: bool, parallel: bool):
+    """``W @ x`` as one branch-free pass per row (``parallel``: rows spread over threads).
+
+    The column check is folded into the gather: an index outside ``[0, n)`` (one unsigned
+    compare) is replaced by 0 before the load and counted, and the count decides at the end
+    whether the output is poisoned. No early exit, no branch per entry, so the loop
+    vectorises; ``indptr`` is checked first, in its own O(rows) pass, because every row's
+    range is read from it.
+    """
+    import numba
+
+    BINARY, HOMO = binary, homo
+    indptr_ok = _indptr_checker()
+    rows = numba.prange if parallel else range
+
+    @numba.njit(nogil=True, fastmath=_REASSOC, parallel=parallel)
+    def csr_mv(data, indices, indptr, x, out):
+        m = out.shape[0]
+        n = x.shape[0]
+        nnz = indices.shape[0]
+        if not indptr_ok(indptr, m, nnz) or (n == 0 and nnz > 0):
+            out[:] = np.nan
+            return
+        un = np.uint64(n)
+        w0 = data[0] if HOMO else 1.0  # a per-synapse 'data' may be empty
+        nbad = 0
+        for i in rows(m):
+            s = 0.0  # accumulate in float64
+            bad = 0
+            for k in range(indptr[i], indptr[i + 1]):
+                u = np.uint64(indices[k])
+                inside = u < un
+                j = u if inside else np.uint64(0)
+                bad += 0 if inside else 1
+                if BINARY:
+                    if HOMO:
+                        s += 1.0 if x[j] != 0 else 0.0
+                    else:
+                        s += data[k] if x[j] != 0 else 0.0
+                else:
+                    s += (1.0 if HOMO else data[k]) * x[j]
+            nbad += bad
+            out[i] = s * w0 if HOMO else s
+        if nbad:
+            out[:] = np.nan
+
+    return csr_mv
