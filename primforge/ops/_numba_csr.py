@@ -215,3 +215,56 @@ def _gather_mv(binary: bool, homo: bool, parallel: bool):
             out[:] = np.nan
 
     return csr_mv
+
+
+@functools.cache
+def weight_grad_kernel(binary: bool, transpose: bool, matrix: bool):
+    """The njit gradient of ``<ct, W x>`` w.r.t. per-synapse weights, in one pass.
+
+    ``kernel(indices, indptr, ct, x, out)`` writes ``out[k] = ct[row_k] . ev[col_k]``
+    (``ev[row_k] . ct[col_k]`` for ``W.T @ x``), ``ev`` being ``x`` or ``x != 0``. The
+    column check is folded into the pass (clamp + count, as in :func:`_gather_mv`), so a
+    malformed structure costs nothing extra until it is found, and then poisons ``out``.
+    """
+    import numba
+
+    BINARY, TRANSPOSE, MATRIX = binary, transpose, matrix
+    indptr_ok = _indptr_checker()
+
+    @numba.njit(nogil=True, fastmath=_REASSOC)
+    def csr_weight_grad(indices, indptr, ct, x, out):
+        by_row, by_col = (x, ct) if TRANSPOSE else (ct, x)
+        m = by_row.shape[0]
+        n = by_col.shape[0]
+        nnz = indices.shape[0]
+        if not indptr_ok(indptr, m, nnz) or (n == 0 and nnz > 0):
+            out[:] = np.nan
+            return
+        un = np.uint64(n)
+        nbad = 0
+        for i in range(m):
+            for k in range(indptr[i], indptr[i + 1]):
+                u = np.uint64(indices[k])
+                inside = u < un
+                j = u if inside else np.uint64(0)
+                nbad += 0 if inside else 1
+                if MATRIX:
+                    s = 0.0
+                    for c in range(by_row.shape[1]):
+                        if BINARY and TRANSPOSE:
+                            s += by_col[j, c] if by_row[i, c] != 0 else 0.0
+                        elif BINARY:
+                            s += by_row[i, c] if by_col[j, c] != 0 else 0.0
+                        else:
+                            s += by_row[i, c] * by_col[j, c]
+                    out[k] = s
+                elif BINARY and TRANSPOSE:
+                    out[k] = by_col[j] if by_row[i] != 0 else 0.0
+                elif BINARY:
+                    out[k] = by_row[i] if by_col[j] != 0 else 0.0
+                else:
+                    out[k] = by_row[i] * by_col[j]
+        if nbad:
+            out[:] = np.nan
+
+    return csr_weight_grad
