@@ -38,7 +38,7 @@ import numpy as np
 
 from primforge import _compat
 from primforge.kernel.kernel import XLACustomKernel
-from primforge.ops import _common
+from primforge.ops import _common, _csr_grad
 
 __all__ = [
     "binary_csrmm",
@@ -166,8 +166,6 @@ def _jvp_rule(binary: bool, matrix: bool):
 
 def _weight_cotangent(binary, matrix, ct, data, indices, indptr, x, *, shape, transpose, backend):
     """d<ct, W x>/d data, for the shared-weight and per-synapse layouts."""
-    n = shape[1]
-    nnz = indices.shape[0]
     ct, x = jnp.asarray(ct), jnp.asarray(x)
     if _common.is_homogeneous(data.aval, indices):
         # <ct, (w P) x> = w <ct, P x>: one more event-driven kernel call with unit weight.
@@ -175,15 +173,9 @@ def _weight_cotangent(binary, matrix, ct, data, indices, indptr, x, *, shape, tr
         px = _call(binary, matrix, ones, indices, indptr, x, shape=shape, transpose=transpose,
                    backend=backend)
         return jnp.sum(ct * px).reshape(1).astype(data.aval.dtype)
-    ev = (x != 0).astype(ct.dtype) if binary else x.astype(ct.dtype)
-    rows = _common.row_ids(indptr, nnz)
-    if transpose:  # y[indices[k]] += w_k x[row_k]
-        a, b = ev[rows], ct.at[indices].get(mode="fill", fill_value=jnp.nan)
-    else:  # y[row_k] += w_k x[indices[k]]
-        a, b = ct[rows], ev.at[indices].get(mode="fill", fill_value=jnp.nan)
-    g = jnp.sum(a * b, axis=-1) if matrix else a * b
-    ok = _common.structure_ok(indices, indptr, n)
-    return jnp.where(ok, g, jnp.nan).astype(data.aval.dtype)
+    # One pass over the stored entries, the structure check folded in (numba on the CPU).
+    return _csr_grad.weight_grad(binary, matrix, ct, x, indices, indptr, transpose=transpose,
+                                 dtype=data.aval.dtype, backend=backend)
 
 
 def _transpose_rule(binary: bool, matrix: bool):
