@@ -132,34 +132,7 @@ def mm_kernel(binary: bool, transpose: bool, homo: bool):
 
         return csr_t_mm
 
-    @numba.njit(nogil=True)
-    def csr_mm(data, indices, indptr, x, out):
-        m = out.shape[0]
-        n, kcols = x.shape
-        nnz = indices.shape[0]
-        out[:] = 0
-        ok = indptr_ok(indptr, m, nnz)
-        if ok:
-            w0 = data[0]
-            for i in range(m):
-                for k in range(indptr[i], indptr[i + 1]):
-                    j = indices[k]
-                    if j < 0 or j >= n:
-                        ok = False
-                        break
-                    w = w0 if HOMO else data[k]
-                    for c in range(kcols):
-                        if BINARY:
-                            if x[j, c] != 0:
-                                out[i, c] += w
-                        else:
-                            out[i, c] += w * x[j, c]
-                if not ok:
-                    break
-        if not ok:
-            out[:] = np.nan
-
-    return csr_mm
+    return _gather_mm(BINARY, HOMO, parallel=False)
 
 
 # Float reassociation only: lets LLVM vectorise the row sums (the summation order changes,
@@ -268,3 +241,121 @@ def weight_grad_kernel(binary: bool, transpose: bool, matrix: bool):
             out[:] = np.nan
 
     return csr_weight_grad
+
+
+@functools.cache
+def _gather_mm(binary: bool, homo: bool, parallel: bool):
+    """``W @ X`` for a matrix ``X``: the row loop of :func:`_gather_mv`, columns inside.
+
+    Sums go straight into ``out`` (its dtype), as many columns at a time as SIMD allows.
+    """
+    import numba
+
+    BINARY, HOMO = binary, homo
+    indptr_ok = _indptr_checker()
+    rows = numba.prange if parallel else range
+
+    @numba.njit(nogil=True, fastmath=_REASSOC, parallel=parallel)
+    def csr_mm(data, indices, indptr, x, out):
+        m = out.shape[0]
+        n, kcols = x.shape
+        nnz = indices.shape[0]
+        if not indptr_ok(indptr, m, nnz) or (n == 0 and nnz > 0):
+            out[:] = np.nan
+            return
+        un = np.uint64(n)
+        w0 = data[0] if HOMO else 1.0
+        nbad = 0
+        for i in rows(m):
+            for c in range(kcols):
+                out[i, c] = 0
+            bad = 0
+            for k in range(indptr[i], indptr[i + 1]):
+                u = np.uint64(indices[k])
+                inside = u < un
+                j = u if inside else np.uint64(0)
+                bad += 0 if inside else 1
+                w = 1.0 if HOMO else data[k]
+                for c in range(kcols):
+                    if BINARY:
+                        out[i, c] += w if x[j, c] != 0 else 0.0
+                    else:
+                        out[i, c] += w * x[j, c]
+            nbad += bad
+            if HOMO:
+                for c in range(kcols):
+                    out[i, c] *= w0
+        if nbad:
+            out[:] = np.nan
+
+    return csr_mm
+
+
+def parallel_threading_layer() -> str:
+    """The Numba threading layer the parallel kernels run on; raise if it is not thread-safe.
+
+    XLA may call one FFI handler from several threads at once (concurrent ``jit`` calls,
+    independent ops of one program). Numba's ``workqueue`` layer is not safe for that:
+    two parallel regions entered at once from different threads abort the process. The
+    ``tbb`` and (GNU) ``omp`` layers are. Numba picks its layer once per process, at the
+    first parallel launch; this checks the one it picked, or the one it will pick.
+    """
+    import numba
+    from numba.np.ufunc import parallel as numba_parallel
+
+    if numba_parallel._is_initialized:  # chosen already: it must be tbb or omp
+        layer = numba.threading_layer()
+        if layer in ("tbb", "omp"):
+            return layer
+        raise RuntimeError(
+            f"the parallel CSR kernels need Numba's 'tbb' or 'omp' threading layer (safe for "
+            f"concurrent calls); this process already runs on {layer!r}. Set "
+            f"NUMBA_THREADING_LAYER=omp (or tbb) before the first parallel Numba call, or use "
+            f"backend='numba'"
+        )
+    forced = str(numba.config.THREADING_LAYER).lower()
+    candidates = {"default": ("tbb", "omp"), "safe": ("tbb",), "threadsafe": ("tbb", "omp"),
+                  "forksafe": ("tbb",), "tbb": ("tbb",), "omp": ("omp",)}.get(forced, ())
+    for layer in candidates:
+        try:
+            __import__(f"numba.np.ufunc.{layer}pool")
+        except ImportError:
+            continue
+        return layer
+    raise RuntimeError(
+        f"the parallel CSR kernels need Numba's 'tbb' or 'omp' threading layer (safe for "
+        f"concurrent calls), but NUMBA_THREADING_LAYER={forced!r} offers none that loads "
+        f"here (install tbb, or libgomp for omp); use backend='numba'"
+    )
+
+
+def parallel_kernel(matrix: bool, binary: bool, transpose: bool, homo: bool):
+    """The row-parallel kernel (``numba.prange`` over rows) for ``W @ x``.
+
+    Only the gather direction is parallel: each thread owns whole rows of ``out``, so no
+    two threads write one element and the result equals the serial kernel's bit for bit
+    up to the summation order inside a row. ``W.T @ x`` scatters into shared output
+    elements; it gets the serial event-driven kernel.
+    """
+    if transpose:
+        return (mm_kernel if matrix else mv_kernel)(binary, True, homo)
+    parallel_threading_layer()
+    return (_gather_mm if matrix else _gather_mv)(binary, homo, parallel=True)
+
+
+def parallel_generator(binary: bool, matrix: bool):
+    """Kernel generator of the opt-in ``numba_parallel`` CPU backend of the CSR products.
+
+    It returns a :func:`primforge.numba_kernel` (a traceable call through the same XLA FFI
+    handler as the ``numba`` backend) of :func:`parallel_kernel`; the threads are Numba's
+    (``NUMBA_NUM_THREADS``, :func:`numba.set_num_threads` of the calling thread).
+    """
+
+    def generate(*, ins, outs, transpose, **_):
+        from primforge.kernel.backends.numba import numba_kernel
+
+        homo = tuple(ins[0].shape) == (1,) and ins[1].shape[0] != 1
+        fn = parallel_kernel(matrix, binary, bool(transpose), homo)
+        return numba_kernel(fn, outs=list(outs), name=f"{fn.__name__}_parallel")
+
+    return generate
