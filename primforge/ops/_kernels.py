@@ -38,7 +38,7 @@ import numpy as np
 
 from primforge import _compat
 from primforge.kernel.kernel import XLACustomKernel
-from primforge.ops import _common, _csr_grad
+from primforge.ops import _common, _csr_grad, _numba_csr
 
 __all__ = [
     "binary_csrmm",
@@ -239,6 +239,8 @@ def _make_kernel(binary: bool, matrix: bool) -> XLACustomKernel:
     for platform in ("cpu", "gpu", "tpu"):
         kernel.def_kernel("jax", platform, gen)
     kernel.def_numba_kernel(_numba_generator(binary, matrix), asdefault=True)
+    # Opt-in: W @ x with rows spread over Numba's threads (tbb/omp layer only).
+    kernel.def_kernel("numba_parallel", "cpu", _numba_csr.parallel_generator(binary, matrix))
     kernel.def_cuda_raw_kernel(_cuda_generator(binary, matrix), platform="gpu")
     kernel.def_cuda_raw_kernel(_cuda_generator(binary, matrix), platform="cpu")
     kernel.def_abstract_eval(_shape_rule(binary, matrix))
