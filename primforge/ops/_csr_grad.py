@@ -77,7 +77,7 @@ for _platform in ("cpu", "gpu", "tpu"):
 weight_grad_p.def_numba_kernel(_numba_generator, asdefault=True)
 weight_grad_p.def_abstract_eval(_shape_rule)
 weight_grad_p.def_jvp_rule(_jvp_rule)
-weight_grad_p.def_tags("csr", "sparse", "gradient")
+weight_grad_p.def_tags("sparse", "gradient")
 del _platform
 
 

@@ -1,7 +1,8 @@
-"""Numba CPU kernels for CSR products (imported only when a numba kernel is generated).
+"""Numba CPU kernels for CSR products (Numba itself is imported only when one is built).
 
-Every kernel follows the numba backend's convention ``kernel(data, indices, indptr, x, out)``
-and fills ``out`` in place. The variant (binary or float input, one shared weight or one
+Every product kernel follows the numba backend's convention
+``kernel(data, indices, indptr, x, out)`` (the weight gradient's:
+``kernel(indices, indptr, ct, x, out)``) and fills ``out`` in place. The variant (binary or float input, one shared weight or one
 per synapse, ``W @ x`` or ``W.T @ x``, vector or matrix ``x``) is fixed by closure
 constants, so Numba compiles a branch-free loop for each.
 
@@ -15,7 +16,20 @@ constants, so Numba compiles a branch-free loop for each.
 
 Malformed structure (``indptr`` not running non-decreasingly from 0 to nnz, or a column
 index out of range on a visited entry) is detected before any out-of-bounds access; the
-output is then filled with NaN.
+output is then filled with NaN. ``indptr`` is checked in its own O(rows) pass (every row
+range is read from it). In the gather kernels (``W @ x``, the per-synapse weight
+gradient) the column check costs no extra pass: each index is compared once, unsigned,
+replaced by 0 when out of range and counted, and a non-zero count poisons the output at
+the end. With no early exit and a select instead of a branch per event those loops
+vectorise; they are compiled with ``fastmath={"reassoc"}`` only (sums may be reordered,
+NaN/infinity keep their meaning).
+
+The opt-in ``numba_parallel`` backend (:func:`parallel_generator`) spreads the rows of
+``W @ x`` over Numba's threads (``prange``; each thread owns whole output rows). XLA may
+call a handler from several threads at once, and Numba's ``workqueue`` layer aborts the
+process on concurrent parallel launches, so these kernels run only on the ``tbb`` or
+``omp`` layer (:func:`parallel_threading_layer` refuses otherwise, at trace time).
+GNU OpenMP is not fork-safe: do not fork a process after it ran a parallel kernel.
 """
 
 from __future__ import annotations
