@@ -2,9 +2,9 @@
 
 Every product kernel follows the numba backend's convention
 ``kernel(data, indices, indptr, x, out)`` (the weight gradient's:
-``kernel(indices, indptr, ct, x, out)``) and fills ``out`` in place. The variant (binary or float input, one shared weight or one
-per synapse, ``W @ x`` or ``W.T @ x``, vector or matrix ``x``) is fixed by closure
-constants, so Numba compiles a branch-free loop for each.
+``kernel(indices, indptr, ct, x, out)``) and fills ``out`` in place. The variant (binary
+or float input, one shared weight or one per synapse, ``W @ x`` or ``W.T @ x``, vector or
+matrix ``x``) is fixed by closure constants, so Numba compiles a branch-free loop for each.
 
 * ``W.T @ x`` (``transpose=True``) walks the *rows* of ``W`` whose entry of ``x`` is
   non-zero and scatters those rows into ``out``: the work is proportional to the number of
