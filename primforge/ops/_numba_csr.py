@@ -230,6 +230,12 @@ def weight_grad_kernel(binary: bool, transpose: bool, matrix: bool):
         un = np.uint64(n)
         nbad = 0
         for i in range(m):
+            if TRANSPOSE and not MATRIX and by_row[i] == 0:
+                # A silent source row: zeros, its columns still checked, nothing gathered.
+                for k in range(indptr[i], indptr[i + 1]):
+                    nbad += 0 if np.uint64(indices[k]) < un else 1
+                    out[k] = 0.0
+                continue
             for k in range(indptr[i], indptr[i + 1]):
                 u = np.uint64(indices[k])
                 inside = u < un
