@@ -9,7 +9,9 @@ Design:
       (:func:`primforge.ops._numba_csr.weight_grad_kernel`), so validating costs no extra
       pass over ``indices``.
     * A malformed structure gives NaN everywhere on both backends, never an out-of-bounds
-      read.
+      read. For ``W.T @ x`` with a vector ``x`` the numba kernel, event-driven like the
+      product, zero-fills the rows of silent sources without reading them, so (as in the
+      product) a bad column there goes unnoticed; the jax reference checks every entry.
     * Derivatives of this kernel (second-order gradients of the product) come from the jax
       reference's JVP: the kernel runs for the primal value only.
 """

@@ -212,6 +212,8 @@ def weight_grad_kernel(binary: bool, transpose: bool, matrix: bool):
     (``ev[row_k] . ct[col_k]`` for ``W.T @ x``), ``ev`` being ``x`` or ``x != 0``. The
     column check is folded into the pass (clamp + count, as in :func:`_gather_mv`), so a
     malformed structure costs nothing extra until it is found, and then poisons ``out``.
+    For ``W.T @ x`` with a vector ``x`` the rows of silent sources are zero-filled without
+    reading their columns: like the event-driven product, only visited entries are checked.
     """
     import numba
 
@@ -231,10 +233,9 @@ def weight_grad_kernel(binary: bool, transpose: bool, matrix: bool):
         nbad = 0
         for i in range(m):
             if TRANSPOSE and not MATRIX and by_row[i] == 0:
-                # A silent source row: zeros, its columns still checked, nothing gathered.
-                for k in range(indptr[i], indptr[i + 1]):
-                    nbad += 0 if np.uint64(indices[k]) < un else 1
-                    out[k] = 0.0
+                # A silent source row (event-driven, as the product): zeros, and neither its
+                # columns nor ``ct`` are read, so its entries are not checked either.
+                out[indptr[i]:indptr[i + 1]] = 0.0
                 continue
             for k in range(indptr[i], indptr[i + 1]):
                 u = np.uint64(indices[k])
