@@ -63,9 +63,9 @@ def test_benchmark_runs_every_backend_and_agrees(kernel):
     result = kernel.benchmark(platform="cpu", n_warmup=1, n_runs=2)
     records = list(result.records)
     n_configs = len(kernel._benchmark_data_fn(platform="cpu"))
-    # jax, numba, and the CPU twins of the GPU kernels (cuda_raw's C++, interpreted Pallas).
+    # jax, numba (serial and opt-in parallel), and the CPU twins of the GPU kernels.
     backends = kernel.available_backends("cpu")
-    assert set(backends) == {"jax", "numba", "cuda_raw", "pallas"}
+    assert set(backends) == {"jax", "numba", "numba_parallel", "cuda_raw", "pallas"}
     assert len(records) == len(backends) * n_configs
     for backend in backends:
         mine = [r for r in records if r.backend == backend]
@@ -102,5 +102,5 @@ def test_cli_check_passes_for_the_ops_kernels(capsys, monkeypatch):
     out = capsys.readouterr().out
     assert code == 0, out
     for kernel in KERNELS:
-        assert f"PASS  {kernel.name}: 4 backend(s) x 4 config(s) against jax" in out, out
+        assert f"PASS  {kernel.name}: 5 backend(s) x 4 config(s) against jax" in out, out
     assert "4 of 4 kernel(s) passed on cpu" in out, out

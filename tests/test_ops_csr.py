@@ -109,8 +109,9 @@ def test_empty_matrix_and_no_events(backend):
 def test_numba_is_the_cpu_default():
     for kernel in (ops.csrmv_p, ops.binary_csrmv_p, ops.csrmm_p, ops.binary_csrmm_p):
         assert kernel.defaults["cpu"] == "numba"
-        # jax and numba, plus the CPU twins of the opt-in GPU kernels
-        assert set(kernel.available_backends("cpu")) == {"jax", "numba", "pallas", "cuda_raw"}
+        # jax and numba (serial; parallel opt-in), plus the CPU twins of the opt-in GPU kernels
+        assert set(kernel.available_backends("cpu")) == {"jax", "numba", "numba_parallel", "pallas",
+                                                         "cuda_raw"}
         assert kernel.defaults["gpu"] == "jax"
 
 

@@ -36,7 +36,7 @@ import jax
 import jax.numpy as jnp
 import numpy as np
 
-from primforge.ops import _common, _scaffold
+from primforge.ops import _common, _csr_grad, _numba_csr, _scaffold
 
 __all__ = [
     "binary_csrmm",
@@ -128,20 +128,19 @@ def _weight_cotangent(binary, matrix, ct, w_aval, structure, x, *, shape, transp
         return _scaffold.unit_weight_cotangent(
             lambda e: FAMILY.call(binary, matrix, e, indices, indptr, x, shape=shape,
                                   transpose=transpose, backend=backend), ct, w_aval.dtype, 1)
-    ev = (x != 0).astype(ct.dtype) if binary else x.astype(ct.dtype)
-    rows = _common.row_ids(indptr, indices.shape[0])
-    if transpose:  # y[indices[k]] += w_k x[row_k]
-        a, b = ev[rows], ct.at[indices].get(mode="fill", fill_value=jnp.nan)
-    else:  # y[row_k] += w_k x[indices[k]]
-        a, b = ct[rows], ev.at[indices].get(mode="fill", fill_value=jnp.nan)
-    g = jnp.sum(a * b, axis=-1) if matrix else a * b
-    ok = _common.structure_ok(indices, indptr, shape[1])
-    return jnp.where(ok, g, jnp.nan).astype(w_aval.dtype)
+    # One pass over the stored entries, the structure check folded in (numba on the CPU).
+    return _csr_grad.weight_grad(binary, matrix, jnp.asarray(ct), jnp.asarray(x), indices,
+                                 indptr, transpose=transpose, dtype=w_aval.dtype,
+                                 backend=backend)
 
 
 FAMILY.build(jax_gen=_jax_generator, numba_gen=_numba_generator, cuda_gen=_cuda_generator,
              pallas_module="primforge.ops._pallas_csr", shape_rule=_shape_rule,
              weight_cotangent=_weight_cotangent, tags=("csr", "sparse"))
+for (_binary, _matrix), _kernel in FAMILY.kernels.items():
+    # Opt-in: W @ x with rows spread over Numba's threads (tbb/omp layer only).
+    _kernel.def_kernel("numba_parallel", "cpu", _numba_csr.parallel_generator(_binary, _matrix))
+del _binary, _matrix, _kernel
 csrmv_p = KERNELS[(False, False)]
 binary_csrmv_p = KERNELS[(True, False)]
 csrmm_p = KERNELS[(False, True)]

@@ -1,9 +1,10 @@
-"""Numba CPU kernels for CSR products (imported only when a numba kernel is generated).
+"""Numba CPU kernels for CSR products (Numba itself is imported only when one is built).
 
-Every kernel follows the numba backend's convention ``kernel(data, indices, indptr, x, out)``
-and fills ``out`` in place. The variant (binary or float input, one shared weight or one
-per synapse, ``W @ x`` or ``W.T @ x``, vector or matrix ``x``) is fixed by closure
-constants, so Numba compiles a branch-free loop for each.
+Every product kernel follows the numba backend's convention
+``kernel(data, indices, indptr, x, out)`` (the weight gradient's:
+``kernel(indices, indptr, ct, x, out)``) and fills ``out`` in place. The variant (binary
+or float input, one shared weight or one per synapse, ``W @ x`` or ``W.T @ x``, vector or
+matrix ``x``) is fixed by closure constants, so Numba compiles a branch-free loop for each.
 
 * ``W.T @ x`` (``transpose=True``) walks the *rows* of ``W`` whose entry of ``x`` is
   non-zero and scatters those rows into ``out``: the work is proportional to the number of
@@ -15,7 +16,20 @@ constants, so Numba compiles a branch-free loop for each.
 
 Malformed structure (``indptr`` not running non-decreasingly from 0 to nnz, or a column
 index out of range on a visited entry) is detected before any out-of-bounds access; the
-output is then filled with NaN.
+output is then filled with NaN. ``indptr`` is checked in its own O(rows) pass (every row
+range is read from it). In the gather kernels (``W @ x``, the per-synapse weight
+gradient) the column check costs no extra pass: each index is compared once, unsigned,
+replaced by 0 when out of range and counted, and a non-zero count poisons the output at
+the end. With no early exit and a select instead of a branch per event those loops
+vectorise; they are compiled with ``fastmath={"reassoc"}`` only (sums may be reordered,
+NaN/infinity keep their meaning).
+
+The opt-in ``numba_parallel`` backend (:func:`parallel_generator`) spreads the rows of
+``W @ x`` over Numba's threads (``prange``; each thread owns whole output rows). XLA may
+call a handler from several threads at once, and Numba's ``workqueue`` layer aborts the
+process on concurrent parallel launches, so these kernels run only on the ``tbb`` or
+``omp`` layer (:func:`parallel_threading_layer` refuses otherwise, at trace time).
+GNU OpenMP is not fork-safe: do not fork a process after it ran a parallel kernel.
 """
 
 from __future__ import annotations
@@ -81,33 +95,7 @@ def mv_kernel(binary: bool, transpose: bool, homo: bool):
 
         return csr_t_mv
 
-    @numba.njit(nogil=True)
-    def csr_mv(data, indices, indptr, x, out):
-        m = out.shape[0]
-        n = x.shape[0]
-        nnz = indices.shape[0]
-        ok = indptr_ok(indptr, m, nnz)
-        if ok:
-            w0 = data[0]
-            for i in range(m):
-                s = 0.0  # accumulate in float64
-                for k in range(indptr[i], indptr[i + 1]):
-                    j = indices[k]
-                    if j < 0 or j >= n:
-                        ok = False
-                        break
-                    if BINARY:
-                        if x[j] != 0:
-                            s += 1.0 if HOMO else data[k]
-                    else:
-                        s += (1.0 if HOMO else data[k]) * x[j]
-                if not ok:
-                    break
-                out[i] = s * w0 if HOMO else s
-        if not ok:
-            out[:] = np.nan
-
-    return csr_mv
+    return _gather_mv(BINARY, HOMO, parallel=False)
 
 
 @functools.cache
@@ -158,31 +146,237 @@ def mm_kernel(binary: bool, transpose: bool, homo: bool):
 
         return csr_t_mm
 
-    @numba.njit(nogil=True)
+    return _gather_mm(BINARY, HOMO, parallel=False)
+
+
+# Float reassociation only: lets LLVM vectorise the row sums (the summation order changes,
+# nothing else; NaN and infinity keep their IEEE meaning, so the NaN poisoning stays exact).
+_REASSOC = {"reassoc"}
+
+
+@functools.cache
+def _gather_mv(binary: bool, homo: bool, parallel: bool):
+    """``W @ x`` as one branch-free pass per row (``parallel``: rows spread over threads).
+
+    The column check is folded into the gather: an index outside ``[0, n)`` (one unsigned
+    compare) is replaced by 0 before the load and counted, and the count decides at the end
+    whether the output is poisoned. No early exit, no branch per entry, so the loop
+    vectorises; ``indptr`` is checked first, in its own O(rows) pass, because every row's
+    range is read from it.
+    """
+    import numba
+
+    BINARY, HOMO = binary, homo
+    indptr_ok = _indptr_checker()
+    rows = numba.prange if parallel else range
+
+    @numba.njit(nogil=True, fastmath=_REASSOC, parallel=parallel)
+    def csr_mv(data, indices, indptr, x, out):
+        m = out.shape[0]
+        n = x.shape[0]
+        nnz = indices.shape[0]
+        if not indptr_ok(indptr, m, nnz) or (n == 0 and nnz > 0):
+            out[:] = np.nan
+            return
+        un = np.uint64(n)
+        w0 = data[0] if HOMO else 1.0  # a per-synapse 'data' may be empty
+        nbad = 0
+        for i in rows(m):
+            s = 0.0  # accumulate in float64
+            bad = 0
+            for k in range(indptr[i], indptr[i + 1]):
+                u = np.uint64(indices[k])
+                inside = u < un
+                j = u if inside else np.uint64(0)
+                bad += 0 if inside else 1
+                if BINARY:
+                    if HOMO:
+                        s += 1.0 if x[j] != 0 else 0.0
+                    else:
+                        s += data[k] if x[j] != 0 else 0.0
+                else:
+                    s += (1.0 if HOMO else data[k]) * x[j]
+            nbad += bad
+            out[i] = s * w0 if HOMO else s
+        if nbad:
+            out[:] = np.nan
+
+    return csr_mv
+
+
+@functools.cache
+def weight_grad_kernel(binary: bool, transpose: bool, matrix: bool):
+    """The njit gradient of ``<ct, W x>`` w.r.t. per-synapse weights, in one pass.
+
+    ``kernel(indices, indptr, ct, x, out)`` writes ``out[k] = ct[row_k] . ev[col_k]``
+    (``ev[row_k] . ct[col_k]`` for ``W.T @ x``), ``ev`` being ``x`` or ``x != 0``. The
+    column check is folded into the pass (clamp + count, as in :func:`_gather_mv`), so a
+    malformed structure costs nothing extra until it is found, and then poisons ``out``.
+    For ``W.T @ x`` with a vector ``x`` the rows of silent sources are zero-filled without
+    reading their columns: like the event-driven product, only visited entries are checked.
+    """
+    import numba
+
+    BINARY, TRANSPOSE, MATRIX = binary, transpose, matrix
+    indptr_ok = _indptr_checker()
+
+    @numba.njit(nogil=True, fastmath=_REASSOC)
+    def csr_weight_grad(indices, indptr, ct, x, out):
+        by_row, by_col = (x, ct) if TRANSPOSE else (ct, x)
+        m = by_row.shape[0]
+        n = by_col.shape[0]
+        nnz = indices.shape[0]
+        if not indptr_ok(indptr, m, nnz) or (n == 0 and nnz > 0):
+            out[:] = np.nan
+            return
+        un = np.uint64(n)
+        nbad = 0
+        for i in range(m):
+            if TRANSPOSE and not MATRIX and by_row[i] == 0:
+                # A silent source row (event-driven, as the product): zeros, and neither its
+                # columns nor ``ct`` are read, so its entries are not checked either.
+                out[indptr[i]:indptr[i + 1]] = 0.0
+                continue
+            for k in range(indptr[i], indptr[i + 1]):
+                u = np.uint64(indices[k])
+                inside = u < un
+                j = u if inside else np.uint64(0)
+                nbad += 0 if inside else 1
+                if MATRIX:
+                    s = 0.0
+                    for c in range(by_row.shape[1]):
+                        if BINARY and TRANSPOSE:
+                            s += by_col[j, c] if by_row[i, c] != 0 else 0.0
+                        elif BINARY:
+                            s += by_row[i, c] if by_col[j, c] != 0 else 0.0
+                        else:
+                            s += by_row[i, c] * by_col[j, c]
+                    out[k] = s
+                elif BINARY and TRANSPOSE:
+                    out[k] = by_col[j] if by_row[i] != 0 else 0.0
+                elif BINARY:
+                    out[k] = by_row[i] if by_col[j] != 0 else 0.0
+                else:
+                    out[k] = by_row[i] * by_col[j]
+        if nbad:
+            out[:] = np.nan
+
+    return csr_weight_grad
+
+
+@functools.cache
+def _gather_mm(binary: bool, homo: bool, parallel: bool):
+    """``W @ X`` for a matrix ``X``: the row loop of :func:`_gather_mv`, columns inside.
+
+    Sums go straight into ``out`` (its dtype), as many columns at a time as SIMD allows.
+    """
+    import numba
+
+    BINARY, HOMO = binary, homo
+    indptr_ok = _indptr_checker()
+    rows = numba.prange if parallel else range
+
+    @numba.njit(nogil=True, fastmath=_REASSOC, parallel=parallel)
     def csr_mm(data, indices, indptr, x, out):
         m = out.shape[0]
         n, kcols = x.shape
         nnz = indices.shape[0]
-        out[:] = 0
-        ok = indptr_ok(indptr, m, nnz)
-        if ok:
-            w0 = data[0]
-            for i in range(m):
-                for k in range(indptr[i], indptr[i + 1]):
-                    j = indices[k]
-                    if j < 0 or j >= n:
-                        ok = False
-                        break
-                    w = w0 if HOMO else data[k]
-                    for c in range(kcols):
-                        if BINARY:
-                            if x[j, c] != 0:
-                                out[i, c] += w
-                        else:
-                            out[i, c] += w * x[j, c]
-                if not ok:
-                    break
-        if not ok:
+        if not indptr_ok(indptr, m, nnz) or (n == 0 and nnz > 0):
+            out[:] = np.nan
+            return
+        un = np.uint64(n)
+        w0 = data[0] if HOMO else 1.0
+        nbad = 0
+        for i in rows(m):
+            for c in range(kcols):
+                out[i, c] = 0
+            bad = 0
+            for k in range(indptr[i], indptr[i + 1]):
+                u = np.uint64(indices[k])
+                inside = u < un
+                j = u if inside else np.uint64(0)
+                bad += 0 if inside else 1
+                w = 1.0 if HOMO else data[k]
+                for c in range(kcols):
+                    if BINARY:
+                        out[i, c] += w if x[j, c] != 0 else 0.0
+                    else:
+                        out[i, c] += w * x[j, c]
+            nbad += bad
+            if HOMO:
+                for c in range(kcols):
+                    out[i, c] *= w0
+        if nbad:
             out[:] = np.nan
 
     return csr_mm
+
+
+def parallel_threading_layer() -> str:
+    """The Numba threading layer the parallel kernels run on; raise if it is not thread-safe.
+
+    XLA may call one FFI handler from several threads at once (concurrent ``jit`` calls,
+    independent ops of one program). Numba's ``workqueue`` layer is not safe for that:
+    two parallel regions entered at once from different threads abort the process. The
+    ``tbb`` and (GNU) ``omp`` layers are. Numba picks its layer once per process, at the
+    first parallel launch; this checks the one it picked, or the one it will pick.
+    """
+    import numba
+    from numba.np.ufunc import parallel as numba_parallel
+
+    if numba_parallel._is_initialized:  # chosen already: it must be tbb or omp
+        layer = numba.threading_layer()
+        if layer in ("tbb", "omp"):
+            return layer
+        raise RuntimeError(
+            f"the parallel CSR kernels need Numba's 'tbb' or 'omp' threading layer (safe for "
+            f"concurrent calls); this process already runs on {layer!r}. Set "
+            f"NUMBA_THREADING_LAYER=omp (or tbb) before the first parallel Numba call, or use "
+            f"backend='numba'"
+        )
+    forced = str(numba.config.THREADING_LAYER).lower()
+    candidates = {"default": ("tbb", "omp"), "safe": ("tbb",), "threadsafe": ("tbb", "omp"),
+                  "forksafe": ("tbb",), "tbb": ("tbb",), "omp": ("omp",)}.get(forced, ())
+    for layer in candidates:
+        try:
+            __import__(f"numba.np.ufunc.{layer}pool")
+        except ImportError:
+            continue
+        return layer
+    raise RuntimeError(
+        f"the parallel CSR kernels need Numba's 'tbb' or 'omp' threading layer (safe for "
+        f"concurrent calls), but NUMBA_THREADING_LAYER={forced!r} offers none that loads "
+        f"here (install tbb, or libgomp for omp); use backend='numba'"
+    )
+
+
+def parallel_kernel(matrix: bool, binary: bool, transpose: bool, homo: bool):
+    """The row-parallel kernel (``numba.prange`` over rows) for ``W @ x``.
+
+    Only the gather direction is parallel: each thread owns whole rows of ``out``, so no
+    two threads write one element and the result equals the serial kernel's bit for bit
+    up to the summation order inside a row. ``W.T @ x`` scatters into shared output
+    elements; it gets the serial event-driven kernel.
+    """
+    if transpose:
+        return (mm_kernel if matrix else mv_kernel)(binary, True, homo)
+    parallel_threading_layer()
+    return (_gather_mm if matrix else _gather_mv)(binary, homo, parallel=True)
+
+
+def parallel_generator(binary: bool, matrix: bool):
+    """Kernel generator of the opt-in ``numba_parallel`` CPU backend of the CSR products.
+
+    It returns a :func:`primforge.numba_kernel` (a traceable call through the same XLA FFI
+    handler as the ``numba`` backend) of :func:`parallel_kernel`; the threads are Numba's
+    (``NUMBA_NUM_THREADS``, :func:`numba.set_num_threads` of the calling thread).
+    """
+
+    def generate(*, ins, outs, transpose, **_):
+        from primforge.kernel.backends.numba import numba_kernel
+
+        homo = tuple(ins[0].shape) == (1,) and ins[1].shape[0] != 1
+        fn = parallel_kernel(matrix, binary, bool(transpose), homo)
+        return numba_kernel(fn, outs=list(outs), name=f"{fn.__name__}_parallel")
+
+    return generate

@@ -1,0 +1,100 @@
+"""The gradient of a CSR product w.r.t. its per-synapse weights, as one kernel.
+
+Design:
+    * ``d<ct, W x>/d w_k = ct[row_k] . ev[col_k]`` (``ev[row_k] . ct[col_k]`` for
+      ``W.T @ x``), ``ev`` being ``x`` or, for binary products, ``x != 0``.
+    * ``jax`` backend: gathers in jax.numpy, then the structure check and the NaN fill (the
+      reference; on GPU and TPU the default). ``numba`` backend (CPU default): one pass over
+      the stored entries with the column check folded in
+      (:func:`primforge.ops._numba_csr.weight_grad_kernel`), so validating costs no extra
+      pass over ``indices``.
+    * A malformed structure gives NaN everywhere on both backends, never an out-of-bounds
+      read. For ``W.T @ x`` with a vector ``x`` the numba kernel, event-driven like the
+      product, zero-fills the rows of silent sources without reading them, so (as in the
+      product) a bad column there goes unnoticed; the jax reference checks every entry.
+    * Derivatives of this kernel (second-order gradients of the product) come from the jax
+      reference's JVP: the kernel runs for the primal value only.
+"""
+
+from __future__ import annotations
+
+import jax
+import jax.numpy as jnp
+import numpy as np
+
+from primforge import _compat
+from primforge.kernel.kernel import XLACustomKernel
+from primforge.ops import _common
+
+__all__ = ["weight_grad"]
+
+
+def _reference(binary, transpose, matrix, dtype):
+    def kernel(indices, indptr, ct, x):
+        nnz = indices.shape[0]
+        ev = (x != 0).astype(dtype) if binary else x.astype(dtype)
+        by_row, by_col = (ev, ct.astype(dtype)) if transpose else (ct.astype(dtype), ev)
+        rows = _common.row_ids(indptr, nnz)
+        a = by_row[rows]
+        b = by_col.at[indices].get(mode="fill", fill_value=jnp.nan)
+        g = jnp.sum(a * b, axis=-1) if matrix else a * b
+        ok = _common.structure_ok(indices, indptr, by_col.shape[0])
+        return jnp.where(ok, g, jnp.nan).astype(dtype)
+
+    return kernel
+
+
+def _jax_generator(*, outs, binary, transpose, matrix, **_):
+    return _reference(binary, transpose, matrix, outs[0].dtype)
+
+
+def _numba_generator(*, binary, transpose, matrix, **_):
+    from primforge.ops import _numba_csr
+
+    return _numba_csr.weight_grad_kernel(binary, transpose, matrix)
+
+
+def _shape_rule(indices, indptr, ct, x, *, binary, transpose, matrix, dtype):
+    del indptr, ct, x, binary, transpose, matrix
+    return jax.ShapeDtypeStruct((indices.shape[0],), np.dtype(dtype))
+
+
+def _jvp_rule(primals, tangents, *, outs, backend=None, binary, transpose, matrix, dtype, **_):
+    indices, indptr, ct, x = primals
+    y = weight_grad_p(indices, indptr, ct, x, binary=binary, transpose=transpose,
+                      matrix=matrix, dtype=dtype, backend=backend)
+    ref = _reference(binary, transpose, matrix, np.dtype(dtype))
+    zero = lambda p, t: jnp.zeros_like(p) if type(t) is _compat.Zero else t
+    d_ct, d_x = zero(ct, tangents[2]), zero(x, tangents[3])
+    if binary:
+        _, t = jax.jvp(lambda c: ref(indices, indptr, c, x), (ct,), (d_ct,))
+    else:
+        _, t = jax.jvp(lambda c, v: ref(indices, indptr, c, v), (ct, x), (d_ct, d_x))
+    return [y], [t]
+
+
+weight_grad_p = XLACustomKernel("primforge.ops.csr_weight_grad", doc=__doc__, replace=True)
+for _platform in ("cpu", "gpu", "tpu"):
+    weight_grad_p.def_kernel("jax", _platform, _jax_generator)
+weight_grad_p.def_numba_kernel(_numba_generator, asdefault=True)
+weight_grad_p.def_abstract_eval(_shape_rule)
+weight_grad_p.def_jvp_rule(_jvp_rule)
+weight_grad_p.def_tags("sparse", "gradient")
+del _platform
+
+
+def weight_grad(binary, matrix, ct, x, indices, indptr, *, transpose, dtype, backend=None):
+    """``d<ct, W x>/d data`` for per-synapse weights, shape ``(nnz,)`` (NaN if malformed).
+
+    Example:
+        >>> import jax.numpy as jnp
+        >>> # W = [[w0, 0, w1], [0, w2, 0]]; y = W @ x
+        >>> weight_grad(False, False, jnp.array([1., 2.]), jnp.array([3., 4., 5.]),
+        ...             jnp.array([0, 2, 1]), jnp.array([0, 2, 3]), transpose=False,
+        ...             dtype='float32')
+        Array([3., 5., 8.], dtype=float32)
+    """
+    backend = backend if backend in (None, "jax", "numba") else None
+    return weight_grad_p(jnp.asarray(indices), jnp.asarray(indptr), jnp.asarray(ct),
+                         jnp.asarray(x), binary=bool(binary), transpose=bool(transpose),
+                         matrix=bool(matrix), dtype=np.dtype(dtype).name, backend=backend)
