@@ -257,10 +257,10 @@ def _make(name, jax_gen, numba_gen, shape_rule, jvp, tags, pallas_gen=None) -> X
 
 
 compressed_update_p = _make("compressed_update", _jax_compressed, _numba_compressed,
-                            _compressed_shape_rule, _compressed_jvp, ("csr", "fixed_num"),
+                            _compressed_shape_rule, _compressed_jvp, ("compressed",),
                             pallas_gen=_pallas_compressed)
 dense_update_p = _make("dense_update", _jax_dense, _numba_dense, _dense_shape_rule,
-                       _dense_jvp, ("dense",))
+                       _dense_jvp, ("dense_weights",))
 
 
 def _compressed_call(data, indices, indptr, spikes, trace, *, shape, on_rows, masked=False,
