@@ -43,6 +43,7 @@ from primforge._compat import (
     instantiate_zeros,
     is_undefined_primal,
     mlir,
+    varying_kwargs,
 )
 from primforge.rules import RuleTable, as_primitive, rule_table
 
@@ -859,12 +860,10 @@ def _is_symbolic_zero(t: Any) -> bool:
 
 def _spec_of(aval: Any) -> jax.ShapeDtypeStruct:
     # Keep shard_map's varying-manual-axes type, or the cotangents come back mistyped.
-    mat = getattr(aval, "manual_axis_type", None)
-    if mat is None:
+    mat = varying_kwargs(aval)
+    if not mat:
         return jax.ShapeDtypeStruct(aval.shape, aval.dtype)
-    return jax.ShapeDtypeStruct(
-        aval.shape, aval.dtype, sharding=aval.sharding, manual_axis_type=mat
-    )
+    return jax.ShapeDtypeStruct(aval.shape, aval.dtype, sharding=aval.sharding, **mat)
 
 
 def _zero_tangent_like(x: Any) -> Zero:
@@ -933,8 +932,7 @@ class _DerivedRules:
         kwargs: dict[str, Any] = {}
         if getattr(out, "sharding", None) is not None:
             kwargs["sharding"] = out.sharding
-        if getattr(out, "manual_axis_type", None) is not None:
-            kwargs["manual_axis_type"] = out.manual_axis_type
+        kwargs.update(varying_kwargs(out))
         weak = bool(getattr(out, "weak_type", False))
         if template is None:
             return ShapedArray(out.shape, out.dtype, weak, **kwargs)
