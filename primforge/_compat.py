@@ -118,11 +118,16 @@ def get_aval(x):
     return jax.typeof(x)
 
 
+# Public in jax.extend.core from JAX 0.10; internal before.
+try:
+    from jax.extend.core import primal_dtype_to_tangent_dtype as _tangent_dtype
+except ImportError:  # JAX 0.8, 0.9
+    from jax._src.core import primal_dtype_to_tangent_dtype as _tangent_dtype
+
+
 def tangent_dtype(dtype):
     """The dtype of a tangent for a primal of ``dtype`` (float0 for ints and bools)."""
-    from jax.extend.core import primal_dtype_to_tangent_dtype
-
-    return primal_dtype_to_tangent_dtype(dtype)
+    return _tangent_dtype(dtype)
 
 
 # Custom SPMD partitioning of an opaque call (used by primforge.kernel.sharding).

@@ -231,3 +231,15 @@ def test_register_dataclass_node_flattens_like_jax():
     out = jax.jit(lambda q: Pair(q.a * 2, q.b, q.tag))(p)  # the dispatch registry
     np.testing.assert_array_equal(out.a, 2 * np.ones(2))
     assert out.tag == "m"
+
+
+@pytest.mark.parametrize("dtype", [jnp.float32, jnp.float16, jnp.bfloat16, jnp.complex64,
+                                   jnp.int32, jnp.uint8, jnp.bool_])
+def test_tangent_dtype_is_what_grad_gives(dtype):
+    # JAX's own answer: the dtype of the gradient with respect to an input of this dtype.
+    x = jnp.zeros((2,), dtype)
+    if jnp.issubdtype(dtype, jnp.complexfloating):
+        expected = jax.vjp(lambda v: v, x)[1](x)[0].dtype
+    else:
+        expected = jax.grad(lambda v: jnp.sum(v.astype(jnp.float32)), allow_int=True)(x).dtype
+    assert _compat.tangent_dtype(jnp.dtype(dtype)) == expected
