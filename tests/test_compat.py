@@ -243,3 +243,28 @@ def test_tangent_dtype_is_what_grad_gives(dtype):
     else:
         expected = jax.grad(lambda v: jnp.sum(v.astype(jnp.float32)), allow_int=True)(x).dtype
     assert _compat.tangent_dtype(jnp.dtype(dtype)) == expected
+
+
+def test_kernel_jvp_with_a_missing_tangent_on_this_jax():
+    # A JVP rule that gives no tangent for an output (None) gets zeros of the tangent
+    # dtype (float0 for an integer output) made through _compat.tangent_dtype.
+    import primforge
+
+    k = primforge.XLACustomKernel("compat_jvp_missing_tangent", replace=True)
+    k.def_kernel("jax", "cpu", lambda **kw: lambda x: (2.0 * x, jnp.round(x).astype(jnp.int32)))
+
+    def jvp(primals, tangents, *, outs, **kw):
+        (x,), (t,) = primals, tangents
+        return k(x, outs=outs, **kw), [2.0 * t, None]
+
+    k.def_jvp_rule(jvp)
+    outs = [jax.ShapeDtypeStruct((3,), jnp.float32), jax.ShapeDtypeStruct((3,), jnp.int32)]
+    x = jnp.array([0.2, 1.6, -2.4], jnp.float32)
+    (y, n), (ty, tn) = jax.jvp(lambda v: tuple(k(v, outs=outs)), (x,), (jnp.ones(3),))
+    np.testing.assert_allclose(y, 2 * np.asarray(x), rtol=1e-6)
+    np.testing.assert_array_equal(n, np.round(np.asarray(x)).astype(np.int32))
+    np.testing.assert_allclose(ty, np.full(3, 2.0), rtol=1e-6)
+    assert tn.dtype == jax.dtypes.float0 and tn.shape == (3,)
+    g = jax.grad(lambda v: jnp.sum(jax.vmap(lambda r: k(r, outs=[
+        jax.ShapeDtypeStruct((), jnp.float32), jax.ShapeDtypeStruct((), jnp.int32)])[0])(v)))(x)
+    np.testing.assert_allclose(g, np.full(3, 2.0), rtol=1e-6)
