@@ -14,6 +14,27 @@ which releases take which path.
 from __future__ import annotations
 
 import jax
+
+#: The oldest JAX release primforge supports (keep in step with pyproject.toml).
+MIN_JAX_VERSION: tuple[int, ...] = (0, 8, 0)
+
+
+def _check_jax(module) -> None:
+    """Fail at import, naming the JAX release needed, when JAX lacks an API primforge uses."""
+    needed = ("make_user_context", "shard_map", "typeof", "ffi")
+    missing = [n for n in needed if not hasattr(module, n)]
+    if missing:
+        low = ".".join(map(str, MIN_JAX_VERSION))
+        raise ImportError(
+            f"primforge needs JAX {low} or newer; the installed jax "
+            f"{getattr(module, '__version__', '?')} has no "
+            f"{', '.join('jax.' + n for n in missing)}. Upgrade with: "
+            f"pip install -U 'jax>={low}' 'jaxlib>={low}'"
+        )
+
+
+_check_jax(jax)
+
 from jax import ffi  # noqa: F401  (re-exported)
 from jax.extend.core import (  # noqa: F401  (re-exported)
     ClosedJaxpr,
@@ -24,9 +45,6 @@ from jax.extend.core import (  # noqa: F401  (re-exported)
 from jax.interpreters import ad, batching, mlir  # noqa: F401  (re-exported)
 
 JAX_VERSION: tuple[int, ...] = tuple(int(p) for p in jax.__version__.split(".")[:3] if p.isdigit())
-
-#: The oldest JAX release primforge supports (keep in step with pyproject.toml).
-MIN_JAX_VERSION: tuple[int, ...] = (0, 8, 0)
 
 # Abstract array type that abstract-eval rules return, and the tracer base class (both
 # still public in jax.core, which JAX is emptying release by release).

@@ -163,6 +163,16 @@ def test_min_jax_version_matches_pyproject_and_ci():
     assert f"Supported JAX: {low_text} and newer (`jax>={low_text}`)" in readme
 
 
+def test_jax_without_a_needed_api_fails_at_import_naming_the_version():
+    import types
+
+    old = types.SimpleNamespace(__version__="0.7.1", shard_map=1, typeof=1, ffi=1)
+    with pytest.raises(ImportError, match=r"needs JAX 0\.8\.0 or newer; the installed jax "
+                                          r"0\.7\.1 has no jax\.make_user_context"):
+        _compat._check_jax(old)
+    _compat._check_jax(jax)  # the installed one has everything
+
+
 def test_installed_jax_is_in_the_supported_range():
     # The import succeeded, so at least say loudly if it is older than what is tested.
     assert _compat.JAX_VERSION >= _compat.MIN_JAX_VERSION, jax.__version__
