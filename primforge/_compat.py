@@ -1,30 +1,54 @@
-"""Every JAX-version-dependent import lives here, and only here.
+"""Every JAX-version-dependent and JAX-internal import lives here, and only here.
 
 JAX moves its primitive-level API between releases (``jax.core.Primitive`` became
 ``jax.extend.core.Primitive``, ``jax.experimental.shard_map`` became ``jax.shard_map``,
-``jax.extend.ffi`` became ``jax.ffi``). The rest of primforge imports these names from this
-module so that a JAX upgrade touches one file.
+``jax.extend.ffi`` became ``jax.ffi``, shard_map's varying-axes type moved from
+``aval.vma`` to ``aval.manual_axis_type``). The rest of primforge imports these names from
+this module, so a JAX upgrade touches one file; ``tests/test_compat.py`` fails if another
+module imports ``jax._src``, ``jax.core``, ``jax.interpreters`` or jaxlib's internals.
+
+Supported: JAX ``MIN_JAX_VERSION`` (0.8.0) and newer. Each shim for an older release says
+which releases take which path.
 """
 
 from __future__ import annotations
 
 import jax
+
+#: The oldest JAX release primforge supports (keep in step with pyproject.toml).
+MIN_JAX_VERSION: tuple[int, ...] = (0, 8, 0)
+
+
+def _check_jax(module) -> None:
+    """Fail at import, naming the JAX release needed, when JAX lacks an API primforge uses."""
+    needed = ("make_user_context", "shard_map", "typeof", "ffi")
+    missing = [n for n in needed if not hasattr(module, n)]
+    if missing:
+        low = ".".join(map(str, MIN_JAX_VERSION))
+        raise ImportError(
+            f"primforge needs JAX {low} or newer; the installed jax "
+            f"{getattr(module, '__version__', '?')} has no "
+            f"{', '.join('jax.' + n for n in missing)}. Upgrade with: "
+            f"pip install -U 'jax>={low}' 'jaxlib>={low}'"
+        )
+
+
+_check_jax(jax)
+
 from jax import ffi  # noqa: F401  (re-exported)
 from jax.extend.core import (  # noqa: F401  (re-exported)
     ClosedJaxpr,
     Jaxpr,
     JaxprEqn,
-    Literal,
     Primitive,
-    Var,
-    jaxpr_as_fun,
 )
 from jax.interpreters import ad, batching, mlir  # noqa: F401  (re-exported)
 
 JAX_VERSION: tuple[int, ...] = tuple(int(p) for p in jax.__version__.split(".")[:3] if p.isdigit())
 
-# Abstract array type that abstract-eval rules return. Still public in jax.core.
-from jax.core import ShapedArray  # noqa: F401
+# Abstract array type that abstract-eval rules return, and the tracer base class (both
+# still public in jax.core, which JAX is emptying release by release).
+from jax.core import ShapedArray, Tracer  # noqa: F401
 
 
 class _UserContext:
@@ -60,6 +84,42 @@ def make_user_context(default_value=None) -> _UserContext:
 # SPMD entry point; `jax.experimental.shard_map` warns on recent JAX.
 shard_map = jax.shard_map
 
+# shard_map types a value by the manual mesh axes it varies over. JAX >= 0.10 keeps them in
+# `aval.manual_axis_type` (an interned ManualAxisType with a `varying` set); JAX 0.8 and 0.9
+# in `aval.vma` (a frozenset). `ShapeDtypeStruct` and `aval.update` take the same keyword.
+_HAS_MANUAL_AXIS_TYPE = "manual_axis_type" in getattr(ShapedArray, "__slots__", ())
+
+
+def varying_axes(x) -> frozenset:
+    """The manual mesh axes an aval (or ``ShapeDtypeStruct``) varies over inside ``shard_map``.
+
+    Empty outside ``shard_map`` and for objects that carry no such type.
+    """
+    if _HAS_MANUAL_AXIS_TYPE:
+        return getattr(getattr(x, "manual_axis_type", None), "varying", None) or frozenset()
+    return frozenset(getattr(x, "vma", None) or ())
+
+
+def varying_kwargs(x, varying: frozenset | None = None) -> dict:
+    """Keyword arguments that carry ``x``'s shard_map type into a new aval or struct.
+
+    For ``aval.update(...)``, ``ShapedArray(...)`` and ``jax.ShapeDtypeStruct(...)``.
+    With ``varying`` given, the result varies over exactly those manual axes. Empty when
+    ``x`` carries no shard_map type (a struct made without one).
+    """
+    if _HAS_MANUAL_AXIS_TYPE:
+        mat = getattr(x, "manual_axis_type", None)
+        if mat is None:
+            return {}
+        if varying is not None and frozenset(varying) != mat.varying:
+            mat = mat.update(varying=frozenset(varying))
+        return {"manual_axis_type": mat}
+    vma = getattr(x, "vma", None)
+    if vma is None:
+        return {}
+    return {"vma": frozenset(vma if varying is None else varying)}
+
+
 # Symbolic-zero tangent and undefined-primal markers used by JVP/transpose rules.
 Zero = ad.Zero
 UndefinedPrimal = ad.UndefinedPrimal
@@ -76,16 +136,16 @@ def get_aval(x):
     return jax.typeof(x)
 
 
-def zeros_like_aval(aval):
-    """A concrete zero array for ``aval`` (float0 avals give a float0 zero)."""
-    return ad.zeros_like_aval(aval)
+# Public in jax.extend.core from JAX 0.10; internal before.
+try:
+    from jax.extend.core import primal_dtype_to_tangent_dtype as _tangent_dtype
+except ImportError:  # JAX 0.8, 0.9
+    from jax._src.core import primal_dtype_to_tangent_dtype as _tangent_dtype
 
 
 def tangent_dtype(dtype):
     """The dtype of a tangent for a primal of ``dtype`` (float0 for ints and bools)."""
-    from jax.extend.core import primal_dtype_to_tangent_dtype
-
-    return primal_dtype_to_tangent_dtype(dtype)
+    return _tangent_dtype(dtype)
 
 
 # Custom SPMD partitioning of an opaque call (used by primforge.kernel.sharding).
@@ -135,7 +195,9 @@ def register_dataclass_node(cls, data_fields, meta_fields) -> bool:
     try:
         from jax._src import tree_util as _tu
 
-        registries = _tu._all_registries
+        # JAX < 0.10 has no tuple of its registries; these three are all there are there.
+        registries = getattr(_tu, "_all_registries", None) or (
+            _tu.default_registry, _tu.none_leaf_registry, _tu.dispatch_registry)
         entry = _tu._RegistryEntry
         python_registry = _tu._registry
     except (ImportError, AttributeError):  # pragma: no cover - moved in a future JAX

@@ -128,13 +128,16 @@ class HandlerRegisterArgs(C.Structure):
     ]
 
 
+# The type-id registration slot was renamed in FFI API 0.2 (jaxlib 0.9); same place and type.
+_TYPE_REGISTER = "XLA_FFI_Type_Register" if x.api_version() >= (0, 2) else "XLA_FFI_TypeId_Register"
+
 _API_FUNCTIONS = [
     "XLA_FFI_Error_Create",
     "XLA_FFI_Error_GetMessage",
     "XLA_FFI_Error_Destroy",
     "XLA_FFI_Handler_Register",
     "XLA_FFI_Stream_Get",
-    "XLA_FFI_Type_Register",
+    _TYPE_REGISTER,
     "XLA_FFI_ExecutionContext_Get",
     "XLA_FFI_State_Set",
     "XLA_FFI_State_Get",

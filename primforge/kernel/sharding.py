@@ -375,7 +375,7 @@ def result_shardings(kernel: Any, avals: Sequence[Any], *, outs: tuple, batch: t
 
 
 def _varying(aval) -> frozenset:
-    return getattr(getattr(aval, "manual_axis_type", None), "varying", frozenset())
+    return _compat.varying_axes(aval)
 
 
 def result_avals(kernel: Any, avals: Sequence[Any], results: Sequence[Any], *, outs: tuple,
@@ -409,14 +409,12 @@ def result_avals(kernel: Any, avals: Sequence[Any], results: Sequence[Any], *, o
         (2,)
     """
     shardings = result_shardings(kernel, avals, outs=outs, batch=batch, params=params)
-    bases = [a for a in avals if hasattr(a, "update") and hasattr(a, "manual_axis_type")]
+    bases = [a for a in avals if hasattr(a, "update") and _compat.varying_kwargs(a)]
     if not bases:
         return list(results)
     varying = frozenset().union(*(_varying(a) for a in bases))
     base = max(bases, key=lambda a: len(_varying(a)))
-    mat = base.manual_axis_type
-    if _varying(base) != varying:
-        mat = mat.update(varying=varying)
+    mat = _compat.varying_kwargs(base, varying)
     mesh = base.sharding.mesh
     out = []
     for i, r in enumerate(results):
@@ -424,5 +422,5 @@ def result_avals(kernel: Any, avals: Sequence[Any], results: Sequence[Any], *, o
             mesh, jax.sharding.PartitionSpec(*[None] * len(r.shape))
         )
         out.append(base.update(shape=r.shape, dtype=r.dtype, weak_type=False, sharding=sh,
-                               manual_axis_type=mat))
+                               **mat))
     return out

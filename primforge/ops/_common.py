@@ -20,6 +20,7 @@ import jax
 import jax.numpy as jnp
 import numpy as np
 
+from primforge._compat import Tracer
 from primforge.ops._scaffold import check_shape as check_shape_param
 
 __all__ = [
@@ -173,7 +174,7 @@ def _problems(indices: np.ndarray, indptr: np.ndarray, shape: tuple[int, int]) -
 
 
 def _is_concrete(x) -> bool:
-    return not isinstance(x, jax.core.Tracer)
+    return not isinstance(x, Tracer)
 
 
 def validate_concrete(indices, indptr, shape: tuple[int, int], who: str = "CSR") -> None:

@@ -19,7 +19,14 @@ from typing import Any
 
 import jax
 
-from primforge._compat import ShapedArray, Zero, instantiate_zeros, is_undefined_primal, mlir
+from primforge._compat import (
+    ShapedArray,
+    Zero,
+    instantiate_zeros,
+    is_undefined_primal,
+    mlir,
+    varying_kwargs,
+)
 from primforge.primitive._etp import ETPPrimitive
 from primforge.primitive._tangents import is_float, is_symbolic_zero, zero_tangent_like
 
@@ -45,12 +52,10 @@ def _positional_arity(fn: Callable) -> int | None:
 
 def _spec_of(aval: Any) -> jax.ShapeDtypeStruct:
     # Keep shard_map's varying-manual-axes type, or the cotangents come back mistyped.
-    mat = getattr(aval, "manual_axis_type", None)
-    if mat is None:
+    mat = varying_kwargs(aval)
+    if not mat:
         return jax.ShapeDtypeStruct(aval.shape, aval.dtype)
-    return jax.ShapeDtypeStruct(
-        aval.shape, aval.dtype, sharding=aval.sharding, manual_axis_type=mat
-    )
+    return jax.ShapeDtypeStruct(aval.shape, aval.dtype, sharding=aval.sharding, **mat)
 
 
 class _DerivedRules:
@@ -115,8 +120,7 @@ class _DerivedRules:
         kwargs: dict[str, Any] = {}
         if getattr(out, "sharding", None) is not None:
             kwargs["sharding"] = out.sharding
-        if getattr(out, "manual_axis_type", None) is not None:
-            kwargs["manual_axis_type"] = out.manual_axis_type
+        kwargs.update(varying_kwargs(out))
         weak = bool(getattr(out, "weak_type", False))
         if template is None:
             return ShapedArray(out.shape, out.dtype, weak, **kwargs)

@@ -240,7 +240,7 @@ def is_traced(x: Any) -> bool:
         >>> is_traced(jnp.ones(2)), bool(jax.jit(is_traced)(jnp.ones(2)))
         (False, True)
     """
-    return any(isinstance(leaf, jax.core.Tracer) for leaf in jax.tree_util.tree_leaves(x))
+    return any(isinstance(leaf, _compat.Tracer) for leaf in jax.tree_util.tree_leaves(x))
 
 
 class NotJaxCompatibleError(RuntimeError):

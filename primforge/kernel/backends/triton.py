@@ -165,7 +165,7 @@ def _to_xla_ir(ttir: str) -> bytes:
     Re-reading with the Triton dialect of the jaxlib that will compile it reports a
     version mismatch here. IR using a dialect only XLA:GPU itself loads goes as text.
     """
-    from jax.interpreters import mlir
+    from primforge._compat import mlir
 
     dialect = _compat.triton_dialect()
     ctx = mlir.make_ir_context()
@@ -211,9 +211,8 @@ class _Launch:
 # -- the primitive that carries a kernel to XLA's Triton custom call ------------------------
 @functools.cache
 def _primitive():
-    from jax.interpreters import mlir
-
     from primforge import debug as _debug
+    from primforge._compat import mlir
 
     prim = _compat.Primitive("primforge_triton_call")
     prim.multiple_results = True
