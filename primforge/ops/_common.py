@@ -27,6 +27,7 @@ __all__ = [
     "CSRStructureError",
     "check_csr_args",
     "check_float_weights",
+    "clip_to",
     "check_shape_param",
     "indptr_ok",
     "is_homogeneous",
@@ -102,6 +103,21 @@ def check_float_weights(kind: str, backend: str, dtype) -> None:
             f"{kind}: backend {backend!r} supports float32 or float64 weights ('data'), got "
             f"{dtype.name}; cast the weights or use backend='jax'"
         )
+
+
+def clip_to(w: jax.Array, lo: float | None, hi: float | None) -> jax.Array:
+    """``w`` clipped to ``[lo, hi]`` in its own dtype; ``None`` leaves that side open.
+
+    Example:
+        >>> import jax.numpy as jnp
+        >>> clip_to(jnp.array([-1., .5, 2.]), 0., None).tolist()
+        [0.0, 0.5, 2.0]
+    """
+    if lo is not None:
+        w = jnp.maximum(w, jnp.asarray(lo, w.dtype))
+    if hi is not None:
+        w = jnp.minimum(w, jnp.asarray(hi, w.dtype))
+    return w
 
 
 def row_ids(indptr: jax.Array, nnz: int) -> jax.Array:

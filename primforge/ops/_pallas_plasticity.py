@@ -40,14 +40,6 @@ def _compiler_params(platform: str):
     return plgpu.CompilerParams(num_warps=NUM_WARPS, num_stages=1)
 
 
-def _clamp(w, lo, hi):
-    if lo is not None:
-        w = jnp.maximum(w, jnp.asarray(lo, w.dtype))
-    if hi is not None:
-        w = jnp.minimum(w, jnp.asarray(hi, w.dtype))
-    return w
-
-
 def _store(y_ref, offs, vals, mask, *, nnz, platform):
     if platform == "cpu":
         y_ref[...] = y_ref[...].at[jnp.where(mask, offs, nnz)].set(vals, mode="drop")
@@ -89,7 +81,7 @@ def _program(on_rows, *, m, n, nnz, lo, hi, platform):
             else:
                 hit = ok & (plgpu.load(s_ref.at[cols], mask=ok, other=0) != 0)
                 add = jnp.full((BLOCK_NNZ,), t_row)
-            _store(y_ref, offs, _clamp(w + add.astype(w.dtype), lo, hi), hit, nnz=nnz,
+            _store(y_ref, offs, _common.clip_to(w + add.astype(w.dtype), lo, hi), hit, nnz=nnz,
                    platform=platform)
             return bad + b
 

@@ -63,7 +63,7 @@ def _cast_bound(bound, dtype):
 # ----------------------------------------------------------------------------- reference
 def _compressed_masks(data, indices, indptr, spikes, *, shape, on_rows, masked):
     """(touched, safe column, row of each entry, poisoned) for compressed storage."""
-    m, n = shape
+    _, n = shape
     nnz = indices.shape[0]
     rows = _common.row_ids(indptr, nnz)
     valid = (indices >= 0) & (indices < n)
@@ -83,20 +83,12 @@ def _compressed_masks(data, indices, indptr, spikes, *, shape, on_rows, masked):
     return touched, safe, rows, poisoned
 
 
-def _clip(w, lo, hi):
-    if lo is not None:
-        w = jnp.maximum(w, jnp.asarray(lo, w.dtype))
-    if hi is not None:
-        w = jnp.minimum(w, jnp.asarray(hi, w.dtype))
-    return w
-
-
 def _compressed_reference(data, indices, indptr, spikes, trace, *, shape, on_rows, masked,
                           w_min, w_max):
     touched, safe, rows, poisoned = _compressed_masks(
         data, indices, indptr, spikes, shape=shape, on_rows=on_rows, masked=masked)
     add = trace[safe] if on_rows else trace.at[rows].get(mode="fill", fill_value=0)
-    new = jnp.where(touched, _clip(data + add.astype(data.dtype), w_min, w_max), data)
+    new = jnp.where(touched, _common.clip_to(data + add.astype(data.dtype), w_min, w_max), data)
     return jnp.where(poisoned, jnp.nan, new).astype(data.dtype)
 
 
@@ -106,7 +98,7 @@ def _dense_reference(weights, spikes, trace, *, on_rows, w_min, w_max):
         touched, add = active[:, None], trace[None, :]
     else:
         touched, add = active[None, :], trace[:, None]
-    updated = _clip(weights + add.astype(weights.dtype), w_min, w_max)
+    updated = _common.clip_to(weights + add.astype(weights.dtype), w_min, w_max)
     return jnp.where(touched, updated, weights).astype(weights.dtype)
 
 
