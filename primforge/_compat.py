@@ -228,5 +228,5 @@ def lowering_devices(ctx) -> tuple:
     backend = getattr(getattr(ctx, "module_context", None), "backend", None)
     try:
         return tuple(backend.devices()) if backend is not None else ()
-    except Exception:  # a client without devices
+    except Exception:  # noqa: BLE001 - a client without devices
         return ()

@@ -39,7 +39,6 @@ import jax.numpy as jnp
 import numpy as np
 
 from primforge.ops import _fixed_num_kernels, _scaffold
-from primforge.ops.packed import as_events
 from primforge.ops._fixed_num_kernels import (
     binary_fixed_num_mm,
     binary_fixed_num_mm_p,
@@ -52,6 +51,7 @@ from primforge.ops._fixed_num_kernels import (
     fixed_num_mv_p,
     safe_indices,
 )
+from primforge.ops.packed import as_events
 from primforge.utils import dataclass, field
 
 __all__ = [

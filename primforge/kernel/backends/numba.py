@@ -140,7 +140,7 @@ def _require_numba():
         raise _common.missing_package(NAME, _NEEDS, EXTRA)
     try:
         import numba
-    except Exception as e:  # noqa: BLE001 - a broken install: say what to reinstall
+    except Exception as e:  # a broken install: say what to reinstall
         raise _common.missing_package(NAME, _NEEDS, EXTRA, f"(importing it failed: {e})") from e
     return numba
 
