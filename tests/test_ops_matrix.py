@@ -90,7 +90,7 @@ FAMILIES = {
     "dense": ("dense", _dense,
               {(False, False): ops.densemv, (True, False): ops.binary_densemv,
                (False, True): ops.densemm, (True, True): ops.binary_densemm},
-              {}, ("jax", "numba")),
+              {}, ("jax", "numba", "pallas")),
 }
 
 
@@ -381,6 +381,7 @@ _GPU_CSR = {
 }
 _FN_GPU = "tests/test_ops_fixed_num.py::test_every_pallas_variant_compiles_with_xla_gpu"
 _JC_GPU = "tests/test_ops_jitconn.py::test_every_pallas_variant_compiles_for_h100_and_a100"
+_DG = "tests/test_ops_dense_gpu_compile.py::"
 GPU_EVIDENCE = {  # (family, backend) -> {column: (cell text, node ids)}
     ("csr", "pallas"): _GPU_CSR,
     ("csr", "cuda_raw"): _GPU_CSR,
@@ -395,6 +396,15 @@ GPU_EVIDENCE = {  # (family, backend) -> {column: (cell text, node ids)}
         "jit": ("sm_80, sm_90", [_JC_GPU]),
         "grad w": ("sm_80, sm_90", [_JC_GPU]), "grad x": ("sm_80, sm_90", [_JC_GPU]),
         "vmap": ("x (sm_80, sm_90)", [_JC_GPU]),
+    },
+    ("dense", "pallas"): {
+        **{col: ("sm_80, sm_90", [_DG + "test_every_variant_compiles"])
+           for col in ("`W @ x`", "`x @ W`", "matrix `x`", "jit")},
+        "binary events": ("bool, int8, float32", [_DG + "test_every_variant_compiles",
+                                                  _DG + "test_integer_and_float_events_compile"]),
+        **{col: ("sm_80, sm_90", [_DG + "test_grad_jvp_and_vmap_compile"])
+           for col in ("grad w", "grad x", "jvp")},
+        "vmap": ("x, w (sm_80, sm_90)", [_DG + "test_grad_jvp_and_vmap_compile"]),
     },
 }
 SHARDING_EVIDENCE = {
