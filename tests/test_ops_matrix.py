@@ -377,25 +377,33 @@ _GPU_CSR = {
     "jit": ("sm_80, sm_90", [_GC + "test_every_variant_compiles"]),
     "grad w": ("sm_80, sm_90", [_GC + "test_grad_compiles"]),
     "grad x": ("sm_80, sm_90", [_GC + "test_grad_compiles"]),
+    "jvp": ("sm_80, sm_90", [_GC + "test_jvp_compiles"]),
     "vmap": ("x, w (sm_80, sm_90)", [_GC + "test_vmap_compiles"]),
 }
-_FN_GPU = "tests/test_ops_fixed_num.py::test_every_pallas_variant_compiles_with_xla_gpu"
+_FN_GPU = "tests/test_ops_fixed_num_gpu_compile.py::"
 _JC_GPU = "tests/test_ops_jitconn.py::test_every_pallas_variant_compiles_for_h100_and_a100"
 _DG = "tests/test_ops_dense_gpu_compile.py::"
+_JC_MORE = "tests/test_ops_jitconn_gpu_compile.py::test_jvp_vmap_and_events_compile"
 GPU_EVIDENCE = {  # (family, backend) -> {column: (cell text, node ids)}
     ("csr", "pallas"): _GPU_CSR,
     ("csr", "cuda_raw"): _GPU_CSR,
     ("fixed_num", "pallas"): {
-        "`W @ x`": ("sm_90", [_FN_GPU]), "`x @ W`": ("sm_90", [_FN_GPU]),
-        "matrix `x`": ("sm_90", [_FN_GPU]), "binary events": ("bool", [_FN_GPU]),
-        "jit": ("sm_90", [_FN_GPU]),
+        **{col: ("sm_80, sm_90", [_FN_GPU + "test_every_variant_compiles"])
+           for col in ("`W @ x`", "`x @ W`", "matrix `x`", "jit")},
+        "binary events": ("bool, int8, float32", [_FN_GPU + "test_every_variant_compiles",
+                                                  _FN_GPU + "test_integer_and_float_events_compile"]),
+        **{col: ("sm_80, sm_90", [_FN_GPU + "test_grad_jvp_and_vmap_compile"])
+           for col in ("grad w", "grad x", "jvp")},
+        "vmap": ("x, w (sm_80, sm_90)", [_FN_GPU + "test_grad_jvp_and_vmap_compile"]),
     },
     ("jitconn", "pallas"): {
         "`W @ x`": ("sm_80, sm_90", [_JC_GPU]), "`x @ W`": ("sm_80, sm_90", [_JC_GPU]),
-        "matrix `x`": ("sm_80, sm_90", [_JC_GPU]), "binary events": ("bool", [_JC_GPU]),
+        "matrix `x`": ("sm_80, sm_90", [_JC_GPU]),
+        "binary events": ("bool, int8, float32", [_JC_GPU, _JC_MORE]),
         "jit": ("sm_80, sm_90", [_JC_GPU]),
         "grad w": ("sm_80, sm_90", [_JC_GPU]), "grad x": ("sm_80, sm_90", [_JC_GPU]),
-        "vmap": ("x (sm_80, sm_90)", [_JC_GPU]),
+        "jvp": ("sm_80, sm_90", [_JC_MORE]),
+        "vmap": ("x, w (sm_80, sm_90)", [_JC_GPU, _JC_MORE]),
     },
     ("dense", "pallas"): {
         **{col: ("sm_80, sm_90", [_DG + "test_every_variant_compiles"])
