@@ -16,7 +16,6 @@ test_ops_csr_cuda.py.
 from __future__ import annotations
 
 import functools
-import itertools
 
 import jax
 import jax.numpy as jnp
@@ -153,4 +152,23 @@ def test_the_real_gpu_tests_shapes_compile(backend, kind, transpose):
     args = (sds((nnz,), "float32"), sds((nnz,), "int32"), sds((m + 1,), "int32"), x)
     f = functools.partial(FUNCS[kind], shape=(m, n), transpose=transpose, backend=backend)
     for result in compile_for_targets(f, *args, backend=backend).values():
+        assert _kernel_present(result, backend), result.describe()
+
+
+@pytest.mark.parametrize("homo", [False, True], ids=["hetero", "homo"])
+@pytest.mark.parametrize("transpose", [False, True], ids=["W", "WT"])
+@pytest.mark.parametrize("kind", list(FUNCS), ids=kind_id)
+@pytest.mark.parametrize("backend", BACKENDS)
+def test_jvp_compiles(backend, kind, transpose, homo):
+    """Forward mode in the weights and (float products) the input: both tangents run as
+    kernel calls too."""
+    binary, _ = kind
+    f = _product(kind, transpose, backend)
+    data, indices, indptr, x = _args(kind, transpose, homo, "float32", "int32")
+    if binary:  # bool events have no tangent: the weights'
+        jvp = lambda d, i, p, x: jax.jvp(lambda d: f(d, i, p, x), (d,), (d,))
+    else:
+        jvp = lambda d, i, p, x: jax.jvp(lambda d, x: f(d, i, p, x), (d, x), (d, x))
+    results = compile_for_targets(jvp, data, indices, indptr, x, backend=backend)
+    for result in results.values():
         assert _kernel_present(result, backend), result.describe()

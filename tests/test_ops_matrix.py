@@ -7,7 +7,10 @@ reference built here with NumPy / ``jax.numpy`` (never with the code under test)
 :func:`render_table` derives the table from ``CASES`` (and from ``GPU_EVIDENCE``: the
 GPU-compile tests, whose node ids a test collects), and
 :func:`test_docs_table_is_the_rendered_matrix` checks that docs/ops.md holds exactly that
-table, so the page cannot claim a cell that no test runs.
+table, so the page cannot claim a cell that no test runs. The plasticity updates have a
+table of their own, derived the same way from ``P_CASES`` and ``P_GPU_EVIDENCE``
+(:func:`render_update_table`). After changing cases or evidence, regenerate both tables
+with ``PYTHONPATH=. python tests/test_ops_matrix.py`` from the repository root.
 """
 
 from __future__ import annotations
@@ -87,7 +90,7 @@ FAMILIES = {
     "dense": ("dense", _dense,
               {(False, False): ops.densemv, (True, False): ops.binary_densemv,
                (False, True): ops.densemm, (True, True): ops.binary_densemm},
-              {}, ("jax", "numba")),
+              {}, ("jax", "numba", "pallas")),
 }
 
 
@@ -198,6 +201,169 @@ def test_cell(case: Case):
     np.testing.assert_allclose(got, want, **TOL)
 
 
+# ----------------------------------------------------------------------------- plasticity
+# The weight updates (``ops.update_on_pre`` / ``ops.update_on_post``) have their own table:
+# an update has a side (which spikes drive it) instead of a direction, events instead of a
+# float input, and derivatives in the weights and the trace. Each case is checked against a
+# per-synapse reference written here (NumPy for values, jax.numpy for derivatives).
+LO, HI = 0.0, 1.0  # every case updates with both bounds, so that some synapses clip
+
+
+@dataclass(frozen=True)
+class Storage:
+    """Stored weights of one random matrix with the neurons each weight connects."""
+
+    weights: np.ndarray
+    pre: np.ndarray  # presynaptic neuron of every stored weight (the weights' shape)
+    post: np.ndarray  # postsynaptic neuron of every stored weight
+    wrap: object  # weights -> the matrix handed to the update
+    unwrap: object  # the update's result -> its weights
+
+
+def _uniform(rng, shape):
+    return rng.uniform(0.05, 0.95, size=shape).astype(np.float32)
+
+
+def _p_compressed(rng, csc: bool):
+    mask = rng.random((M, N)) < 0.5
+    stored = mask.T if csc else mask  # a CSC stores the rows of the transpose
+    rows, cols = np.nonzero(stored)
+    indptr = np.concatenate([[0], np.cumsum(stored.sum(axis=1))]).astype(np.int32)
+    w = _uniform(rng, rows.size)
+    W = (ops.CSC if csc else ops.CSR)(jnp.asarray(w), jnp.asarray(cols.astype(np.int32)),
+                                      jnp.asarray(indptr), shape=(M, N))
+    pre, post = (cols, rows) if csc else (rows, cols)
+    return Storage(w, pre, post, W.with_data, lambda W: W.data)
+
+
+def _p_fixed(rng, per: str):
+    rows, cols = (M, N) if per == "pre" else (N, M)
+    ind = rng.integers(0, cols, size=(rows, K)).astype(np.int32)
+    own = np.repeat(np.arange(rows), K).reshape(rows, K)
+    w = _uniform(rng, (rows, K))
+    W = ops.FixedNum(jnp.asarray(w), jnp.asarray(ind), shape=(M, N), per=per)
+    pre, post = (own, ind) if per == "pre" else (ind, own)
+    return Storage(w, pre, post, W.with_data, lambda W: W.weights)
+
+
+def _p_dense(rng):
+    pre, post = np.meshgrid(np.arange(M), np.arange(N), indexing="ij")
+    return Storage(_uniform(rng, (M, N)), pre, post, lambda w: w, lambda W: W)
+
+
+# format -> (label, builder, backends)
+P_FORMATS = {
+    "csr": ("CSR", lambda rng: _p_compressed(rng, False), ("jax", "numba", "pallas")),
+    "csc": ("CSC", lambda rng: _p_compressed(rng, True), ("jax", "numba", "pallas")),
+    "fixed_pre": ("fixed number, per pre", lambda rng: _p_fixed(rng, "pre"),
+                  ("jax", "numba", "pallas")),
+    "fixed_post": ("fixed number, per post", lambda rng: _p_fixed(rng, "post"),
+                   ("jax", "numba", "pallas")),
+    "dense": ("dense", _p_dense, ("jax", "numba")),
+}
+P_EVENTS = ("bool", "int8", "float32", "packed")  # packed: ops.pack_events of the bools
+
+
+@dataclass(frozen=True)
+class PCase:
+    fmt: str
+    backend: str
+    transform: str  # 'jit', 'grad_w', 'grad_trace', 'jvp', 'vmap_events', 'vmap_w'
+    side: str  # 'pre': update_on_pre, 'post': update_on_post
+    events: str
+
+    @property
+    def id(self) -> str:
+        return "-".join(["update", self.fmt, self.backend, self.transform, "on_" + self.side,
+                         self.events])
+
+
+def _p_cases_of(fmt: str, backend: str):
+    for side in ("pre", "post"):
+        for events in P_EVENTS:
+            yield PCase(fmt, backend, "jit", side, events)
+        for transform in ("grad_w", "grad_trace", "jvp", "vmap_events"):
+            yield PCase(fmt, backend, transform, side, "bool")
+    yield PCase(fmt, backend, "vmap_w", "pre", "bool")
+
+
+P_CASES = [c for f, spec in P_FORMATS.items() for b in spec[2] for c in _p_cases_of(f, b)]
+
+
+def _p_spikes(rng, case: PCase, batch: tuple = ()):
+    active = rng.random(batch + ((M,) if case.side == "pre" else (N,))) < 0.5
+    active[..., 0] = True  # never an update that changes nothing
+    if case.events == "float32":
+        return active, np.where(active, rng.uniform(0.5, 1.5, active.shape), 0).astype(np.float32)
+    if case.events == "packed":
+        return active, ops.pack_events(jnp.asarray(active))
+    return active, active.astype(case.events)
+
+
+def _p_trace(rng, case: PCase, batch: tuple = ()):
+    return (0.25 * rng.normal(size=batch + ((N,) if case.side == "pre" else (M,)))).astype(
+        np.float32)
+
+
+def _p_reference(xp, st: Storage, w, active, trace, side: str):
+    """New stored weights, synapse by synapse: ``w + trace`` (clipped) where the side fired."""
+    fires = active[st.pre] if side == "pre" else active[st.post]
+    add = trace[st.post] if side == "pre" else trace[st.pre]
+    return xp.where(fires, xp.clip(w + add, LO, HI), w)
+
+
+def run_p_case(case: PCase):
+    """``(got, want)`` for one plasticity case."""
+    rng = np.random.default_rng(zlib.crc32(case.id.encode()))
+    st = P_FORMATS[case.fmt][1](rng)
+    fn = ops.update_on_pre if case.side == "pre" else ops.update_on_post
+
+    def f(w, spikes, trace):
+        new = fn(st.wrap(w), spikes, trace, w_min=LO, w_max=HI, backend=case.backend)
+        return st.unwrap(new)
+
+    w = jnp.asarray(st.weights)
+    if case.transform == "vmap_w":
+        ws = np.stack([st.weights * s for s in (1.0, 0.5, 1.5)]).astype(np.float32)
+        active, spikes = _p_spikes(rng, case)
+        trace = _p_trace(rng, case)
+        got = jax.jit(jax.vmap(f, in_axes=(0, None, None)))(ws, spikes, trace)
+        want = np.stack([_p_reference(np, st, wi, active, trace, case.side) for wi in ws])
+    elif case.transform == "vmap_events":
+        active, spikes = _p_spikes(rng, case, (B,))
+        trace = _p_trace(rng, case, (B,))
+        got = jax.jit(jax.vmap(f, in_axes=(None, 0, 0)))(w, spikes, trace)
+        want = np.stack([_p_reference(np, st, st.weights, a, t, case.side)
+                         for a, t in zip(active, trace)])
+    else:
+        active, spikes = _p_spikes(rng, case)
+        trace = jnp.asarray(_p_trace(rng, case))
+        ref = lambda w, t: _p_reference(jnp, st, w, jnp.asarray(active), t, case.side)
+        if case.transform == "jit":
+            got = jax.jit(f)(w, spikes, trace)
+            want = _p_reference(np, st, st.weights, active, np.asarray(trace), case.side)
+        elif case.transform in ("grad_w", "grad_trace"):
+            arg = 0 if case.transform == "grad_w" else 1
+            got = jax.jit(jax.grad(lambda w, t: _loss(f(w, spikes, t)), argnums=arg))(w, trace)
+            want = jax.grad(lambda w, t: _loss(ref(w, t)), argnums=arg)(w, trace)
+        else:  # jvp in the weights and the trace at once
+            dw = jnp.asarray(rng.normal(size=w.shape).astype(np.float32))
+            dt = jnp.asarray(rng.normal(size=trace.shape).astype(np.float32))
+            got = jax.jit(lambda w, t: jax.jvp(lambda w, t: f(w, spikes, t), (w, t),
+                                               (dw, dt)))(w, trace)
+            want = jax.jvp(ref, (w, trace), (dw, dt))
+            np.testing.assert_allclose(np.asarray(got[0]), np.asarray(want[0]), **TOL)
+            got, want = got[1], want[1]
+    return np.asarray(got), np.asarray(want)
+
+
+@pytest.mark.parametrize("case", P_CASES, ids=lambda c: c.id)
+def test_update_cell(case: PCase):
+    got, want = run_p_case(case)
+    assert np.abs(want).sum() > 0, "a reference of zeros checks nothing"
+    np.testing.assert_allclose(got, want, **TOL)
+
+
 # ----------------------------------------------------------------------------- GPU and sharding
 # Cells that need hardware this suite does not have: the tests that stand behind them,
 # as pytest node ids (a test below checks that each one is collected).
@@ -211,29 +377,55 @@ _GPU_CSR = {
     "jit": ("sm_80, sm_90", [_GC + "test_every_variant_compiles"]),
     "grad w": ("sm_80, sm_90", [_GC + "test_grad_compiles"]),
     "grad x": ("sm_80, sm_90", [_GC + "test_grad_compiles"]),
+    "jvp": ("sm_80, sm_90", [_GC + "test_jvp_compiles"]),
     "vmap": ("x, w (sm_80, sm_90)", [_GC + "test_vmap_compiles"]),
 }
-_FN_GPU = "tests/test_ops_fixed_num.py::test_every_pallas_variant_compiles_with_xla_gpu"
+_FN_GPU = "tests/test_ops_fixed_num_gpu_compile.py::"
 _JC_GPU = "tests/test_ops_jitconn.py::test_every_pallas_variant_compiles_for_h100_and_a100"
+_DG = "tests/test_ops_dense_gpu_compile.py::"
+_JC_MORE = "tests/test_ops_jitconn_gpu_compile.py::test_jvp_vmap_and_events_compile"
 GPU_EVIDENCE = {  # (family, backend) -> {column: (cell text, node ids)}
     ("csr", "pallas"): _GPU_CSR,
     ("csr", "cuda_raw"): _GPU_CSR,
     ("fixed_num", "pallas"): {
-        "`W @ x`": ("sm_90", [_FN_GPU]), "`x @ W`": ("sm_90", [_FN_GPU]),
-        "matrix `x`": ("sm_90", [_FN_GPU]), "binary events": ("bool", [_FN_GPU]),
-        "jit": ("sm_90", [_FN_GPU]),
+        **{col: ("sm_80, sm_90", [_FN_GPU + "test_every_variant_compiles"])
+           for col in ("`W @ x`", "`x @ W`", "matrix `x`", "jit")},
+        "binary events": ("bool, int8, float32", [_FN_GPU + "test_every_variant_compiles",
+                                                  _FN_GPU + "test_integer_and_float_events_compile"]),
+        **{col: ("sm_80, sm_90", [_FN_GPU + "test_grad_jvp_and_vmap_compile"])
+           for col in ("grad w", "grad x", "jvp")},
+        "vmap": ("x, w (sm_80, sm_90)", [_FN_GPU + "test_grad_jvp_and_vmap_compile"]),
     },
     ("jitconn", "pallas"): {
         "`W @ x`": ("sm_80, sm_90", [_JC_GPU]), "`x @ W`": ("sm_80, sm_90", [_JC_GPU]),
-        "matrix `x`": ("sm_80, sm_90", [_JC_GPU]), "binary events": ("bool", [_JC_GPU]),
+        "matrix `x`": ("sm_80, sm_90", [_JC_GPU]),
+        "binary events": ("bool, int8, float32", [_JC_GPU, _JC_MORE]),
         "jit": ("sm_80, sm_90", [_JC_GPU]),
         "grad w": ("sm_80, sm_90", [_JC_GPU]), "grad x": ("sm_80, sm_90", [_JC_GPU]),
-        "vmap": ("x (sm_80, sm_90)", [_JC_GPU]),
+        "jvp": ("sm_80, sm_90", [_JC_MORE]),
+        "vmap": ("x, w (sm_80, sm_90)", [_JC_GPU, _JC_MORE]),
+    },
+    ("dense", "pallas"): {
+        **{col: ("sm_80, sm_90", [_DG + "test_every_variant_compiles"])
+           for col in ("`W @ x`", "`x @ W`", "matrix `x`", "jit")},
+        "binary events": ("bool, int8, float32", [_DG + "test_every_variant_compiles",
+                                                  _DG + "test_integer_and_float_events_compile"]),
+        **{col: ("sm_80, sm_90", [_DG + "test_grad_jvp_and_vmap_compile"])
+           for col in ("grad w", "grad x", "jvp")},
+        "vmap": ("x, w (sm_80, sm_90)", [_DG + "test_grad_jvp_and_vmap_compile"]),
     },
 }
 SHARDING_EVIDENCE = {
     ("csr", "numba"): ["tests/test_sharding.py::test_multidevice[ops_csrmv_under_sharding]"],
 }
+
+
+_PG = "tests/test_ops_plasticity_gpu_compile.py::test_every_format_side_and_transformation_compiles"
+_P_GPU = {col: ("sm_80, sm_90", [_PG]) for col in
+          ("`update_on_pre`", "`update_on_post`", "jit", "grad w", "grad trace", "jvp")}
+_P_GPU["events"] = ("bool, int8, float32, packed", [_PG])
+_P_GPU["vmap"] = ("events, w (sm_80, sm_90)", [_PG])
+P_GPU_EVIDENCE = {(fmt, "pallas"): _P_GPU for fmt in ("csr", "csc", "fixed_pre", "fixed_post")}
 
 
 # ----------------------------------------------------------------------------- the table
@@ -274,12 +466,56 @@ def render_table() -> str:
     return "\n".join(lines)
 
 
-def test_docs_table_is_the_rendered_matrix():
+P_COLUMNS = ["format", "backend", "`update_on_pre`", "`update_on_post`", "events", "jit",
+             "grad w", "grad trace", "jvp", "vmap"]
+P_START, P_END = "<!-- update-matrix:start -->", "<!-- update-matrix:end -->"
+
+
+def _p_cpu_row(fmt: str, backend: str) -> list[str]:
+    mine = [c for c in P_CASES if c.fmt == fmt and c.backend == backend]
+    has = lambda **kw: any(all(getattr(c, k) == v for k, v in kw.items()) for c in mine)
+    mark = lambda ok: "✓" if ok else "—"
+    events = [e for e in P_EVENTS if has(transform="jit", events=e)]
+    vmap = [w for w, t in (("events", "vmap_events"), ("w", "vmap_w")) if has(transform=t)]
+    return [P_FORMATS[fmt][0], backend, mark(has(transform="jit", side="pre")),
+            mark(has(transform="jit", side="post")), ", ".join(events) or "—",
+            mark(has(transform="jit")), mark(has(transform="grad_w")),
+            mark(has(transform="grad_trace")), mark(has(transform="jvp")),
+            ", ".join(vmap) or "—"]
+
+
+def render_update_table() -> str:
+    """The plasticity table of docs/ops.md, from ``P_CASES`` and ``P_GPU_EVIDENCE``."""
+    lines = ["| " + " | ".join(P_COLUMNS) + " |", "|" + " --- |" * len(P_COLUMNS)]
+    for fmt, spec in P_FORMATS.items():
+        for backend in spec[2]:
+            lines.append("| " + " | ".join(_p_cpu_row(fmt, backend)) + " |")
+        for (f, backend), ev in P_GPU_EVIDENCE.items():
+            if f == fmt:
+                lines.append("| " + " | ".join([spec[0], f"{backend} (GPU)"] + [
+                    ev[col][0] if col in ev else "—" for col in P_COLUMNS[2:]]) + " |")
+    return "\n".join(lines)
+
+
+TABLES = ((START, END, render_table), (P_START, P_END, render_update_table))
+
+
+def write_tables(path: pathlib.Path = ROOT / "docs" / "ops.md") -> None:
+    """Regenerate the tables in docs/ops.md (``python tests/test_ops_matrix.py``)."""
+    text = path.read_text(encoding="utf-8")
+    for start, end, render in TABLES:
+        head, rest = text.split(start, 1)
+        text = head + start + "\n" + render() + "\n" + end + rest.split(end, 1)[1]
+    path.write_text(text, encoding="utf-8")
+
+
+@pytest.mark.parametrize("start,end,render", TABLES, ids=["products", "updates"])
+def test_docs_table_is_the_rendered_matrix(start, end, render):
     text = (ROOT / "docs" / "ops.md").read_text(encoding="utf-8")
-    assert START in text and END in text, "docs/ops.md lost the op-matrix markers"
-    table = text.split(START, 1)[1].split(END, 1)[0].strip()
-    want = render_table()
-    assert table == want, f"docs/ops.md's op matrix is stale; it should read:\n{want}"
+    assert start in text and end in text, f"docs/ops.md lost the markers {start} / {end}"
+    table = text.split(start, 1)[1].split(end, 1)[0].strip()
+    want = render()
+    assert table == want, f"docs/ops.md's table is stale; it should read:\n{want}"
 
 
 def test_every_cell_is_backed_by_a_case():
@@ -292,11 +528,20 @@ def test_every_cell_is_backed_by_a_case():
             assert (family, backend) in GPU_EVIDENCE
         else:
             assert any(c.family == family and c.backend == backend for c in CASES), cells
+    for line in render_update_table().splitlines()[2:]:
+        cells = [c.strip() for c in line.strip("|").split("|")]
+        fmt = next(f for f, spec in P_FORMATS.items() if spec[0] == cells[0])
+        backend = cells[1].split(" ")[0]
+        if cells[1].endswith("(GPU)"):
+            assert (fmt, backend) in P_GPU_EVIDENCE
+        else:
+            assert any(c.fmt == fmt and c.backend == backend for c in P_CASES), cells
 
 
 def test_the_gpu_and_sharding_evidence_is_collected():
     """The node ids behind the GPU and sharding cells exist (collected, not run here)."""
     named = {i for ev in GPU_EVIDENCE.values() for _, ids in ev.values() for i in ids}
+    named |= {i for ev in P_GPU_EVIDENCE.values() for _, ids in ev.values() for i in ids}
     named |= {i for ids in SHARDING_EVIDENCE.values() for i in ids}
     files = sorted({i.split("::")[0] for i in named})
     out = subprocess.run([sys.executable, "-m", "pytest", "--collect-only", "-q",
@@ -307,3 +552,7 @@ def test_the_gpu_and_sharding_evidence_is_collected():
     missing = [i for i in named
                if i not in collected and not any(c.startswith(i + "[") for c in collected)]
     assert not missing, f"cells name tests that are not collected: {missing}"
+
+
+if __name__ == "__main__":
+    write_tables()

@@ -2,9 +2,12 @@
 
 Both GPU paths of the compressed update (the opt-in Pallas kernel through Triton and ptxas,
 and the jax reference, the GPU default), on rows and on columns, with and without bounds,
-float32 and float64 weights, int32 and int64 indices; the dense update's jax path; and
-``jax.grad`` and ``jax.vmap`` of the Pallas path. Numerics of the same kernels are checked
-on the CPU in test_ops_plasticity.py (the Pallas body interpreted).
+float32 and float64 weights, int32 and int64 indices; the dense update's jax path;
+``jax.grad`` and ``jax.vmap`` of the Pallas path; and, through the public updates, every
+compressed format (CSR, CSC, fixed number per pre and per post) x both sides x bool, int8,
+float32 and bit-packed events, with ``jax.jit``, ``jax.grad`` (weights and trace),
+``jax.jvp`` and ``jax.vmap`` (events, weights). Numerics of the same kernels are checked on
+the CPU in test_ops_plasticity.py and test_ops_matrix.py (the Pallas body interpreted).
 """
 
 from __future__ import annotations
@@ -12,9 +15,11 @@ from __future__ import annotations
 import functools
 
 import jax
+import jax.numpy as jnp
 import pytest
 from gpu_utils import compile_for_targets, requires_gpu_compiler
 
+from primforge import ops
 from primforge.ops import plasticity
 
 pytestmark = requires_gpu_compiler
@@ -72,3 +77,70 @@ def test_dense_update_jax_path_compiles():
                           backend="jax")
     compile_for_targets(f, sds((M, N), "float32"), sds((M,), "bool"), sds((N,), "float32"),
                         backend="jax")
+
+
+# ----------------------------------------------------------------------------- public updates
+K = 7  # entries per fixed-number row
+FORMATS = ("csr", "csc", "fixed_pre", "fixed_post")
+
+
+def _format(fmt):
+    """(weights, structure) shapes and ``wrap(w, *structure)`` -> the matrix, for one format."""
+    if fmt in ("csr", "csc"):
+        rows = N if fmt == "csc" else M
+        cls = ops.CSC if fmt == "csc" else ops.CSR
+        return ((sds((NNZ,), "float32"), sds((NNZ,), "int32"), sds((rows + 1,), "int32")),
+                lambda w, i, p: cls._unchecked(w, i, p, (M, N)), lambda W: W.data)
+    per = fmt.split("_")[1]
+    rows = M if per == "pre" else N
+    return ((sds((rows, K), "float32"), sds((rows, K), "int32")),
+            lambda w, i: ops.FixedNum(w, i, shape=(M, N), per=per), lambda W: W.weights)
+
+
+def _on_rows(fmt, side):
+    if fmt in ("csr", "csc"):
+        return (side == "pre") != (fmt == "csc")
+    return (side == "pre") == fmt.endswith("pre")
+
+
+def _spikes(side, events, batch=()):
+    n = M if side == "pre" else N
+    if events == "packed":
+        return sds(batch + (-(-n // 32),), "uint32")
+    return sds(batch + (n,), events)
+
+
+@pytest.mark.parametrize("side", ["pre", "post"])
+@pytest.mark.parametrize("fmt", FORMATS)
+def test_every_format_side_and_transformation_compiles(fmt, side):
+    (w, *structure), wrap, unwrap = _format(fmt)
+    fn = ops.update_on_pre if side == "pre" else ops.update_on_post
+    trace = sds((N if side == "pre" else M,), "float32")
+
+    def update(events):
+        def f(w, structure, spikes, trace):
+            if events == "packed":
+                spikes = ops.PackedEvents(spikes, M if side == "pre" else N)
+            return unwrap(fn(wrap(w, *structure), spikes, trace, w_min=0.0, w_max=1.0,
+                             backend="pallas"))
+        return f
+
+    def check(results):
+        for target, result in results.items():
+            assert _pallas_kernel_present(result, _on_rows(fmt, side)), (target, result.kernels)
+
+    for events in ("bool", "int8", "float32", "packed"):
+        check(compile_for_targets(update(events), w, structure, _spikes(side, events), trace,
+                                  backend="pallas"))
+    f = update("bool")
+    spikes = _spikes(side, "bool")
+    loss = lambda w, t, st, s: jnp.sum(jnp.sin(f(w, st, s, t)))
+    check(compile_for_targets(jax.grad(loss, argnums=(0, 1)), w, trace, structure, spikes,
+                              backend="pallas"))
+    jvp = lambda w, t, st, s: jax.jvp(lambda w, t: f(w, st, s, t), (w, t), (w, t))
+    check(compile_for_targets(jvp, w, trace, structure, spikes, backend="pallas"))
+    batched = lambda a: sds((3,) + a.shape, a.dtype)
+    check(compile_for_targets(jax.vmap(f, in_axes=(None, None, 0, 0)), w, structure,
+                              batched(spikes), batched(trace), backend="pallas"))
+    check(compile_for_targets(jax.vmap(f, in_axes=(0, None, None, None)), batched(w),
+                              structure, spikes, trace, backend="pallas"))

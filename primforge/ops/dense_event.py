@@ -9,7 +9,9 @@ Design:
     * Backends: ``jax`` (reference: a ``jnp`` matmul, every platform, the GPU/TPU default)
       and ``numba`` (CPU default): ``x @ W`` adds only the rows of active events (unit-stride,
       vectorised); ``W @ x`` reads only the columns of active events. Work is proportional
-      to the number of active events times the other dimension.
+      to the number of active events times the other dimension. ``pallas`` (opt-in; Triton
+      on the GPU, interpreted on the CPU; :mod:`primforge.ops._pallas_dense_event`): both
+      directions as gathers that read weights only where the input is active.
     * Autodiff: bilinear in ``W`` and ``x``. The JVP is two kernel calls; the cotangent of
       ``x`` is the float kernel with ``transpose`` flipped; of ``W``, an outer product (a
       dense matmul for matrix inputs). For binary kernels the derivative with respect to
@@ -95,7 +97,8 @@ def _weight_cotangent(binary, matrix, ct, w_aval, structure, x, *, transpose, ba
 
 
 FAMILY.build(jax_gen=_jax_generator, numba_gen=_numba_generator, shape_rule=_shape_rule,
-             weight_cotangent=_weight_cotangent, tags=("dense",))
+             weight_cotangent=_weight_cotangent, tags=("dense",),
+             pallas_module="primforge.ops._pallas_dense_event")
 densemv_p = KERNELS[(False, False)]
 binary_densemv_p = KERNELS[(True, False)]
 densemm_p = KERNELS[(False, True)]
@@ -120,7 +123,8 @@ def densemv(weights: Any, vector: Any, *, transpose: bool = False,
         vector: float vector of length ``n`` (``m`` when ``transpose``).
         transpose: compute ``W.T @ v`` (= ``v @ W``): only rows of ``W`` with ``v[i] != 0``
             are read.
-        backend: 'numba' (CPU default) or 'jax' (reference; GPU/TPU default).
+        backend: 'numba' (CPU default), 'jax' (reference; GPU/TPU default) or 'pallas'
+            (opt-in GPU kernel; interpreted on the CPU).
 
     Returns:
         The product, dtype of ``weights``.
@@ -143,7 +147,7 @@ def binary_densemv(weights: Any, events: Any, *, transpose: bool = False,
             ``transpose``).
         transpose: compute ``W.T @ e`` (= ``e @ W``), the event-driven direction for
             ``W`` of shape ``(n_pre, n_post)``.
-        backend: 'numba' (CPU default) or 'jax'.
+        backend: 'numba' (CPU default), 'jax' or 'pallas' (opt-in GPU kernel).
 
     Returns:
         The product, dtype of ``weights``.
@@ -164,7 +168,7 @@ def densemm(weights: Any, matrix: Any, *, transpose: bool = False,
         weights: dense ``(m, n)`` float matrix ``W``.
         matrix: float ``(n, cols)`` (``(m, cols)`` when ``transpose``).
         transpose: compute ``W.T @ B``.
-        backend: 'numba' (CPU default) or 'jax'.
+        backend: 'numba' (CPU default), 'jax' or 'pallas' (opt-in GPU kernel).
 
     Returns:
         The product, dtype of ``weights``.
@@ -186,7 +190,7 @@ def binary_densemm(weights: Any, events: Any, *, transpose: bool = False,
         weights: dense ``(m, n)`` float matrix ``W``.
         events: bool or numeric ``(n, cols)`` (``(m, cols)`` when ``transpose``).
         transpose: compute ``W.T @ E``.
-        backend: 'numba' (CPU default) or 'jax'.
+        backend: 'numba' (CPU default), 'jax' or 'pallas' (opt-in GPU kernel).
 
     Returns:
         The product, dtype of ``weights``.
