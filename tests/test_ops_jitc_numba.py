@@ -9,7 +9,7 @@ import pytest
 
 numba = pytest.importorskip("numba")
 
-from primforge.ops import binary_jitc_matvec, jitc_numba_columns, jitc_todense  # noqa: E402
+from primforge.ops import binary_jitc_matvec, jitc_numba_columns, jitc_todense
 
 
 @pytest.mark.parametrize("prob", [1.0, 0.5, 0.2, 0.03, 0.0007])
