@@ -174,6 +174,48 @@ coba_jitc_step_p = primforge.XLACustomKernel("examples.coba_jitc_step", replace=
 
 
 @functools.cache
+def _neuron_pass():
+    """``update(lo, hi, pending, v, ge, gi, ref, acc_e, acc_i, spk)``: one step of neurons
+    ``lo .. hi - 1`` in place: finish the previous step's conductances (decay + input, the
+    plain step's arithmetic) when ``pending``, integrate, detect, reset, zero the inputs."""
+    import numba
+
+    el, ee, ei, vt, vr = F32(EL), F32(EE), F32(EI), F32(VT), F32(VR)
+    k_m, de, di, ref_steps = K_M, DECAY_E, DECAY_I, np.int32(REF_STEPS)
+
+    # 'contract' lets LLVM fuse a*b+c into an FMA, as XLA's CPU compiler does for the plain
+    # step: the float32 results are then bit-identical. Branch-free (selects), so LLVM can
+    # vectorize the loop.
+    @numba.njit(inline="always", nogil=True, fastmath={"contract"})
+    def update(lo, hi, pending, v, ge, gi, ref, acc_e, acc_i, spk):
+        for i in range(lo, hi):
+            g_e = ge[i] * de + acc_e[i] if pending else ge[i]
+            g_i = gi[i] * di + acc_i[i] if pending else gi[i]
+            ge[i] = g_e
+            gi[i] = g_i
+            acc_e[i] = 0
+            acc_i[i] = 0
+            vi = v[i]
+            r = ref[i]
+            active = r == 0
+            dv = (el - vi) + g_e * (ee - vi) + g_i * (ei - vi)
+            vn = vi + k_m * dv
+            vn = vn if active else vi
+            s = active & (vn > vt)
+            spk[i] = s
+            v[i] = vr if s else vn
+            ref[i] = ref_steps if s else (0 if active else r - 1)
+
+    @numba.njit(inline="always", nogil=True, fastmath={"contract"})
+    def finish(lo, hi, ge, gi, acc_e, acc_i):  # the last step's conductances
+        for i in range(lo, hi):
+            ge[i] = ge[i] * de + acc_e[i]
+            gi[i] = gi[i] * di + acc_i[i]
+
+    return update, finish
+
+
+@functools.cache
 def _numba_loop(steps: int, propagate):
     """The fused loop for ``steps`` steps: integrate, detect, propagate, reset.
 
@@ -183,11 +225,8 @@ def _numba_loop(steps: int, propagate):
     """
     import numba
 
-    el, ee, ei, vt, vr = F32(EL), F32(EE), F32(EI), F32(VT), F32(VR)
-    k_m, de, di, ref_steps = K_M, DECAY_E, DECAY_I, np.int32(REF_STEPS)
+    update, finish = _neuron_pass()
 
-    # 'contract' lets LLVM fuse a*b+c into an FMA, as XLA's CPU compiler does for the plain
-    # step: the float32 results are then bit-identical.
     @numba.njit(nogil=True, fastmath={"contract"})
     def loop(v, ge, gi, ref, conn, v_out, ge_out, gi_out, ref_out, spike_out):
         n = v.shape[0]
@@ -199,32 +238,9 @@ def _numba_loop(steps: int, propagate):
         ref_out[:] = ref
         ok = True
         for t in range(steps):
-            spk = spike_out[t]
-            pending = t > 0  # acc holds the previous step's input, not yet added
-            # One pass over the neurons, branch-free (selects) so LLVM can vectorize it:
-            # finish the previous step's conductances (decay + input, the plain step's
-            # arithmetic), integrate, detect and reset.
-            for i in range(n):
-                g_e = ge_out[i] * de + acc_e[i] if pending else ge_out[i]
-                g_i = gi_out[i] * di + acc_i[i] if pending else gi_out[i]
-                ge_out[i] = g_e
-                gi_out[i] = g_i
-                acc_e[i] = 0
-                acc_i[i] = 0
-                vi = v_out[i]
-                r = ref_out[i]
-                active = r == 0
-                dv = (el - vi) + g_e * (ee - vi) + g_i * (ei - vi)
-                vn = vi + k_m * dv
-                vn = vn if active else vi
-                s = active & (vn > vt)
-                spk[i] = s
-                v_out[i] = vr if s else vn
-                ref_out[i] = ref_steps if s else (0 if active else r - 1)
-            ok &= propagate(conn, spk, acc_e, acc_i)  # into the zeroed accumulators
-        for i in range(n):  # the last step's conductances
-            ge_out[i] = ge_out[i] * de + acc_e[i]
-            gi_out[i] = gi_out[i] * di + acc_i[i]
+            update(0, n, t > 0, v_out, ge_out, gi_out, ref_out, acc_e, acc_i, spike_out[t])
+            ok &= propagate(conn, spike_out[t], acc_e, acc_i)  # into the zeroed accumulators
+        finish(0, n, ge_out, gi_out, acc_e, acc_i)
         return ok
 
     return loop
@@ -298,6 +314,78 @@ def _jitc_propagate(prob: float):
     return propagate
 
 
+@functools.cache
+def _numba_jitc_loop_threaded(steps: int, prob: float, threads: int):
+    """The fused loop over just-in-time connectivity on ``threads`` threads.
+
+    The neurons are split into ``threads`` contiguous ranges, and thread ``t`` owns range
+    ``t`` in every phase of a step: its neurons' update, then the inputs they receive. The
+    rows of the neurons that fired are split between the threads, each generating its
+    share into its own buffer of targets; then each thread scans every buffer and adds the
+    targets in its range (the others go to a scratch slot past the end, branch-free). Every
+    accumulator is written by one thread only and all weights of a population are equal,
+    so each sum is the serial kernel's, bit for bit, whatever the number of threads.
+    """
+    import numba
+
+    update, finish = _neuron_pass()
+    columns = jitc_numba_columns(prob)
+    T = int(threads)
+
+    @numba.njit(nogil=True, parallel=True, fastmath={"contract"})
+    def loop(v, ge, gi, ref, w_e, w_i, seed_e, seed_i, ne,
+             v_out, ge_out, gi_out, ref_out, spike_out):
+        n = v.shape[0]
+        acc_e = np.zeros(n + T, np.float32)  # slot n + t: thread t's scratch
+        acc_i = np.zeros(n + T, np.float32)
+        bufs = np.empty((T, _BLOCK + n), np.int64)
+        fills = np.zeros(T, np.int64)
+        starts = np.zeros(T, np.int64)  # next row of each thread's share
+        active = np.empty(n, np.int64)
+        chunk = (n + T - 1) // T
+        v_out[:] = v
+        ge_out[:] = ge
+        gi_out[:] = gi
+        ref_out[:] = ref
+        for step in range(steps):
+            spk = spike_out[step]
+            for t in numba.prange(T):
+                update(min(n, t * chunk), min(n, (t + 1) * chunk), step > 0, v_out, ge_out,
+                       gi_out, ref_out, acc_e, acc_i, spk)
+            for pop in range(2):
+                lo, hi = (0, ne) if pop == 0 else (ne, n)
+                acc, w, seed = (acc_e, w_e, seed_e) if pop == 0 else (acc_i, w_i, seed_i)
+                count = 0
+                for i in range(lo, hi):  # the rows that fired, in order
+                    active[count] = i - lo
+                    count += spk[i]
+                share = (count + T - 1) // T
+                for t in range(T):
+                    starts[t] = min(count, t * share)
+                remaining = count > 0
+                while remaining:  # rounds: each buffer takes at least one block
+                    for t in numba.prange(T):
+                        fill, a, end = 0, starts[t], min(count, (t + 1) * share)
+                        while a < end and fill < _BLOCK:
+                            fill += columns(seed, active[a], n, bufs[t, fill:])
+                            a += 1
+                        fills[t], starts[t] = fill, a
+                    for t in numba.prange(T):
+                        first, last, scratch = t * chunk, min(n, (t + 1) * chunk), n + t
+                        for b in range(T):
+                            buf = bufs[b]
+                            for k in range(fills[b]):
+                                j = buf[k]
+                                acc[j if (j >= first) & (j < last) else scratch] += w
+                    remaining = False
+                    for t in range(T):
+                        remaining |= starts[t] < min(count, (t + 1) * share)
+        for t in numba.prange(T):
+            finish(min(n, t * chunk), min(n, (t + 1) * chunk), ge_out, gi_out, acc_e, acc_i)
+
+    return loop
+
+
 def _numba_step(*, steps, **_):
     """The Numba kernel over stored CSR: bad column indices give NaN conductances."""
     import numba
@@ -315,10 +403,21 @@ def _numba_step(*, steps, **_):
     return step
 
 
-def _numba_jitc_step(*, steps, prob, n_exc, **_):
+def _numba_jitc_step(*, steps, prob, n_exc, threads=1, **_):
     """The Numba kernel over just-in-time connectivity: rows regenerated as spikes come."""
     import numba
 
+    if threads > 1:
+        threaded = _numba_jitc_loop_threaded(int(steps), float(prob), int(threads))
+        ne_ = int(n_exc)
+
+        @numba.njit(nogil=True)
+        def step_threaded(v, ge, gi, ref, we, wi, seeds, v_out, ge_out, gi_out, ref_out,
+                          spike_out):
+            threaded(v, ge, gi, ref, we[0], wi[0], seeds[0], seeds[1], ne_, v_out, ge_out,
+                     gi_out, ref_out, spike_out)
+
+        return step_threaded
     loop = _numba_loop(int(steps), _jitc_propagate(float(prob)))
     ne = int(n_exc)
 
@@ -401,7 +500,9 @@ def _step_shapes(v, ge, gi, ref, we, e_idx, e_ptr, wi, i_idx, i_ptr, *, steps, *
     return _check_state(v, ge, gi, ref, steps, "coba_step")
 
 
-def _jitc_step_shapes(v, ge, gi, ref, we, wi, seeds, *, steps, prob, n_exc, **_):
+def _jitc_step_shapes(v, ge, gi, ref, we, wi, seeds, *, steps, prob, n_exc, threads=1, **_):
+    if not isinstance(threads, int) or threads < 1:
+        raise ValueError(f"coba_jitc_step: 'threads' must be a positive int, got {threads!r}")
     if we.shape != (1,) or wi.shape != (1,) or we.dtype != jnp.float32 or wi.dtype != we.dtype:
         raise ValueError("coba_jitc_step: 'we' and 'wi' must be float32 of shape (1,)")
     if seeds.shape != (2,) or seeds.dtype != jnp.uint32:
@@ -421,14 +522,16 @@ coba_jitc_step_p.def_abstract_eval(_jitc_step_shapes)
 
 
 def fused_step(we: CSR | JitConn, wi: CSR | JitConn, backend: str | None = None,
-               steps: int = 1):
+               steps: int = 1, threads: int = 1):
     """``step(state) -> (state, spikes)``: one kernel call for ``steps`` steps (``spikes``
     has shape ``(steps, n)``), over stored CSR (``coba_step_p``) or just-in-time
-    connectivity (``coba_jitc_step_p``)."""
+    connectivity (``coba_jitc_step_p``, whose Numba kernel can run on several ``threads``
+    with the same results)."""
     if isinstance(we, JitConn) and isinstance(wi, JitConn):
         if we.prob != wi.prob:
             raise ValueError("fused_step: both populations need the same connection prob.")
-        kernel, params = coba_jitc_step_p, {"prob": we.prob, "n_exc": we.shape[0]}
+        kernel = coba_jitc_step_p
+        params = {"prob": we.prob, "n_exc": we.shape[0], "threads": int(threads)}
         conn = (jnp.full((1,), we.weight, jnp.float32), jnp.full((1,), wi.weight, jnp.float32),
                 jnp.asarray(np.array([we.seed, wi.seed], np.uint32)))
     else:
@@ -439,6 +542,8 @@ def fused_step(we: CSR | JitConn, wi: CSR | JitConn, backend: str | None = None,
             if not w.homogeneous:
                 raise ValueError("fused_step: the fused kernel expects one shared weight per "
                                  "population (fixed_prob(..., weight=<number>))")
+        if threads != 1:
+            raise ValueError("fused_step: 'threads' > 1 needs just-in-time connectivity")
         kernel, params = coba_step_p, {}
         conn = (we.data, we.indices, we.indptr, wi.data, wi.indices, wi.indptr)
 
@@ -452,7 +557,7 @@ def fused_step(we: CSR | JitConn, wi: CSR | JitConn, backend: str | None = None,
 
 # ----------------------------------------------------------------------------- simulation
 def simulator(net: Network, n_steps: int, *, fused: bool = False, backend: str | None = None,
-              raster: int = RASTER_NEURONS, steps_per_call: int = 1):
+              raster: int = RASTER_NEURONS, steps_per_call: int = 1, threads: int = 1):
     """A jitted ``run(v, ge, gi, w_exc, w_inh) -> dict`` of ``n_steps`` steps under ``lax.scan``.
 
     The result holds the spike counts of each population per step (``counts``, shape
@@ -471,7 +576,7 @@ def simulator(net: Network, n_steps: int, *, fused: bool = False, backend: str |
     @jax.jit
     def run(v, ge, gi, w_exc, w_inh):
         if fused:
-            step = fused_step(w_exc, w_inh, backend, steps=k)
+            step = fused_step(w_exc, w_inh, backend, steps=k, threads=threads)
         else:
             one = plain_step(w_exc, w_inh)
 
@@ -498,10 +603,11 @@ def simulator(net: Network, n_steps: int, *, fused: bool = False, backend: str |
 
 
 def simulate(net: Network, duration_s: float, *, fused: bool = False,
-             backend: str | None = None, steps_per_call: int = 1) -> dict:
+             backend: str | None = None, steps_per_call: int = 1, threads: int = 1) -> dict:
     """Compile, run ``duration_s`` simulated seconds and time both phases."""
     n_steps = round(duration_s * 1000.0 / DT)
-    run = simulator(net, n_steps, fused=fused, backend=backend, steps_per_call=steps_per_call)
+    run = simulator(net, n_steps, fused=fused, backend=backend, steps_per_call=steps_per_call,
+                    threads=threads)
     t0 = time.perf_counter()
     args = (net.v0, net.ge0, net.gi0, net.w_exc, net.w_inh)
     compiled = run.lower(*args).compile()
@@ -567,6 +673,8 @@ def main(argv=None) -> dict:
     ap.add_argument("--backend", default=None, help="backend of the fused kernel (numba, jax)")
     ap.add_argument("--steps-per-call", type=int, default=1,
                     help="with --fused: steps advanced by one kernel call (divides the steps)")
+    ap.add_argument("--threads", type=int, default=1,
+                    help="with --fused and jitc connectivity: threads of the kernel")
     ap.add_argument("--neurons", type=int, default=None, help="override the network size")
     ap.add_argument("--prob", type=float, default=None, help="override the connection prob.")
     ap.add_argument("--plot", metavar="PNG", default=None, help="write a raster + histogram")
@@ -582,10 +690,11 @@ def main(argv=None) -> dict:
         net = scaled(args.scale, args.seed, conn)
     build_s = time.perf_counter() - t0
     res = simulate(net, args.duration, fused=args.fused, backend=args.backend,
-                   steps_per_call=args.steps_per_call)
+                   steps_per_call=args.steps_per_call, threads=args.threads)
     summary = {
         "impl": (("primforge fused" + (f" x{args.steps_per_call}"
-                                        if args.steps_per_call > 1 else ""))
+                                        if args.steps_per_call > 1 else "")
+                                     + (f", {args.threads} threads" if args.threads > 1 else ""))
                  if args.fused else "primforge plain")
         + (" (jitc)" if conn == "jitc" else ""),
         "neurons": net.n, "synapses": net.w_exc.nnz + net.w_inh.nnz,

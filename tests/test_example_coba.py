@@ -126,11 +126,13 @@ def test_just_in_time_connectivity_matches_numpy(jitc_net, jitc_plain):
     _check_against_numpy(jitc_plain, numpy_coba(jitc_net, round(DURATION / 1e-4)), jitc_net)
 
 
-@pytest.mark.parametrize("steps_per_call", [1, 10])
+@pytest.mark.parametrize("steps_per_call,threads", [(1, 1), (10, 1), (10, 2), (5, 3)])
 def test_fused_just_in_time_step_gives_the_plain_spike_trains(coba, jitc_net, jitc_plain,
-                                                              steps_per_call):
-    """The fused kernel regenerates the rows inside the kernel: the plain step's trains."""
-    fused = coba.simulate(jitc_net, DURATION, fused=True, steps_per_call=steps_per_call)
+                                                              steps_per_call, threads):
+    """The fused kernel regenerates the rows inside the kernel: the plain step's trains,
+    on one thread or several."""
+    fused = coba.simulate(jitc_net, DURATION, fused=True, steps_per_call=steps_per_call,
+                          threads=threads)
     for key in ("counts", "per_neuron", "raster"):
         np.testing.assert_array_equal(fused[key], jitc_plain[key])
 
@@ -149,10 +151,17 @@ def test_fused_just_in_time_kernel_backends_agree(coba, jitc_net):
     kw = {"steps": 3, "prob": we.prob, "n_exc": jitc_net.n_exc}
     got = coba.coba_jitc_step_p(*args, backend="numba", **kw)
     want = coba.coba_jitc_step_p(*args, backend="jax", **kw)
-    # More targets in the first step than one block of the two-phase propagation holds.
-    assert int(np.asarray(want[4][0]).sum()) * N * PROB > coba._BLOCK
+    # More targets in the first step than one block of the two-phase propagation holds
+    # (the threaded kernel then needs several rounds a step).
+    assert int(np.asarray(want[4][0]).sum()) * N * PROB > 2 * coba._BLOCK
     for g, w in zip(got, want):
         np.testing.assert_allclose(np.asarray(g), np.asarray(w), rtol=1e-6, atol=1e-5)
+    for threads in (2, 4):
+        several = coba.coba_jitc_step_p(*args, backend="numba", threads=threads, **kw)
+        for g, w in zip(several, got):  # the same sums as one thread, bit for bit
+            np.testing.assert_array_equal(np.asarray(g), np.asarray(w))
+    with pytest.raises(ValueError, match="'threads' must be a positive int"):
+        coba.coba_jitc_step_p(*args, backend="numba", threads=0, **kw)
 
 
 def test_fused_step_rejects_mixed_or_mismatched_connectivity(coba, net, jitc_net):
@@ -161,6 +170,8 @@ def test_fused_step_rejects_mixed_or_mismatched_connectivity(coba, net, jitc_net
     other = coba.JitConn(3, 6.7, PROB / 2, jitc_net.w_inh.shape)
     with pytest.raises(ValueError, match="same connection prob"):
         coba.fused_step(jitc_net.w_exc, other)
+    with pytest.raises(ValueError, match="needs just-in-time connectivity"):
+        coba.fused_step(net.w_exc, net.w_inh, threads=2)
 
 
 def test_fused_and_plain_give_the_same_spike_trains(plain, fused):
