@@ -37,6 +37,7 @@ from __future__ import annotations
 
 import argparse
 import dataclasses
+import functools
 import json
 import resource
 import sys
@@ -47,7 +48,7 @@ import jax.numpy as jnp
 import numpy as np
 
 import primforge
-from primforge.ops import CSR, binary_jitc_matvec, fixed_prob
+from primforge.ops import CSR, binary_jitc_matvec, fixed_prob, jitc_numba_columns
 from primforge.utils import dataclass, field
 
 # ----------------------------------------------------------------------------- parameters
@@ -166,25 +167,69 @@ def plain_step(w_exc, w_inh):
 
 
 # ----------------------------------------------------------------------------- fused step
-coba_step_p = primforge.XLACustomKernel("examples.coba_step", replace=True)
+# Two kernels, one per kind of connectivity, share the Numba loop below; each also has a
+# ``jax`` reference backend.
+coba_step_p = primforge.XLACustomKernel("examples.coba_step", replace=True)  # stored CSR
+coba_jitc_step_p = primforge.XLACustomKernel("examples.coba_jitc_step", replace=True)
 
 
-def _numba_step(*, steps, **_):
-    """One Numba kernel for ``steps`` steps: integrate, detect, propagate, reset."""
+@functools.cache
+def _neuron_pass():
+    """``update(lo, hi, pending, v, ge, gi, ref, acc_e, acc_i, spk)``: one step of neurons
+    ``lo .. hi - 1`` in place: finish the previous step's conductances (decay + input, the
+    plain step's arithmetic) when ``pending``, integrate, detect, reset, zero the inputs."""
     import numba
 
     el, ee, ei, vt, vr = F32(EL), F32(EE), F32(EI), F32(VT), F32(VR)
     k_m, de, di, ref_steps = K_M, DECAY_E, DECAY_I, np.int32(REF_STEPS)
-    n_steps = int(steps)
 
     # 'contract' lets LLVM fuse a*b+c into an FMA, as XLA's CPU compiler does for the plain
-    # step: the float32 results are then bit-identical.
+    # step: the float32 results are then bit-identical. Branch-free (selects), so LLVM can
+    # vectorize the loop.
+    @numba.njit(inline="always", nogil=True, fastmath={"contract"})
+    def update(lo, hi, pending, v, ge, gi, ref, acc_e, acc_i, spk):
+        for i in range(lo, hi):
+            g_e = ge[i] * de + acc_e[i] if pending else ge[i]
+            g_i = gi[i] * di + acc_i[i] if pending else gi[i]
+            ge[i] = g_e
+            gi[i] = g_i
+            acc_e[i] = 0
+            acc_i[i] = 0
+            vi = v[i]
+            r = ref[i]
+            active = r == 0
+            dv = (el - vi) + g_e * (ee - vi) + g_i * (ei - vi)
+            vn = vi + k_m * dv
+            vn = vn if active else vi
+            s = active & (vn > vt)
+            spk[i] = s
+            v[i] = vr if s else vn
+            ref[i] = ref_steps if s else (0 if active else r - 1)
+
+    @numba.njit(inline="always", nogil=True, fastmath={"contract"})
+    def finish(lo, hi, ge, gi, acc_e, acc_i):  # the last step's conductances
+        for i in range(lo, hi):
+            ge[i] = ge[i] * de + acc_e[i]
+            gi[i] = gi[i] * di + acc_i[i]
+
+    return update, finish
+
+
+@functools.cache
+def _numba_loop(steps: int, propagate):
+    """The fused loop for ``steps`` steps: integrate, detect, propagate, reset.
+
+    ``propagate(conn, spikes, acc_e, acc_i) -> ok`` adds the outgoing synapses of the
+    neurons that fired to the accumulators, rows in increasing order (the event-driven
+    products' summation order); ``conn`` is the connectivity as a tuple.
+    """
+    import numba
+
+    update, finish = _neuron_pass()
+
     @numba.njit(nogil=True, fastmath={"contract"})
-    def step(v, ge, gi, ref, we, e_idx, e_ptr, wi, i_idx, i_ptr,
-             v_out, ge_out, gi_out, ref_out, spike_out):
+    def loop(v, ge, gi, ref, conn, v_out, ge_out, gi_out, ref_out, spike_out):
         n = v.shape[0]
-        ne = e_ptr.shape[0] - 1
-        w_e, w_i = we[0], wi[0]
         acc_e = np.zeros(n, np.float32)
         acc_i = np.zeros(n, np.float32)
         v_out[:] = v
@@ -192,61 +237,212 @@ def _numba_step(*, steps, **_):
         gi_out[:] = gi
         ref_out[:] = ref
         ok = True
-        for t in range(n_steps):
-            spk = spike_out[t]
-            pending = t > 0  # acc holds the previous step's input, not yet added
-            # One pass over the neurons, branch-free (selects) so LLVM can vectorize it:
-            # finish the previous step's conductances (decay + input, the plain step's
-            # arithmetic), integrate, detect and reset.
-            for i in range(n):
-                g_e = ge_out[i] * de + acc_e[i] if pending else ge_out[i]
-                g_i = gi_out[i] * di + acc_i[i] if pending else gi_out[i]
-                ge_out[i] = g_e
-                gi_out[i] = g_i
-                acc_e[i] = 0
-                acc_i[i] = 0
-                vi = v_out[i]
-                r = ref_out[i]
-                active = r == 0
-                dv = (el - vi) + g_e * (ee - vi) + g_i * (ei - vi)
-                vn = vi + k_m * dv
-                vn = vn if active else vi
-                s = active & (vn > vt)
-                spk[i] = s
-                v_out[i] = vr if s else vn
-                ref_out[i] = ref_steps if s else (0 if active else r - 1)
-            # Propagation of the neurons that fired into the zeroed accumulators, rows in
-            # increasing order (the CSR kernels' summation order).
-            for i in range(n):
-                if not spk[i]:
-                    continue
-                if i < ne:
-                    for k in range(e_ptr[i], e_ptr[i + 1]):
-                        j = e_idx[k]
-                        if j < 0 or j >= n:
-                            ok = False
-                        else:
-                            acc_e[j] += w_e
+        for t in range(steps):
+            update(0, n, t > 0, v_out, ge_out, gi_out, ref_out, acc_e, acc_i, spike_out[t])
+            ok &= propagate(conn, spike_out[t], acc_e, acc_i)  # into the zeroed accumulators
+        finish(0, n, ge_out, gi_out, acc_e, acc_i)
+        return ok
+
+    return loop
+
+
+@functools.cache
+def _csr_propagate():
+    import numba
+
+    @numba.njit(inline="always", nogil=True)
+    def propagate(conn, spk, acc_e, acc_i):
+        we, e_idx, e_ptr, wi, i_idx, i_ptr = conn
+        n, ne = acc_e.shape[0], e_ptr.shape[0] - 1
+        ok = True
+        for i in range(n):
+            if not spk[i]:
+                continue
+            acc, w, idx, ptr, row = (acc_e, we[0], e_idx, e_ptr, i) if i < ne else \
+                (acc_i, wi[0], i_idx, i_ptr, i - ne)
+            for k in range(ptr[row], ptr[row + 1]):
+                j = idx[k]
+                if j < 0 or j >= n:
+                    ok = False
                 else:
-                    row = i - ne
-                    for k in range(i_ptr[row], i_ptr[row + 1]):
-                        j = i_idx[k]
-                        if j < 0 or j >= n:
-                            ok = False
-                        else:
-                            acc_i[j] += w_i
-        for i in range(n):  # the last step's conductances
-            ge_out[i] = ge_out[i] * de + acc_e[i]
-            gi_out[i] = gi_out[i] * di + acc_i[i]
-        if not ok:
+                    acc[j] += w
+        return ok
+
+    return propagate
+
+
+# Targets generated ahead of their scatter: a block at least this long (plus one row).
+_BLOCK = 1 << 15
+
+
+@functools.cache
+def _jitc_propagate(prob: float):
+    """Propagation over just-in-time connectivity, in two phases per block of rows.
+
+    The rows of the neurons that fired are generated into a buffer of target indices
+    (compute-bound: the generator's hashes and table look-ups), then the buffer is
+    scattered (memory-bound: independent read-modify-writes that the CPU overlaps). Done in
+    one loop, each random access to the accumulators would wait behind a row's generation.
+    Every weight of a population is the same, so the sums do not depend on the order.
+    """
+    import numba
+
+    columns = jitc_numba_columns(prob)  # the generator of binary_jitc_matvec, as Numba code
+
+    @numba.njit(inline="always", nogil=True)
+    def scatter(acc, w, buf, count):
+        for k in range(count):
+            acc[buf[k]] += w
+
+    @numba.njit(inline="always", nogil=True)
+    def propagate(conn, spk, acc_e, acc_i):
+        w_e, w_i, seed_e, seed_i, ne, buf = conn
+        n = acc_e.shape[0]
+        for pop in range(2):
+            acc, w, seed, lo, hi = (acc_e, w_e, seed_e, 0, ne) if pop == 0 else \
+                (acc_i, w_i, seed_i, ne, n)
+            fill = 0
+            for i in range(lo, hi):
+                if spk[i]:
+                    fill += columns(seed, i - lo, n, buf[fill:])
+                    if fill >= _BLOCK:
+                        scatter(acc, w, buf, fill)
+                        fill = 0
+            scatter(acc, w, buf, fill)
+        return True
+
+    return propagate
+
+
+@functools.cache
+def _numba_jitc_loop_threaded(steps: int, prob: float, threads: int):
+    """The fused loop over just-in-time connectivity on ``threads`` threads.
+
+    The neurons are split into ``threads`` contiguous ranges, and thread ``t`` owns range
+    ``t`` in every phase of a step: its neurons' update, then the inputs they receive. The
+    rows of the neurons that fired are split between the threads, each generating its
+    share into its own buffer of targets; then each thread scans every buffer and adds the
+    targets in its range (the others go to a scratch slot past the end, branch-free). Every
+    accumulator is written by one thread only and all weights of a population are equal,
+    so each sum is the serial kernel's, bit for bit, whatever the number of threads.
+    """
+    import numba
+
+    update, finish = _neuron_pass()
+    columns = jitc_numba_columns(prob)
+    T = int(threads)
+
+    @numba.njit(nogil=True, parallel=True, fastmath={"contract"})
+    def loop(v, ge, gi, ref, w_e, w_i, seed_e, seed_i, ne,
+             v_out, ge_out, gi_out, ref_out, spike_out):
+        n = v.shape[0]
+        acc_e = np.zeros(n + T, np.float32)  # slot n + t: thread t's scratch
+        acc_i = np.zeros(n + T, np.float32)
+        bufs = np.empty((T, _BLOCK + n), np.int64)
+        fills = np.zeros(T, np.int64)
+        starts = np.zeros(T, np.int64)  # next row of each thread's share
+        active = np.empty(n, np.int64)
+        chunk = (n + T - 1) // T
+        v_out[:] = v
+        ge_out[:] = ge
+        gi_out[:] = gi
+        ref_out[:] = ref
+        for step in range(steps):
+            spk = spike_out[step]
+            for t in numba.prange(T):
+                update(min(n, t * chunk), min(n, (t + 1) * chunk), step > 0, v_out, ge_out,
+                       gi_out, ref_out, acc_e, acc_i, spk)
+            for pop in range(2):
+                lo, hi = (0, ne) if pop == 0 else (ne, n)
+                acc, w, seed = (acc_e, w_e, seed_e) if pop == 0 else (acc_i, w_i, seed_i)
+                count = 0
+                for i in range(lo, hi):  # the rows that fired, in order
+                    active[count] = i - lo
+                    count += spk[i]
+                share = (count + T - 1) // T
+                for t in range(T):
+                    starts[t] = min(count, t * share)
+                remaining = count > 0
+                while remaining:  # rounds: each buffer takes at least one block
+                    for t in numba.prange(T):
+                        fill, a, end = 0, starts[t], min(count, (t + 1) * share)
+                        while a < end and fill < _BLOCK:
+                            fill += columns(seed, active[a], n, bufs[t, fill:])
+                            a += 1
+                        fills[t], starts[t] = fill, a
+                    for t in numba.prange(T):
+                        first, last, scratch = t * chunk, min(n, (t + 1) * chunk), n + t
+                        for b in range(T):
+                            buf = bufs[b]
+                            for k in range(fills[b]):
+                                j = buf[k]
+                                acc[j if (j >= first) & (j < last) else scratch] += w
+                    remaining = False
+                    for t in range(T):
+                        remaining |= starts[t] < min(count, (t + 1) * share)
+        for t in numba.prange(T):
+            finish(min(n, t * chunk), min(n, (t + 1) * chunk), ge_out, gi_out, acc_e, acc_i)
+
+    return loop
+
+
+def _numba_step(*, steps, **_):
+    """The Numba kernel over stored CSR: bad column indices give NaN conductances."""
+    import numba
+
+    loop = _numba_loop(int(steps), _csr_propagate())
+
+    @numba.njit(nogil=True)
+    def step(v, ge, gi, ref, we, e_idx, e_ptr, wi, i_idx, i_ptr,
+             v_out, ge_out, gi_out, ref_out, spike_out):
+        conn = (we, e_idx, e_ptr, wi, i_idx, i_ptr)
+        if not loop(v, ge, gi, ref, conn, v_out, ge_out, gi_out, ref_out, spike_out):
             ge_out[:] = np.nan
             gi_out[:] = np.nan
 
     return step
 
 
+def _numba_jitc_step(*, steps, prob, n_exc, threads=1, **_):
+    """The Numba kernel over just-in-time connectivity: rows regenerated as spikes come."""
+    import numba
+
+    if threads > 1:
+        threaded = _numba_jitc_loop_threaded(int(steps), float(prob), int(threads))
+        ne_ = int(n_exc)
+
+        @numba.njit(nogil=True)
+        def step_threaded(v, ge, gi, ref, we, wi, seeds, v_out, ge_out, gi_out, ref_out,
+                          spike_out):
+            threaded(v, ge, gi, ref, we[0], wi[0], seeds[0], seeds[1], ne_, v_out, ge_out,
+                     gi_out, ref_out, spike_out)
+
+        return step_threaded
+    loop = _numba_loop(int(steps), _jitc_propagate(float(prob)))
+    ne = int(n_exc)
+
+    @numba.njit(nogil=True)
+    def step(v, ge, gi, ref, we, wi, seeds, v_out, ge_out, gi_out, ref_out, spike_out):
+        buf = np.empty(_BLOCK + v.shape[0], np.int64)  # a block of targets, plus one row
+        conn = (we[0], wi[0], seeds[0], seeds[1], ne, buf)
+        loop(v, ge, gi, ref, conn, v_out, ge_out, gi_out, ref_out, spike_out)
+
+    return step
+
+
+def _jax_steps(steps, v, ge, gi, ref, propagate_e, propagate_i):
+    spikes = []
+    for _ in range(steps):
+        v, spike, ref = _integrate(v, ge, gi, ref)
+        ge = ge * DECAY_E + propagate_e(spike)
+        gi = gi * DECAY_I + propagate_i(spike)
+        v = jnp.where(spike, F32(VR), v)
+        spikes.append(spike)
+    return v, ge, gi, ref, jnp.stack(spikes)
+
+
 def _jax_step(*, steps, **_):
-    """The reference: the same steps in jax.numpy, propagation as scatter-adds."""
+    """The reference over stored CSR: the same steps in jax.numpy, scatter-add propagation."""
 
     def step(v, ge, gi, ref, we, e_idx, e_ptr, wi, i_idx, i_ptr):
         n = v.shape[0]
@@ -257,58 +453,103 @@ def _jax_step(*, steps, **_):
                               total_repeat_length=idx.shape[0])
             return jnp.zeros(n, v.dtype).at[idx].add(jnp.where(spk[rows], w[0], 0), mode="drop")
 
-        spikes = []
-        for _ in range(steps):
-            v, spike, ref = _integrate(v, ge, gi, ref)
-            ge = ge * DECAY_E + prop(spike[:ne], e_idx, e_ptr, we)
-            gi = gi * DECAY_I + prop(spike[ne:], i_idx, i_ptr, wi)
-            v = jnp.where(spike, F32(VR), v)
-            spikes.append(spike)
-        return v, ge, gi, ref, jnp.stack(spikes)
+        return _jax_steps(steps, v, ge, gi, ref,
+                          lambda s: prop(s[:ne], e_idx, e_ptr, we),
+                          lambda s: prop(s[ne:], i_idx, i_ptr, wi))
 
     return step
 
 
-def _step_shapes(v, ge, gi, ref, we, e_idx, e_ptr, wi, i_idx, i_ptr, *, steps, **_):
+def _jax_jitc_step(*, steps, prob, n_exc, **_):
+    """The reference over just-in-time connectivity: the jitc product's ``jax`` backend."""
+
+    def step(v, ge, gi, ref, we, wi, seeds):
+        n, ne = v.shape[0], n_exc
+
+        def prop(spk, w, seed, rows):
+            return binary_jitc_matvec(w[0], seed, spk, shape=(rows, n), prob=prob,
+                                      transpose=True, backend="jax")
+
+        return _jax_steps(steps, v, ge, gi, ref,
+                          lambda s: prop(s[:ne], we, seeds[0], ne),
+                          lambda s: prop(s[ne:], wi, seeds[1], n - ne))
+
+    return step
+
+
+def _check_state(v, ge, gi, ref, steps, who):
     n = v.shape[0]
     for name, x in (("v", v), ("ge", ge), ("gi", gi)):
         if x.shape != (n,) or x.dtype != jnp.float32:
-            raise ValueError(f"coba_step: '{name}' must be float32 of shape ({n},), got "
+            raise ValueError(f"{who}: '{name}' must be float32 of shape ({n},), got "
                              f"{x.dtype}{list(x.shape)}")
     if ref.shape != (n,) or ref.dtype != jnp.int32:
-        raise ValueError(f"coba_step: 'ref' must be int32 of shape ({n},), got {ref.dtype}")
-    if we.shape != (1,) or wi.shape != (1,):
-        raise ValueError("coba_step: the fused step needs one shared weight per population")
-    if (e_ptr.shape[0] - 1) + (i_ptr.shape[0] - 1) != n:
-        raise ValueError("coba_step: excitatory plus inhibitory rows must equal the neurons")
+        raise ValueError(f"{who}: 'ref' must be int32 of shape ({n},), got {ref.dtype}")
     if not isinstance(steps, int) or steps < 1:
-        raise ValueError(f"coba_step: 'steps' must be a positive int, got {steps!r}")
+        raise ValueError(f"{who}: 'steps' must be a positive int, got {steps!r}")
     f = jax.ShapeDtypeStruct((n,), jnp.float32)
     return (f, f, f, jax.ShapeDtypeStruct((n,), jnp.int32),
             jax.ShapeDtypeStruct((steps, n), jnp.bool_))
 
 
+def _step_shapes(v, ge, gi, ref, we, e_idx, e_ptr, wi, i_idx, i_ptr, *, steps, **_):
+    if we.shape != (1,) or wi.shape != (1,):
+        raise ValueError("coba_step: the fused step needs one shared weight per population")
+    if (e_ptr.shape[0] - 1) + (i_ptr.shape[0] - 1) != v.shape[0]:
+        raise ValueError("coba_step: excitatory plus inhibitory rows must equal the neurons")
+    return _check_state(v, ge, gi, ref, steps, "coba_step")
+
+
+def _jitc_step_shapes(v, ge, gi, ref, we, wi, seeds, *, steps, prob, n_exc, threads=1, **_):
+    if not isinstance(threads, int) or threads < 1:
+        raise ValueError(f"coba_jitc_step: 'threads' must be a positive int, got {threads!r}")
+    if we.shape != (1,) or wi.shape != (1,) or we.dtype != jnp.float32 or wi.dtype != we.dtype:
+        raise ValueError("coba_jitc_step: 'we' and 'wi' must be float32 of shape (1,)")
+    if seeds.shape != (2,) or seeds.dtype != jnp.uint32:
+        raise ValueError(f"coba_jitc_step: 'seeds' must be uint32 of shape (2,), got "
+                         f"{seeds.dtype}{list(seeds.shape)}")
+    if not 0 <= n_exc <= v.shape[0]:
+        raise ValueError(f"coba_jitc_step: 'n_exc' = {n_exc} is not in [0, {v.shape[0]}]")
+    return _check_state(v, ge, gi, ref, steps, "coba_jitc_step")
+
+
 coba_step_p.def_numba_kernel(_numba_step, asdefault=True)
 coba_step_p.def_kernel("jax", "cpu", _jax_step)
 coba_step_p.def_abstract_eval(_step_shapes)
+coba_jitc_step_p.def_numba_kernel(_numba_jitc_step, asdefault=True)
+coba_jitc_step_p.def_kernel("jax", "cpu", _jax_jitc_step)
+coba_jitc_step_p.def_abstract_eval(_jitc_step_shapes)
 
 
-def fused_step(we: CSR, wi: CSR, backend: str | None = None, steps: int = 1):
-    """``step(state) -> (state, spikes)``: one ``coba_step_p`` kernel call for ``steps``
-    steps (``spikes`` has shape ``(steps, n)``)."""
-    for w in (we, wi):
-        if not isinstance(w, CSR):
-            raise TypeError("fused_step: the fused kernel reads stored CSR connectivity, got "
-                             f"{type(w).__name__}")
-        if not w.homogeneous:
-            raise ValueError("fused_step: the fused kernel expects one shared weight per "
-                             "population (fixed_prob(..., weight=<number>))")
+def fused_step(we: CSR | JitConn, wi: CSR | JitConn, backend: str | None = None,
+               steps: int = 1, threads: int = 1):
+    """``step(state) -> (state, spikes)``: one kernel call for ``steps`` steps (``spikes``
+    has shape ``(steps, n)``), over stored CSR (``coba_step_p``) or just-in-time
+    connectivity (``coba_jitc_step_p``, whose Numba kernel can run on several ``threads``
+    with the same results)."""
+    if isinstance(we, JitConn) and isinstance(wi, JitConn):
+        if we.prob != wi.prob:
+            raise ValueError("fused_step: both populations need the same connection prob.")
+        kernel = coba_jitc_step_p
+        params = {"prob": we.prob, "n_exc": we.shape[0], "threads": int(threads)}
+        conn = (jnp.full((1,), we.weight, jnp.float32), jnp.full((1,), wi.weight, jnp.float32),
+                jnp.asarray(np.array([we.seed, wi.seed], np.uint32)))
+    else:
+        for w in (we, wi):
+            if not isinstance(w, CSR):
+                raise TypeError("fused_step: the fused kernel reads stored CSR or just-in-time "
+                                f"connectivity (both of one kind), got {type(w).__name__}")
+            if not w.homogeneous:
+                raise ValueError("fused_step: the fused kernel expects one shared weight per "
+                                 "population (fixed_prob(..., weight=<number>))")
+        if threads != 1:
+            raise ValueError("fused_step: 'threads' > 1 needs just-in-time connectivity")
+        kernel, params = coba_step_p, {}
+        conn = (we.data, we.indices, we.indptr, wi.data, wi.indices, wi.indptr)
 
     def step(state):
-        v, ge, gi, ref = state
-        v, ge, gi, ref, spike = coba_step_p(
-            v, ge, gi, ref, we.data, we.indices, we.indptr, wi.data, wi.indices, wi.indptr,
-            backend=backend, steps=int(steps))
+        v, ge, gi, ref, spike = kernel(*state, *conn, backend=backend, steps=int(steps),
+                                       **params)
         return (v, ge, gi, ref), spike
 
     return step
@@ -316,7 +557,7 @@ def fused_step(we: CSR, wi: CSR, backend: str | None = None, steps: int = 1):
 
 # ----------------------------------------------------------------------------- simulation
 def simulator(net: Network, n_steps: int, *, fused: bool = False, backend: str | None = None,
-              raster: int = RASTER_NEURONS, steps_per_call: int = 1):
+              raster: int = RASTER_NEURONS, steps_per_call: int = 1, threads: int = 1):
     """A jitted ``run(v, ge, gi, w_exc, w_inh) -> dict`` of ``n_steps`` steps under ``lax.scan``.
 
     The result holds the spike counts of each population per step (``counts``, shape
@@ -335,7 +576,7 @@ def simulator(net: Network, n_steps: int, *, fused: bool = False, backend: str |
     @jax.jit
     def run(v, ge, gi, w_exc, w_inh):
         if fused:
-            step = fused_step(w_exc, w_inh, backend, steps=k)
+            step = fused_step(w_exc, w_inh, backend, steps=k, threads=threads)
         else:
             one = plain_step(w_exc, w_inh)
 
@@ -362,10 +603,11 @@ def simulator(net: Network, n_steps: int, *, fused: bool = False, backend: str |
 
 
 def simulate(net: Network, duration_s: float, *, fused: bool = False,
-             backend: str | None = None, steps_per_call: int = 1) -> dict:
+             backend: str | None = None, steps_per_call: int = 1, threads: int = 1) -> dict:
     """Compile, run ``duration_s`` simulated seconds and time both phases."""
     n_steps = round(duration_s * 1000.0 / DT)
-    run = simulator(net, n_steps, fused=fused, backend=backend, steps_per_call=steps_per_call)
+    run = simulator(net, n_steps, fused=fused, backend=backend, steps_per_call=steps_per_call,
+                    threads=threads)
     t0 = time.perf_counter()
     args = (net.v0, net.ge0, net.gi0, net.w_exc, net.w_inh)
     compiled = run.lower(*args).compile()
@@ -431,6 +673,8 @@ def main(argv=None) -> dict:
     ap.add_argument("--backend", default=None, help="backend of the fused kernel (numba, jax)")
     ap.add_argument("--steps-per-call", type=int, default=1,
                     help="with --fused: steps advanced by one kernel call (divides the steps)")
+    ap.add_argument("--threads", type=int, default=1,
+                    help="with --fused and jitc connectivity: threads of the kernel")
     ap.add_argument("--neurons", type=int, default=None, help="override the network size")
     ap.add_argument("--prob", type=float, default=None, help="override the connection prob.")
     ap.add_argument("--plot", metavar="PNG", default=None, help="write a raster + histogram")
@@ -446,10 +690,11 @@ def main(argv=None) -> dict:
         net = scaled(args.scale, args.seed, conn)
     build_s = time.perf_counter() - t0
     res = simulate(net, args.duration, fused=args.fused, backend=args.backend,
-                   steps_per_call=args.steps_per_call)
+                   steps_per_call=args.steps_per_call, threads=args.threads)
     summary = {
         "impl": (("primforge fused" + (f" x{args.steps_per_call}"
-                                        if args.steps_per_call > 1 else ""))
+                                        if args.steps_per_call > 1 else "")
+                                     + (f", {args.threads} threads" if args.threads > 1 else ""))
                  if args.fused else "primforge plain")
         + (" (jitc)" if conn == "jitc" else ""),
         "neurons": net.n, "synapses": net.w_exc.nnz + net.w_inh.nnz,

@@ -111,13 +111,67 @@ def test_fused_step_matches_numpy(fused, reference, net):
     _check_against_numpy(fused, reference, net)
 
 
-def test_just_in_time_connectivity_matches_numpy(coba):
+@pytest.fixture(scope="module")
+def jitc_net(coba):
+    return coba.build(N, PROB, seed=1, conn="jitc")
+
+
+@pytest.fixture(scope="module")
+def jitc_plain(coba, jitc_net):
+    return coba.simulate(jitc_net, DURATION)
+
+
+def test_just_in_time_connectivity_matches_numpy(jitc_net, jitc_plain):
     """The same network with connectivity regenerated from a seed (the 100x configuration)."""
-    net = coba.build(N, PROB, seed=1, conn="jitc")
-    result = coba.simulate(net, DURATION)
-    _check_against_numpy(result, numpy_coba(net, round(DURATION / 1e-4)), net)
-    with pytest.raises(TypeError, match="stored CSR"):
-        coba.fused_step(net.w_exc, net.w_inh)
+    _check_against_numpy(jitc_plain, numpy_coba(jitc_net, round(DURATION / 1e-4)), jitc_net)
+
+
+@pytest.mark.parametrize("steps_per_call,threads", [(1, 1), (10, 1), (10, 2), (5, 3)])
+def test_fused_just_in_time_step_gives_the_plain_spike_trains(coba, jitc_net, jitc_plain,
+                                                              steps_per_call, threads):
+    """The fused kernel regenerates the rows inside the kernel: the plain step's trains,
+    on one thread or several."""
+    fused = coba.simulate(jitc_net, DURATION, fused=True, steps_per_call=steps_per_call,
+                          threads=threads)
+    for key in ("counts", "per_neuron", "raster"):
+        np.testing.assert_array_equal(fused[key], jitc_plain[key])
+
+
+def test_fused_just_in_time_kernel_backends_agree(coba, jitc_net):
+    """The numba kernel (two-phase propagation, several blocks a step) against the jax one."""
+    import jax.numpy as jnp
+
+    rs = np.random.default_rng(4)
+    n = jitc_net.n
+    v = jnp.asarray(rs.uniform(-49.5, -45.0, n).astype(np.float32))  # most neurons spike
+    ref = jnp.asarray(rs.choice(np.array([0, 0, 0, 0, 2], np.int32), n))
+    we, wi = jitc_net.w_exc, jitc_net.w_inh
+    args = (v, jitc_net.ge0, jitc_net.gi0, ref, jnp.full((1,), we.weight, jnp.float32),
+            jnp.full((1,), wi.weight, jnp.float32), jnp.asarray([we.seed, wi.seed], jnp.uint32))
+    kw = {"steps": 3, "prob": we.prob, "n_exc": jitc_net.n_exc}
+    got = coba.coba_jitc_step_p(*args, backend="numba", **kw)
+    want = coba.coba_jitc_step_p(*args, backend="jax", **kw)
+    # More targets in the first step than one block of the two-phase propagation holds
+    # (the threaded kernel then needs several rounds a step).
+    assert int(np.asarray(want[4][0]).sum()) * N * PROB > 2 * coba._BLOCK
+    for g, w in zip(got, want):
+        np.testing.assert_allclose(np.asarray(g), np.asarray(w), rtol=1e-6, atol=1e-5)
+    for threads in (2, 4):
+        several = coba.coba_jitc_step_p(*args, backend="numba", threads=threads, **kw)
+        for g, w in zip(several, got):  # the same sums as one thread, bit for bit
+            np.testing.assert_array_equal(np.asarray(g), np.asarray(w))
+    with pytest.raises(ValueError, match="'threads' must be a positive int"):
+        coba.coba_jitc_step_p(*args, backend="numba", threads=0, **kw)
+
+
+def test_fused_step_rejects_mixed_or_mismatched_connectivity(coba, net, jitc_net):
+    with pytest.raises(TypeError, match="stored CSR or just-in-time"):
+        coba.fused_step(net.w_exc, jitc_net.w_inh)
+    other = coba.JitConn(3, 6.7, PROB / 2, jitc_net.w_inh.shape)
+    with pytest.raises(ValueError, match="same connection prob"):
+        coba.fused_step(jitc_net.w_exc, other)
+    with pytest.raises(ValueError, match="needs just-in-time connectivity"):
+        coba.fused_step(net.w_exc, net.w_inh, threads=2)
 
 
 def test_fused_and_plain_give_the_same_spike_trains(plain, fused):

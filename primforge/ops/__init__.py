@@ -120,3 +120,8 @@ __all__ += ["compressed_update_p", "dense_update_p", "update_on_post", "update_o
 from primforge.ops.packed import PackedEvents, pack_events
 
 __all__ += ["PackedEvents", "pack_events"]
+
+# The just-in-time generator as a Numba function, for fused kernels of one's own.
+from primforge.ops.jitc_numba import jitc_numba_columns
+
+__all__ += ["jitc_numba_columns"]
