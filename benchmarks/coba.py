@@ -5,6 +5,9 @@ Contenders, each run in its own subprocess (so peak memory is that run's alone):
 * ``primforge plain``: ``examples/coba.py`` (jax.numpy neurons + CSR event products).
 * ``primforge fused``: ``examples/coba.py --fused`` (one kernel call per step).
 * ``primforge fused x10``: ``--fused --steps-per-call 10`` (one kernel call per 10 steps).
+* ``primforge fused x10 2t``: the same on two threads (at 100x only: at 1x and 10x a step
+  is too short to pay for the threads' synchronisation; the same spike trains as one
+  thread).
 * ``primforge fused x10 stored``: the same over stored CSR connectivity (at 100x, where the
   others use just-in-time connectivity).
 * ``brainevent``: the same jax.numpy step with brainevent's CSR event products
@@ -43,16 +46,13 @@ import time
 
 ROOT = pathlib.Path(__file__).resolve().parents[1]
 RESULTS = ROOT / "benchmarks" / "results"
-PF = ("primforge plain", "primforge fused", "primforge fused x10",
+PF = ("primforge plain", "primforge fused", "primforge fused x10", "primforge fused x10 2t",
       "primforge fused x10 stored")
 # At 100x primforge's steps use just-in-time connectivity (never stored; the fused one
 # regenerates the rows of the neurons that fired inside the kernel); "primforge fused x10
-# stored", brainevent and Brian2's standalone C++ store the 32M synapses. (brainevent's own
-# just-in-time matrices are not event-driven in the x @ W direction: one product of that
-# size takes seconds, so a run would take hours.) Brian2's runtime targets and per-step
-# fused calls are left out there.
-AT_100X = ("primforge plain", "primforge fused x10", "primforge fused x10 stored",
-           "brainevent", "brian2 cpp_standalone")
+# stored", brainevent and Brian2 store the 32M synapses. (brainevent's own just-in-time
+# matrices are not event-driven in the x @ W direction: one product of that size takes
+# seconds, so a run would take hours.) "... stored" and "... 2t" run at 100x only.
 BRIAN = ("brian2 numpy", "brian2 cython", "brian2 cpp_standalone")
 
 # ----------------------------------------------------------------------------- brainevent child
@@ -166,6 +166,8 @@ def run_one(contender: str, scale: int, seed: int, duration: float, brian: str |
             cmd.append("--fused")
         if "x10" in contender:
             cmd += ["--steps-per-call", "10"]
+        if contender.endswith("2t"):
+            cmd += ["--threads", "2", "--conn", "jitc"]
         if contender.endswith("stored"):
             cmd += ["--conn", "csr"]
         return _child(cmd, env)
@@ -249,8 +251,7 @@ def main(argv=None):
             order = contenders[seed % len(contenders):] + contenders[:seed % len(contenders)]
             for scale in scales:
                 for name in order:
-                    if ((str(scale), name) in skip or (scale == 100 and name not in AT_100X)
-                            or (scale != 100 and name.endswith("stored"))):
+                    if (str(scale), name) in skip or (scale != 100 and name.endswith(("stored", "2t"))):
                         continue
                     t0 = time.perf_counter()
                     res = run_one(name, scale, seed, args.duration, args.brian_python, tmp)
