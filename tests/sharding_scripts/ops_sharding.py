@@ -28,22 +28,20 @@ os.environ["XLA_FLAGS"] = (
     os.environ.get("XLA_FLAGS", "") + f" --xla_force_host_platform_device_count={N_DEV}"
 )
 
+import warnings
+
 import jax
 import jax.numpy as jnp
 import numpy as np
 from jax.sharding import NamedSharding
 from jax.sharding import PartitionSpec as P
 
+import primforge
 from primforge import ops
-from primforge.ops import _csr_grad
 
-KERNELS = [
-    ops.csrmv_p, ops.binary_csrmv_p, ops.csrmm_p, ops.binary_csrmm_p, _csr_grad.weight_grad_p,
-    ops.fixed_num_mv_p, ops.binary_fixed_num_mv_p, ops.fixed_num_mm_p, ops.binary_fixed_num_mm_p,
-    ops.jitc_matvec_p, ops.binary_jitc_matvec_p, ops.jitc_matmat_p, ops.binary_jitc_matmat_p,
-    ops.densemv_p, ops.binary_densemv_p, ops.densemm_p, ops.binary_densemm_p,
-    ops.compressed_update_p, ops.dense_update_p,
-]
+warnings.simplefilter("error", primforge.BackendUnavailableWarning)  # no silent fallback
+
+KERNELS = [k for k in primforge.registry.list_kernels() if k.name.startswith("primforge.ops.")]
 if NO_RULES:
     for _k in KERNELS:
         _k.def_sharding_rule(None)
@@ -547,6 +545,75 @@ def compressed_update_vmap_over_a_sharded_batch():
     close(y, want, "vmap")
     expect_spec(y, ("x",), "vmapped compressed_update")
     expect_collectives(f, args, set(), "vmapped compressed_update")
+
+
+# ----------------------------------------------------------------------------- vmap over w
+@check
+def vmap_over_sharded_weights_stays_right():
+    # Batched weights run the kernel once per element (lax.map): correct, not partitioned.
+    x = events(RNG, (N,), False)
+    ws = np.stack([D_W * (i + 1) for i in range(B)])
+    y = jax.jit(jax.vmap(lambda w: ops.densemv(w, x)))(put(ws, "x"))
+    close(y, np.stack([(D_W * (i + 1)) @ x for i in range(B)]), "dense vmap over W")
+    datas = np.stack([np.asarray(CSR_W.data) * (i + 1) for i in range(B)])
+    f = jax.vmap(lambda d: ops.csrmv(d, CSR_W.indices, CSR_W.indptr, x, shape=(M, N)))
+    close(jax.jit(f)(put(datas, "x")), np.stack([(CSR_DENSE * (i + 1)) @ x for i in range(B)]),
+          "CSR vmap over data")
+    thetas = np.arange(1, B + 1, dtype=np.float32)
+    f = jax.vmap(lambda w: ops.jitc_matvec(w, JC_SEED, x, shape=(M, N), prob=JC_P))
+    close(jax.jit(f)(put(thetas, "x")), np.stack([JC_DENSE / 0.7 * w @ x for w in thetas]),
+          "jitc vmap over the weight")
+    return "values only: no partitioning to assert"
+
+
+# ----------------------------------------------------------------------------- backends
+def _backend_cases():
+    """(what, function, args, reference, output spec, collectives) for the opt-in backends."""
+    for backend in ("jax", "pallas", "cuda_raw"):
+        for transpose in (False, True):
+            xc = events(RNG, (M if transpose else N, C), True)
+            f = lambda d, i, p, x, b=backend, t=transpose: ops.binary_csrmm(
+                d, i, p, x, shape=(M, N), transpose=t, backend=b)
+            yield (f"csrmm {backend} {transpose=}", f, (*csr_args(), put(xc, None, "x")),
+                   ref(CSR_DENSE, xc, binary=True, transpose=transpose), (None, "x"), set())
+    xg, xs = events(RNG, (N,), False), events(RNG, (M, C), False)
+    for backend in ("jax", "pallas"):
+        f = lambda w, i, x, b=backend: ops.fixed_num_mv(w, i, x, shape=(M, N), backend=b)
+        yield (f"fixed_num gather {backend}", f, (put(FN_W, "x"), put(FN_IND, "x"), put(xg)),
+               ref(fn_dense(FN_W, FN_IND), xg, binary=False, transpose=False), ("x",), set())
+        f = lambda w, i, x, b=backend: ops.fixed_num_mm(w, i, x, shape=(M, N), transpose=True,
+                                                        backend=b)
+        yield (f"fixed_num scatter {backend}", f,
+               (put(FN_W, "x"), put(FN_IND, "x"), put(xs, "x")),
+               ref(fn_dense(FN_W, FN_IND), xs, binary=False, transpose=True), (),
+               {"all-reduce"})
+        f = lambda w, i, x, b=backend: ops.binary_fixed_num_mm(w, i, x, shape=(M, N), backend=b)
+        xm = events(RNG, (N, C), True)
+        yield (f"fixed_num_mm gather {backend}", f, (put(FN_W, "x"), put(FN_IND, "x"), put(xm)),
+               ref(fn_dense(FN_W, FN_IND), xm, binary=True, transpose=False), ("x",), set())
+        for transpose in (False, True):
+            xj = events(RNG, (M if transpose else N, C), False)
+            f = lambda x, b=backend, t=transpose: ops.jitc_matmat(
+                0.7, JC_SEED, x, shape=(M, N), prob=JC_P, transpose=t, backend=b)
+            yield (f"jitc_matmat {backend} {transpose=}", f, (put(xj, None, "x"),),
+                   ref(JC_DENSE, xj, binary=False, transpose=transpose), (None, "x"), set())
+    f = lambda w, x: ops.binary_densemv(w, x, backend="jax")
+    yield ("densemv jax", f, (put(D_W, "x"), put(xg != 0)),
+           ref(D_W, xg, binary=True, transpose=False), ("x",), set())
+    w = RNG.random((M, N)).astype(np.float32)
+    spikes, trace = RNG.random(N) < 0.5, (RNG.standard_normal(M) * 0.3).astype(np.float32)
+    f = lambda w, s, t: ops.update_on_post(w, s, t, w_min=0.0, backend="jax")
+    yield ("dense_update jax", f, (put(w, None, "x"), put(spikes), put(trace)),
+           dense_update_ref(w, spikes, trace, False, 0.0, None), (None, "x"), set())
+
+
+@check
+def other_backends_partitioned():
+    for what, f, args, want, spec, coll in _backend_cases():
+        y = jax.jit(f)(*args)
+        close(y, want, what)
+        expect_spec(y, spec, what)
+        expect_collectives(f, args, coll, what)
 
 
 if __name__ == "__main__":
