@@ -591,6 +591,10 @@ def _backend_cases():
         xm = events(RNG, (N, C), True)
         yield (f"fixed_num_mm gather {backend}", f, (put(FN_W, "x"), put(FN_IND, "x"), put(xm)),
                ref(fn_dense(FN_W, FN_IND), xm, binary=True, transpose=False), ("x",), set())
+        f = lambda w, i, x, b=backend: ops.fixed_num_mm(w, i, x, shape=(M, N), transpose=True,
+                                                        backend=b)
+        yield (f"fixed_num_mm columns {backend}", f, (put(FN_W), put(FN_IND), put(xs, None, "x")),
+               ref(fn_dense(FN_W, FN_IND), xs, binary=False, transpose=True), (None, "x"), set())
         for transpose in (False, True):
             xj = events(RNG, (M if transpose else N, C), False)
             f = lambda x, b=backend, t=transpose: ops.jitc_matmat(
@@ -600,6 +604,12 @@ def _backend_cases():
     f = lambda w, x: ops.binary_densemv(w, x, backend="jax")
     yield ("densemv jax", f, (put(D_W, "x"), put(xg != 0)),
            ref(D_W, xg, binary=True, transpose=False), ("x",), set())
+    f = lambda w, x: ops.densemv(w, x, transpose=True, backend="jax")
+    yield ("densemv jax contracted", f, (put(D_W, "x"), put(xs[:, 0], "x")),
+           ref(D_W, xs[:, 0], binary=False, transpose=True), (), {"all-reduce"})
+    f = lambda w, x: ops.densemm(w, x, transpose=True, backend="jax")
+    yield ("densemm jax columns", f, (put(D_W), put(xs, None, "x")),
+           ref(D_W, xs, binary=False, transpose=True), (None, "x"), set())
     w = RNG.random((M, N)).astype(np.float32)
     spikes, trace = RNG.random(N) < 0.5, (RNG.standard_normal(M) * 0.3).astype(np.float32)
     f = lambda w, s, t: ops.update_on_post(w, s, t, w_min=0.0, backend="jax")
