@@ -58,6 +58,7 @@ PARTITIONED = [
     "dense_update_vmap_over_a_sharded_batch",
     "compressed_update_vmap_over_a_sharded_batch",
     "other_backends_partitioned",
+    "explicit_mesh_types_follow_the_rules",
 ]
 CHECKS = PARTITIONED + sorted(VALUE_ONLY)
 

@@ -547,6 +547,35 @@ def compressed_update_vmap_over_a_sharded_batch():
     expect_collectives(f, args, set(), "vmapped compressed_update")
 
 
+# ----------------------------------------------------------------------------- explicit axes
+@check
+def explicit_mesh_types_follow_the_rules():
+    # With Explicit mesh axes the result types carry the sharding the rule gives.
+    mesh = jax.make_mesh((N_DEV,), ("x",), axis_types=(jax.sharding.AxisType.Explicit,))
+    xc = np.ones((N, C), np.float32)
+    with jax.set_mesh(mesh):
+        cases = [
+            ("fixed_num gather", lambda w, i, x: ops.fixed_num_mv(w, i, x, shape=(M, N)),
+             (put(FN_W, "x", mesh=mesh), put(FN_IND, "x", mesh=mesh), put(xc[:, 0], mesh=mesh)),
+             fn_dense(FN_W, FN_IND) @ xc[:, 0], ("x",)),
+            ("densemv contracted", lambda w, x: ops.densemv(w, x),
+             (put(D_W, None, "x", mesh=mesh), put(xc[:, 0], "x", mesh=mesh)), D_W @ xc[:, 0],
+             (None,)),
+            ("csrmm columns", lambda x: CSR_W @ x, (put(xc, None, "x", mesh=mesh),),
+             CSR_DENSE @ xc, (None, "x")),
+            ("dense_update", lambda w, s, t: ops.update_on_pre(w, s, t),
+             (put(D_W, "x", mesh=mesh), put(np.ones(M, bool), mesh=mesh),
+              put(xc[:, 0], mesh=mesh)), D_W + 1, ("x", None)),
+        ]
+        for what, f, args, want, spec in cases:
+            y = jax.jit(f)(*args)
+            close(y, want, what)
+            typed = tuple(jax.typeof(y).sharding.spec)
+            typed = typed + (None,) * (y.ndim - len(typed))
+            if typed != spec:
+                raise NotPartitioned(f"{what}: result typed as {typed}, expected {spec}")
+
+
 # ----------------------------------------------------------------------------- vmap over w
 @check
 def vmap_over_sharded_weights_stays_right():
