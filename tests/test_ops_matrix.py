@@ -415,8 +415,24 @@ GPU_EVIDENCE = {  # (family, backend) -> {column: (cell text, node ids)}
         "vmap": ("x, w (sm_80, sm_90)", [_DG + "test_grad_jvp_and_vmap_compile"]),
     },
 }
+_SH = "tests/test_ops_sharding.py::test_partitioned[{}]"
+_SH_BACKENDS = _SH.format("other_backends_partitioned")
+_SHARDS = {  # family -> (what shards, the checks behind it on the default backend)
+    "csr": ("columns of x", ["csr_matmat_columns_sharded", "csr_vmap_over_a_sharded_batch",
+                             "csr_grad_columns_sharded"]),
+    "fixed_num": ("rows of the indices, columns of x", [
+        "fixed_num_gather_rows_sharded", "fixed_num_scatter_rows_reduced",
+        "fixed_num_matmat_columns_sharded"]),
+    "jitconn": ("columns of x", ["jitc_matmat_columns_sharded", "jitc_vmap_over_a_sharded_batch"]),
+    "dense": ("both dimensions of W, columns of x", [
+        "dense_kept_dimension_sharded", "dense_contracted_dimension_reduced",
+        "dense_matmat_columns_and_rows_on_a_2d_mesh"]),
+}
+# (family, backend) -> (cell text, node ids): multi-device checks on 4 simulated CPU devices.
 SHARDING_EVIDENCE = {
-    ("csr", "numba"): ["tests/test_sharding.py::test_multidevice[ops_csrmv_under_sharding]"],
+    (family, backend): (text, [_SH.format(c) for c in checks] if backend == "numba"
+                        else [_SH_BACKENDS])
+    for family, (text, checks) in _SHARDS.items() for backend in FAMILIES[family][4]
 }
 
 
@@ -440,7 +456,8 @@ def _cpu_row(family: str, backend: str) -> list[str]:
     mark = lambda ok: "✓" if ok else "—"
     events = sorted({c.events for c in mine if c.binary and c.transform == "jit"})
     vmap = [w for w, t in (("x", "vmap_x"), ("w", "vmap_w")) if has(transform=t)]
-    shard = "✓ (`csrmv`)" if (family, backend) in SHARDING_EVIDENCE else "—"
+    shard = (f"✓ ({SHARDING_EVIDENCE[(family, backend)][0]})"
+             if (family, backend) in SHARDING_EVIDENCE else "—")
     return [FAMILIES[family][0], backend, mark(has(transform="jit", transpose=False)),
             mark(has(transform="jit", transpose=True)), mark(has(transform="jit", matrix=True)),
             ", ".join(events) or "—", mark(has(transform="jit")),
@@ -542,7 +559,7 @@ def test_the_gpu_and_sharding_evidence_is_collected():
     """The node ids behind the GPU and sharding cells exist (collected, not run here)."""
     named = {i for ev in GPU_EVIDENCE.values() for _, ids in ev.values() for i in ids}
     named |= {i for ev in P_GPU_EVIDENCE.values() for _, ids in ev.values() for i in ids}
-    named |= {i for ids in SHARDING_EVIDENCE.values() for i in ids}
+    named |= {i for _, ids in SHARDING_EVIDENCE.values() for i in ids}
     files = sorted({i.split("::")[0] for i in named})
     out = subprocess.run([sys.executable, "-m", "pytest", "--collect-only", "-q",
                           "-p", "no:cacheprovider", *files], cwd=ROOT, capture_output=True,

@@ -23,7 +23,7 @@ import jax
 import jax.numpy as jnp
 import numpy as np
 
-from primforge.ops import _scaffold
+from primforge.ops import _scaffold, _sharding
 
 __all__ = [
     "binary_fixed_num_mm",
@@ -143,6 +143,7 @@ def _weight_cotangent(binary, matrix, ct, w_aval, structure, x, *, shape, transp
 FAMILY.build(jax_gen=_jax_generator, numba_gen=_numba_generator,
              pallas_module="primforge.ops._pallas_fixed_num", shape_rule=_shape_rule,
              weight_cotangent=_weight_cotangent, tags=("fixed_num", "sparse"))
+_sharding.install(FAMILY.kernels.values(), _sharding.fixed_num_rule)
 fixed_num_mv_p = KERNELS[(False, False)]
 binary_fixed_num_mv_p = KERNELS[(True, False)]
 fixed_num_mm_p = KERNELS[(False, True)]

@@ -36,7 +36,7 @@ import jax
 import jax.numpy as jnp
 import numpy as np
 
-from primforge.ops import _common, _csr_grad, _numba_csr, _scaffold
+from primforge.ops import _common, _csr_grad, _numba_csr, _scaffold, _sharding
 
 __all__ = [
     "binary_csrmm",
@@ -141,6 +141,7 @@ for (_binary, _matrix), _kernel in FAMILY.kernels.items():
     # Opt-in: W @ x with rows spread over Numba's threads (tbb/omp layer only).
     _kernel.def_kernel("numba_parallel", "cpu", _numba_csr.parallel_generator(_binary, _matrix))
 del _binary, _matrix, _kernel
+_sharding.install(FAMILY.kernels.values(), _sharding.csr_rule)
 csrmv_p = KERNELS[(False, False)]
 binary_csrmv_p = KERNELS[(True, False)]
 csrmm_p = KERNELS[(False, True)]

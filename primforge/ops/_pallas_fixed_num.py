@@ -146,8 +146,10 @@ def generator(binary: bool, matrix: bool, fallback):
     """
 
     def generate(*, ins, outs, shape, transpose, platform, **params):
-        m, n = (int(s) for s in shape)
         weights, indices, x = ins
+        # The arrays' own sizes, not ``shape``: a sharded call hands a slice of the rows.
+        m = int(indices.shape[0])
+        n = int(outs[0].shape[0] if transpose else x.shape[0])
         dtype = np.dtype(outs[0].dtype)
         k = int(indices.shape[1])
         cols = int(x.shape[1]) if matrix else 1

@@ -29,7 +29,7 @@ import jax
 import jax.numpy as jnp
 import numpy as np
 
-from primforge.ops import _scaffold
+from primforge.ops import _scaffold, _sharding
 
 __all__ = [
     "binary_densemm",
@@ -99,6 +99,7 @@ def _weight_cotangent(binary, matrix, ct, w_aval, structure, x, *, transpose, ba
 FAMILY.build(jax_gen=_jax_generator, numba_gen=_numba_generator, shape_rule=_shape_rule,
              weight_cotangent=_weight_cotangent, tags=("dense",),
              pallas_module="primforge.ops._pallas_dense_event")
+_sharding.install(FAMILY.kernels.values(), _sharding.dense_rule)
 densemv_p = KERNELS[(False, False)]
 binary_densemv_p = KERNELS[(True, False)]
 densemm_p = KERNELS[(False, True)]

@@ -51,7 +51,7 @@ import jax
 import jax.numpy as jnp
 import numpy as np
 
-from primforge.ops import _jitc_generator, _scaffold
+from primforge.ops import _jitc_generator, _scaffold, _sharding
 from primforge.ops._jitc_generator import (  # the generator; these names stay importable here
     GOLDEN,
     MIX_1,
@@ -199,6 +199,7 @@ def _weight_cotangent(binary, matrix, ct, w_aval, structure, x, *, backend, **kw
 FAMILY.build(jax_gen=_jax_generator, numba_gen=_numba_generator,
              pallas_module="primforge.ops._pallas_jitconn", shape_rule=_shape_rule,
              weight_cotangent=_weight_cotangent, tags=("jitconn", "sparse"))
+_sharding.install(FAMILY.kernels.values(), _sharding.jitc_rule)
 jitc_matvec_p = KERNELS[(False, False)]
 binary_jitc_matvec_p = KERNELS[(True, False)]
 jitc_matmat_p = KERNELS[(False, True)]

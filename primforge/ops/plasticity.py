@@ -37,7 +37,7 @@ import numpy as np
 
 from primforge import _compat
 from primforge.kernel.kernel import XLACustomKernel
-from primforge.ops import _common
+from primforge.ops import _common, _sharding
 from primforge.ops.csr import CSC, CSR
 from primforge.ops.fixed_num import FixedNum
 from primforge.ops.packed import as_events
@@ -253,6 +253,8 @@ compressed_update_p = _make("compressed_update", _jax_compressed, _numba_compres
                             pallas_gen=_pallas_compressed)
 dense_update_p = _make("dense_update", _jax_dense, _numba_dense, _dense_shape_rule,
                        _dense_jvp, ("dense_weights",))
+compressed_update_p.def_sharding_rule(_sharding.compressed_update_rule)
+dense_update_p.def_sharding_rule(_sharding.dense_update_rule)
 
 
 def _compressed_call(data, indices, indptr, spikes, trace, *, shape, on_rows, masked=False,

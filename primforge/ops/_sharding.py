@@ -1,0 +1,171 @@
+"""Sharding rules of the :mod:`primforge.ops` kernels: which dimensions a shard may own.
+
+Design:
+    * Each rule is a callable ``rule(ins, outs, **params)`` (see
+      :meth:`primforge.XLACustomKernel.def_sharding_rule`) giving one factor per dimension
+      in Shardy's notation. A factor shared by an operand and the result may be sharded
+      (each device computes its slice); a reduction factor may be sharded when the kernel
+      is a sum over it (partial results are added with ``psum``); every other factor is
+      kept whole on every device, so a sharded operand there is gathered first: slower,
+      never wrong.
+    * What a kernel can compute on a slice follows from its layout. Columns of a matrix
+      input (one event vector each) are independent in every product. CSR/CSC ``indptr``
+      holds global offsets, and the just-in-time kernels regenerate row ``i`` of the matrix
+      from its global index: neither can be handed a slice of rows, so only their columns
+      shard. Fixed-number rows are self-contained (``(m, k)`` arrays): rows shard in the
+      gather direction (``A @ x``, output rows follow) and are a reduction in the scatter
+      direction (``A.T @ x``: each device scatters its rows into a full output, then the
+      outputs are summed). A dense ``W`` shards along both dimensions: the one the output
+      keeps, and the contracted one as a reduction. Dense plasticity is elementwise in
+      ``W``; compressed plasticity stays whole (its ``indptr`` again).
+    * ``vmap`` needs nothing here: batching only the input makes one matrix call (the
+      batch becomes columns, which shard), and plasticity's native batch levels become
+      factors of their own in :func:`primforge.kernel.sharding_rules.resolve`.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterable
+
+from primforge.kernel.sharding import ShardingRule
+
+__all__ = [
+    "compressed_update_rule",
+    "csr_rule",
+    "csr_weight_grad_rule",
+    "dense_rule",
+    "dense_update_rule",
+    "fixed_num_rule",
+    "install",
+    "jitc_rule",
+]
+
+
+def _cols(x) -> str:
+    """The column factor of a matrix input (and of the output), or nothing for a vector."""
+    return " c" if len(x.shape) == 2 else ""
+
+
+def csr_rule(ins, outs, **_) -> ShardingRule:
+    """CSR/CSC products ``(data, indices, indptr, x)``: only the columns of a matrix ``x``.
+
+    Example:
+        >>> import jax
+        >>> s = lambda *shape: jax.ShapeDtypeStruct(shape, 'float32')
+        >>> csr_rule((s(5), s(5), s(4), s(3, 8)), (s(3, 8),)).rule
+        'w, e, p, r c -> o c'
+    """
+    c = _cols(ins[3])
+    return ShardingRule(f"w, e, p, r{c} -> o{c}", need_replication_factors=("p",))
+
+
+def csr_weight_grad_rule(ins, outs, *, matrix, **_) -> ShardingRule:
+    """The per-synapse weight gradient ``(indices, indptr, ct, x) -> (nnz,)``.
+
+    With matrix inputs it sums over their columns, a reduction factor.
+
+    Example:
+        >>> import jax
+        >>> s = lambda *shape: jax.ShapeDtypeStruct(shape, 'float32')
+        >>> r = csr_weight_grad_rule((s(5), s(4), s(3, 8), s(2, 8)), (s(5),), matrix=True)
+        >>> r.rule, r.reduction_factors
+        ('e, p, r c, s c -> e', ('c',))
+    """
+    if matrix:
+        return ShardingRule("e, p, r c, s c -> e", reduction_factors=("c",),
+                            need_replication_factors=("e",))
+    return ShardingRule("e, p, r, s -> e", need_replication_factors=("e",))
+
+
+def fixed_num_rule(ins, outs, *, transpose, **_) -> ShardingRule:
+    """Fixed-number products ``(weights, indices, x)`` with ``(m, k)`` index rows.
+
+    ``A @ x`` (gather): rows ``m`` shard with the output; ``A.T @ x`` (scatter): ``m`` is
+    a reduction. The ``k`` entries of a row are summed in both directions: a reduction.
+
+    Example:
+        >>> import jax
+        >>> s = lambda *shape: jax.ShapeDtypeStruct(shape, 'float32')
+        >>> fixed_num_rule((s(1), s(6, 3), s(5)), (s(6),), transpose=False).rule
+        's, m k, n -> m'
+        >>> r = fixed_num_rule((s(6, 3), s(6, 3), s(6, 2)), (s(5, 2),), transpose=True)
+        >>> r.rule, r.reduction_factors
+        ('m k, m k, m c -> n c', ('m', 'k'))
+    """
+    weights, _, x = ins
+    w = "s" if len(weights.shape) == 1 else "m k"
+    c = _cols(x)
+    if transpose:
+        return ShardingRule(f"{w}, m k, m{c} -> n{c}", reduction_factors=("m", "k"))
+    return ShardingRule(f"{w}, m k, n{c} -> m{c}", reduction_factors=("k",))
+
+
+def jitc_rule(ins, outs, **_) -> ShardingRule:
+    """Just-in-time products ``(theta, seed, table, x)``: only the columns of a matrix ``x``.
+
+    The kernel regenerates each row of ``W`` from its global index, so neither the rows
+    nor the columns of ``W`` may be split.
+
+    Example:
+        >>> import jax
+        >>> s = lambda *shape: jax.ShapeDtypeStruct(shape, 'float32')
+        >>> jitc_rule((s(1), s(1), s(9), s(6)), (s(4),)).rule
+        't, s, q, r -> o'
+    """
+    c = _cols(ins[3])
+    return ShardingRule(f"t, s, q, r{c} -> o{c}", need_replication_factors=("r", "o"))
+
+
+def dense_rule(ins, outs, *, transpose, **_) -> ShardingRule:
+    """Dense event products ``(W, x)``: ``W``'s kept dimension shards with the output, its
+    contracted dimension is a reduction, and the columns of a matrix ``x`` shard.
+
+    Example:
+        >>> import jax
+        >>> s = lambda *shape: jax.ShapeDtypeStruct(shape, 'float32')
+        >>> r = dense_rule((s(6, 5), s(6)), (s(5),), transpose=True)
+        >>> r.rule, r.reduction_factors
+        ('m n, m -> n', ('m',))
+    """
+    c = _cols(ins[1])
+    if transpose:
+        return ShardingRule(f"m n, m{c} -> n{c}", reduction_factors=("m",))
+    return ShardingRule(f"m n, n{c} -> m{c}", reduction_factors=("n",))
+
+
+def dense_update_rule(ins, outs, *, on_rows, **_) -> str:
+    """Dense plasticity ``(W, spikes, trace) -> W``: both dimensions of ``W`` shard.
+
+    Example:
+        >>> import jax
+        >>> s = lambda *shape: jax.ShapeDtypeStruct(shape, 'float32')
+        >>> dense_update_rule((s(6, 5), s(6), s(5)), (s(6, 5),), on_rows=True)
+        'm n, m, n -> m n'
+    """
+    return "m n, m, n -> m n" if on_rows else "m n, n, m -> m n"
+
+
+def compressed_update_rule(ins, outs, **_) -> ShardingRule:
+    """Compressed plasticity ``(data, indices, indptr, spikes, trace)``: kept whole.
+
+    Example:
+        >>> import jax
+        >>> s = lambda *shape: jax.ShapeDtypeStruct(shape, 'float32')
+        >>> compressed_update_rule((s(5), s(5), s(4), s(3), s(2)), (s(5),)).rule
+        'e, e, p, a, b -> e'
+    """
+    return ShardingRule("e, e, p, a, b -> e", need_replication_factors=("e", "p"))
+
+
+def install(kernels: Iterable, rule) -> None:
+    """Give every kernel of ``kernels`` the sharding rule ``rule``.
+
+    Example:
+        >>> import primforge
+        >>> k = primforge.XLACustomKernel('doc_ops_sharding_install')
+        >>> install([k], dense_update_rule)
+        >>> k.sharding_rule.rule is dense_update_rule
+        True
+    """
+    for kernel in kernels:
+        kernel.def_sharding_rule(rule)
