@@ -143,10 +143,12 @@ def build_brainevent(fn, parallel, x0):
     return f
 
 
-def run_case(n, p, rate, pool, seed=0):
+def run_case(n, p, rate, pool, seed=0, only=None):
     W, Wh = make_matrix(n, p, seed)
     rows = []
     for name, (pf, be, kind) in cases(W, Wh).items():
+        if only and not any(o in name for o in only):
+            continue
         inputs = input_pool(n, rate, kind, pool, seed + 1)
         fns = {"pf": jax.jit(pf("numba")), "pf_par": jax.jit(pf("numba_parallel"))}
         if be is not None:
@@ -215,12 +217,14 @@ def main(argv=None):
     ap.add_argument("--p", type=float, default=0.01, help="connection probability")
     ap.add_argument("--rate", type=float, default=0.01, help="fraction of active inputs")
     ap.add_argument("--pool", type=int, default=8, help="distinct inputs per case")
+    ap.add_argument("--only", nargs="*", default=None,
+                    help="run only the cases whose name contains one of these strings")
     ap.add_argument("--out", default=RESULTS, help="results folder")
     args = ap.parse_args(argv)
     sizes = args.n or ([5_000] if args.quick else [10_000, 50_000])
     rows = []
     for n in sizes:
-        rows += run_case(n, args.p, args.rate, args.pool)
+        rows += run_case(n, args.p, args.rate, args.pool, only=args.only)
     text = table(rows)
     print(text)
     meta = {"jax": jax.__version__, "numba": numba.__version__,

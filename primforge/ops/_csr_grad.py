@@ -48,10 +48,11 @@ def _jax_generator(*, outs, binary, transpose, matrix, **_):
     return _reference(binary, transpose, matrix, outs[0].dtype)
 
 
-def _numba_generator(*, binary, transpose, matrix, **_):
+def _numba_generator(*, ins, binary, transpose, matrix, **_):
     from primforge.ops import _numba_csr
 
-    return _numba_csr.weight_grad_kernel(binary, transpose, matrix)
+    wide = np.dtype(ins[0].dtype).itemsize > 4
+    return _numba_csr.weight_grad_kernel(binary, transpose, matrix, wide)
 
 
 def _shape_rule(indices, indptr, ct, x, *, binary, transpose, matrix, dtype):

@@ -57,7 +57,7 @@ def _indptr_checker():
 
 
 @functools.cache
-def mv_kernel(binary: bool, transpose: bool, homo: bool):
+def mv_kernel(binary: bool, transpose: bool, homo: bool, wide: bool = False):
     """The njit matrix-vector kernel for one variant (compiled lazily per dtype)."""
     import numba
 
@@ -95,11 +95,11 @@ def mv_kernel(binary: bool, transpose: bool, homo: bool):
 
         return csr_t_mv
 
-    return _gather_mv(BINARY, HOMO, parallel=False)
+    return _gather_mv(BINARY, HOMO, parallel=False, wide=wide)
 
 
 @functools.cache
-def mm_kernel(binary: bool, transpose: bool, homo: bool):
+def mm_kernel(binary: bool, transpose: bool, homo: bool, wide: bool = False):
     """The njit matrix-matrix kernel for one variant (compiled lazily per dtype)."""
     import numba
 
@@ -146,7 +146,7 @@ def mm_kernel(binary: bool, transpose: bool, homo: bool):
 
         return csr_t_mm
 
-    return _gather_mm(BINARY, HOMO, parallel=False)
+    return _gather_mm(BINARY, HOMO, parallel=False, wide=wide)
 
 
 # Float reassociation only: lets LLVM vectorise the row sums (the summation order changes,
@@ -155,19 +155,65 @@ _REASSOC = {"reassoc"}
 
 
 @functools.cache
-def _gather_mv(binary: bool, homo: bool, parallel: bool):
+def _event_table(binary: bool, matrix: bool):
+    """An njit copy of ``x`` as floats with one zero row appended (the clamp target).
+
+    Binary events become 0/1 in float32 (so a gather is a multiply, with no branch per
+    entry), float inputs keep their dtype. Row ``n`` is zero: a column index outside
+    ``[0, n)`` is clamped to ``n`` before the load, so it reads a harmless zero while the
+    kernel counts it and poisons its output at the end.
+    """
+    import numba
+
+    BINARY, MATRIX = binary, matrix
+
+    @numba.njit(nogil=True)
+    def table(x):
+        n = x.shape[0]
+        if MATRIX:
+            kcols = x.shape[1]
+            t = np.zeros((n + 1, kcols), np.float32 if BINARY else x.dtype)
+            for j in range(n):
+                for c in range(kcols):
+                    if BINARY:
+                        t[j, c] = 1.0 if x[j, c] != 0 else 0.0
+                    else:
+                        t[j, c] = x[j, c]
+        else:
+            t = np.zeros(n + 1, np.float32 if BINARY else x.dtype)
+            for j in range(n):
+                if BINARY:
+                    t[j] = 1.0 if x[j] != 0 else 0.0
+                else:
+                    t[j] = x[j]
+        return t
+
+    return table
+
+
+def _unsigned(wide: bool):
+    """The unsigned type the clamp compares in: as wide as the index dtype."""
+    return np.uint64 if wide else np.uint32
+
+
+@functools.cache
+def _gather_mv(binary: bool, homo: bool, parallel: bool, wide: bool = False):
     """``W @ x`` as one branch-free pass per row (``parallel``: rows spread over threads).
 
-    The column check is folded into the gather: an index outside ``[0, n)`` (one unsigned
-    compare) is replaced by 0 before the load and counted, and the count decides at the end
-    whether the output is poisoned. No early exit, no branch per entry, so the loop
-    vectorises; ``indptr`` is checked first, in its own O(rows) pass, because every row's
-    range is read from it.
+    ``x`` is first copied into a float table with a zero row appended
+    (:func:`_event_table`, O(cols)); every stored entry then costs one gather and one
+    multiply-add. The column check is folded into that gather: the index is compared
+    unsigned (as wide as the index dtype, ``wide``: 64-bit), clamped to the zero row and
+    counted when outside ``[0, n)``, and a non-zero count poisons the output at the end.
+    No early exit, no branch per entry, so the loop vectorises; ``indptr`` is checked
+    first, in its own O(rows) pass, because every row's range is read from it.
     """
     import numba
 
     BINARY, HOMO = binary, homo
+    U = _unsigned(wide)
     indptr_ok = _indptr_checker()
+    table = _event_table(binary, False)
     rows = numba.prange if parallel else range
 
     @numba.njit(nogil=True, fastmath=_REASSOC, parallel=parallel)
@@ -178,24 +224,21 @@ def _gather_mv(binary: bool, homo: bool, parallel: bool):
         if not indptr_ok(indptr, m, nnz) or (n == 0 and nnz > 0):
             out[:] = np.nan
             return
-        un = np.uint64(n)
+        t = table(x)
+        un = U(n)
         w0 = data[0] if HOMO else 1.0  # a per-synapse 'data' may be empty
         nbad = 0
         for i in rows(m):
             s = 0.0  # accumulate in float64
             bad = 0
             for k in range(indptr[i], indptr[i + 1]):
-                u = np.uint64(indices[k])
-                inside = u < un
-                j = u if inside else np.uint64(0)
-                bad += 0 if inside else 1
-                if BINARY:
-                    if HOMO:
-                        s += 1.0 if x[j] != 0 else 0.0
-                    else:
-                        s += data[k] if x[j] != 0 else 0.0
+                u = U(indices[k])
+                bad += u >= un
+                j = min(u, un)
+                if HOMO:
+                    s += t[j]
                 else:
-                    s += (1.0 if HOMO else data[k]) * x[j]
+                    s += data[k] * t[j]
             nbad += bad
             out[i] = s * w0 if HOMO else s
         if nbad:
@@ -205,7 +248,7 @@ def _gather_mv(binary: bool, homo: bool, parallel: bool):
 
 
 @functools.cache
-def weight_grad_kernel(binary: bool, transpose: bool, matrix: bool):
+def weight_grad_kernel(binary: bool, transpose: bool, matrix: bool, wide: bool = False):
     """The njit gradient of ``<ct, W x>`` w.r.t. per-synapse weights, in one pass.
 
     ``kernel(indices, indptr, ct, x, out)`` writes ``out[k] = ct[row_k] . ev[col_k]``
@@ -217,6 +260,8 @@ def weight_grad_kernel(binary: bool, transpose: bool, matrix: bool):
     """
     import numba
 
+    if not transpose:
+        return _gather_weight_grad(binary, matrix, wide)
     BINARY, TRANSPOSE, MATRIX = binary, transpose, matrix
     indptr_ok = _indptr_checker()
 
@@ -265,15 +310,70 @@ def weight_grad_kernel(binary: bool, transpose: bool, matrix: bool):
 
 
 @functools.cache
-def _gather_mm(binary: bool, homo: bool, parallel: bool):
+def _gather_weight_grad(binary: bool, matrix: bool, wide: bool):
+    """The per-synapse weight gradient of ``W @ x``: ``out[k] = ct[row_k] . ev[col_k]``.
+
+    One branch-free pass over the stored entries: ``ev`` is first copied into a float
+    table with a zero row appended (:func:`_event_table`), each entry is then one clamped
+    gather and one multiply (the clamp and the count of bad columns are vector min/compare
+    instructions, as in :func:`_gather_mv`), with ``ct[row]`` held in a register per row.
+    """
+    import numba
+
+    MATRIX = matrix
+    U = _unsigned(wide)
+    indptr_ok = _indptr_checker()
+    table = _event_table(binary, matrix)
+
+    @numba.njit(nogil=True, fastmath=_REASSOC)
+    def csr_gather_weight_grad(indices, indptr, ct, x, out):
+        m = ct.shape[0]
+        n = x.shape[0]
+        nnz = indices.shape[0]
+        if not indptr_ok(indptr, m, nnz) or (n == 0 and nnz > 0):
+            out[:] = np.nan
+            return
+        t = table(x)
+        un = U(n)
+        nbad = 0
+        for i in range(m):
+            bad = 0
+            if MATRIX:
+                for k in range(indptr[i], indptr[i + 1]):
+                    u = U(indices[k])
+                    bad += u >= un
+                    j = min(u, un)
+                    s = 0.0
+                    for c in range(ct.shape[1]):
+                        s += ct[i, c] * t[j, c]
+                    out[k] = s
+            else:
+                ci = ct[i]
+                for k in range(indptr[i], indptr[i + 1]):
+                    u = U(indices[k])
+                    bad += u >= un
+                    out[k] = ci * t[min(u, un)]
+            nbad += bad
+        if nbad:
+            out[:] = np.nan
+
+    return csr_gather_weight_grad
+
+
+@functools.cache
+def _gather_mm(binary: bool, homo: bool, parallel: bool, wide: bool = False):
     """``W @ X`` for a matrix ``X``: the row loop of :func:`_gather_mv`, columns inside.
 
-    Sums go straight into ``out`` (its dtype), as many columns at a time as SIMD allows.
+    ``X`` (``(n, k)``, the batch of a ``vmap`` as its columns) is copied into a float
+    table first, so a stored entry adds one contiguous row of ``k`` values (a SIMD add,
+    no branch per column) into the output row, which stays in L1 (sums in ``out``'s dtype).
     """
     import numba
 
     BINARY, HOMO = binary, homo
+    U = _unsigned(wide)
     indptr_ok = _indptr_checker()
+    table = _event_table(binary, True)
     rows = numba.prange if parallel else range
 
     @numba.njit(nogil=True, fastmath=_REASSOC, parallel=parallel)
@@ -284,7 +384,8 @@ def _gather_mm(binary: bool, homo: bool, parallel: bool):
         if not indptr_ok(indptr, m, nnz) or (n == 0 and nnz > 0):
             out[:] = np.nan
             return
-        un = np.uint64(n)
+        t = table(x)
+        un = U(n)
         w0 = data[0] if HOMO else 1.0
         nbad = 0
         for i in rows(m):
@@ -292,16 +393,16 @@ def _gather_mm(binary: bool, homo: bool, parallel: bool):
                 out[i, c] = 0
             bad = 0
             for k in range(indptr[i], indptr[i + 1]):
-                u = np.uint64(indices[k])
-                inside = u < un
-                j = u if inside else np.uint64(0)
-                bad += 0 if inside else 1
-                w = 1.0 if HOMO else data[k]
-                for c in range(kcols):
-                    if BINARY:
-                        out[i, c] += w if x[j, c] != 0 else 0.0
-                    else:
-                        out[i, c] += w * x[j, c]
+                u = U(indices[k])
+                bad += u >= un
+                j = min(u, un)
+                if HOMO:
+                    for c in range(kcols):
+                        out[i, c] += t[j, c]
+                else:
+                    w = data[k]
+                    for c in range(kcols):
+                        out[i, c] += w * t[j, c]
             nbad += bad
             if HOMO:
                 for c in range(kcols):
@@ -350,7 +451,8 @@ def parallel_threading_layer() -> str:
     )
 
 
-def parallel_kernel(matrix: bool, binary: bool, transpose: bool, homo: bool):
+def parallel_kernel(matrix: bool, binary: bool, transpose: bool, homo: bool,
+                    wide: bool = False):
     """The row-parallel kernel (``numba.prange`` over rows) for ``W @ x``.
 
     Only the gather direction is parallel: each thread owns whole rows of ``out``, so no
@@ -359,9 +461,9 @@ def parallel_kernel(matrix: bool, binary: bool, transpose: bool, homo: bool):
     elements; it gets the serial event-driven kernel.
     """
     if transpose:
-        return (mm_kernel if matrix else mv_kernel)(binary, True, homo)
+        return (mm_kernel if matrix else mv_kernel)(binary, True, homo, wide)
     parallel_threading_layer()
-    return (_gather_mm if matrix else _gather_mv)(binary, homo, parallel=True)
+    return (_gather_mm if matrix else _gather_mv)(binary, homo, parallel=True, wide=wide)
 
 
 def parallel_generator(binary: bool, matrix: bool):
@@ -376,7 +478,8 @@ def parallel_generator(binary: bool, matrix: bool):
         from primforge.kernel.backends.numba import numba_kernel
 
         homo = tuple(ins[0].shape) == (1,) and ins[1].shape[0] != 1
-        fn = parallel_kernel(matrix, binary, bool(transpose), homo)
+        wide = np.dtype(ins[1].dtype).itemsize > 4
+        fn = parallel_kernel(matrix, binary, bool(transpose), homo, wide)
         return numba_kernel(fn, outs=list(outs), name=f"{fn.__name__}_parallel")
 
     return generate
