@@ -7,7 +7,8 @@ Design:
       reference; on GPU and TPU the default). ``numba`` backend (CPU default): one pass over
       the stored entries with the column check folded in
       (:func:`primforge.ops._numba_csr.weight_grad_kernel`), so validating costs no extra
-      pass over ``indices``.
+      pass over ``indices``; for ``W @ x`` that pass is branch-free (a clamped gather from
+      a float copy of the events and one multiply per entry).
     * A malformed structure gives NaN everywhere on both backends, never an out-of-bounds
       read. For ``W.T @ x`` with a vector ``x`` the numba kernel, event-driven like the
       product, zero-fills the rows of silent sources without reading them, so (as in the

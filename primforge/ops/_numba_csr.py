@@ -17,12 +17,14 @@ matrix ``x``) is fixed by closure constants, so Numba compiles a branch-free loo
 Malformed structure (``indptr`` not running non-decreasingly from 0 to nnz, or a column
 index out of range on a visited entry) is detected before any out-of-bounds access; the
 output is then filled with NaN. ``indptr`` is checked in its own O(rows) pass (every row
-range is read from it). In the gather kernels (``W @ x``, the per-synapse weight
-gradient) the column check costs no extra pass: each index is compared once, unsigned,
-replaced by 0 when out of range and counted, and a non-zero count poisons the output at
-the end. With no early exit and a select instead of a branch per event those loops
-vectorise; they are compiled with ``fastmath={"reassoc"}`` only (sums may be reordered,
-NaN/infinity keep their meaning).
+range is read from it). In the gather kernels (``W @ x``, ``W @ X`` and the weight
+gradient of ``W @ x``) the input is first copied, O(cols), into a float table with one
+zero row appended (binary events as 0/1), and the column check costs no extra pass: each
+index is compared once, unsigned and as wide as the index dtype, clamped to the zero row
+when out of range and counted, and a non-zero count poisons the output at the end. Each
+stored entry is then one gather and one multiply-add, with no early exit and no branch,
+so those loops vectorise; they are compiled with ``fastmath={"reassoc"}`` only (sums may
+be reordered, NaN/infinity keep their meaning).
 
 The opt-in ``numba_parallel`` backend (:func:`parallel_generator`) spreads the rows of
 ``W @ x`` over Numba's threads (``prange``; each thread owns whole output rows). XLA may
@@ -30,11 +32,16 @@ call a handler from several threads at once, and Numba's ``workqueue`` layer abo
 process on concurrent parallel launches, so these kernels run only on the ``tbb`` or
 ``omp`` layer (:func:`parallel_threading_layer` refuses otherwise, at trace time).
 GNU OpenMP is not fork-safe: do not fork a process after it ran a parallel kernel.
+Unless ``OMP_WAIT_POLICY`` is set already, the first parallel kernel built sets it to
+``PASSIVE`` before OpenMP starts: idle workers then sleep rather than spin, which on a
+machine with few cores was the difference between the threaded kernels losing and
+winning against the serial ones.
 """
 
 from __future__ import annotations
 
 import functools
+import os
 
 import numpy as np
 
@@ -425,6 +432,12 @@ def parallel_threading_layer() -> str:
     import numba
     from numba.np.ufunc import parallel as numba_parallel
 
+    if not numba_parallel._is_initialized:
+        # Idle OpenMP workers sleep instead of spinning after a region (unless the user
+        # chose otherwise): spinning workers steal the cores that serial code and XLA's own
+        # threads need between two products. Read when libgomp starts, i.e. at Numba's
+        # first parallel launch, which comes after this.
+        os.environ.setdefault("OMP_WAIT_POLICY", "PASSIVE")
     if numba_parallel._is_initialized:  # chosen already: it must be tbb or omp
         layer = numba.threading_layer()
         if layer in ("tbb", "omp"):
