@@ -1,7 +1,8 @@
 """The fast CSR paths on awkward inputs, OpenMP's wait policy, and autotune's threaded pick.
 
 * The gather kernels (``W @ x``, ``W @ X``; serial and threaded) and the weight gradient
-  of ``W @ x`` copy the input into a float table with a zero clamp row: checked against
+  of ``W @ x`` copy the input into a float table with a zero clamp row, and ``W.T @ X``
+  scatters column by column (threaded: columns over threads): checked against
   NumPy on empty rows, no events, all events, duplicate and unsorted column indices,
   int8/float32/bool events and int64 indices, and for NaN (never a wrapped-around read)
   on an int64 index that is out of range only above 32 bits.
@@ -58,23 +59,26 @@ def events(rng, which, shape):
 
 
 CASES = list(itertools.product(["numba", "numba_parallel"], [False, True], [False, True],
-                               [False, True], ["none", "all", "some"]))
+                               [False, True], [False, True], ["none", "all", "some"]))
 
 
-@pytest.mark.parametrize("backend,binary,matrix,homo,which", CASES)
-def test_gather_products_on_awkward_structures(backend, binary, matrix, homo, which):
-    rng = np.random.default_rng(hash((backend, binary, matrix, homo, which)) % 2**32)
+@pytest.mark.parametrize("backend,binary,matrix,homo,transpose,which", CASES)
+def test_products_on_awkward_structures(backend, binary, matrix, homo, transpose, which):
+    rng = np.random.default_rng(hash((backend, binary, matrix, homo, transpose, which)) % 2**32)
     data, indices, indptr = awkward_csr(rng)
     if homo:
         data = np.array([0.5], np.float32)
-    shape = (N, K) if matrix else (N,)
+    want_w = dense_of(data, indices, indptr)
+    if transpose:
+        want_w = want_w.T
+    shape = (want_w.shape[1], K) if matrix else (want_w.shape[1],)
     active = events(rng, which, shape)
     inputs = ([active, active.astype(np.int8), active.astype(np.float32) * 3]
               if binary else [np.where(active, rng.normal(size=shape), 0).astype(np.float32)])
-    want_w = dense_of(data, indices, indptr)
     for x in inputs:
         want = want_w @ ((x != 0) if binary else x).astype(np.float64)
-        got = FUNCS[(binary, matrix)](data, indices, indptr, x, shape=(M, N), backend=backend)
+        got = FUNCS[(binary, matrix)](data, indices, indptr, x, shape=(M, N),
+                                      transpose=transpose, backend=backend)
         np.testing.assert_allclose(np.asarray(got), want, rtol=1e-5, atol=1e-5)
 
 

@@ -27,7 +27,8 @@ so those loops vectorise; they are compiled with ``fastmath={"reassoc"}`` only (
 be reordered, NaN/infinity keep their meaning).
 
 The opt-in ``numba_parallel`` backend (:func:`parallel_generator`) spreads the rows of
-``W @ x`` over Numba's threads (``prange``; each thread owns whole output rows). XLA may
+``W @ x`` over Numba's threads (``prange``; each thread owns whole output rows), and the
+columns of ``X`` in ``W.T @ X`` (each thread owns whole columns). XLA may
 call a handler from several threads at once, and Numba's ``workqueue`` layer aborts the
 process on concurrent parallel launches, so these kernels run only on the ``tbb`` or
 ``omp`` layer (:func:`parallel_threading_layer` refuses otherwise, at trace time).
@@ -81,7 +82,7 @@ def mv_kernel(binary: bool, transpose: bool, homo: bool, wide: bool = False):
             out[:] = 0
             ok = indptr_ok(indptr, m, nnz)
             if ok:
-                w0 = data[0]
+                w0 = data[0] if HOMO else 1.0  # a per-synapse data may be empty
                 for i in range(m):
                     xi = x[i]
                     if xi != 0:
@@ -108,52 +109,63 @@ def mv_kernel(binary: bool, transpose: bool, homo: bool, wide: bool = False):
 @functools.cache
 def mm_kernel(binary: bool, transpose: bool, homo: bool, wide: bool = False):
     """The njit matrix-matrix kernel for one variant (compiled lazily per dtype)."""
+    if transpose:
+        return _scatter_mm(binary, homo, parallel=False)
+    return _gather_mm(binary, homo, parallel=False, wide=wide)
+
+
+@functools.cache
+def _scatter_mm(binary: bool, homo: bool, parallel: bool):
+    """``W.T @ X``, event-driven, batch-major (``parallel``: the columns over threads).
+
+    One pass over the rows per column ``c`` of ``X``, scattering the rows whose event fires
+    into that column's own contiguous ``(n,)`` accumulator (one L2-sized target at a time
+    instead of the whole ``(n, k)`` output, where every scattered add would touch its own
+    cache line), then one transposing copy into ``out``. Columns are independent, so the
+    threaded variant gives each thread whole columns: no shared writes, and the same sums in
+    the same order as the serial one. Indices are checked on visited rows only.
+    """
     import numba
 
     BINARY, HOMO = binary, homo
     indptr_ok = _indptr_checker()
+    cols = numba.prange if parallel else range
 
-    if transpose:
-
-        @numba.njit(nogil=True)
-        def csr_t_mm(data, indices, indptr, x, out):
-            m, kcols = x.shape
-            n = out.shape[0]
-            nnz = indices.shape[0]
-            out[:] = 0
-            ok = indptr_ok(indptr, m, nnz)
-            active = np.empty(kcols, np.int64)
-            if ok:
-                w0 = data[0]
-                for i in range(m):
-                    # Columns of x that fire in row i: only they cost work below.
-                    na = 0
-                    for c in range(kcols):
-                        if x[i, c] != 0:
-                            active[na] = c
-                            na += 1
-                    if na == 0:
-                        continue
+    @numba.njit(nogil=True, parallel=parallel)
+    def csr_t_mm(data, indices, indptr, x, out):
+        m, kcols = x.shape
+        n = out.shape[0]
+        nnz = indices.shape[0]
+        if not indptr_ok(indptr, m, nnz):
+            out[:] = np.nan
+            return
+        acc = np.zeros((kcols, n), out.dtype)
+        w0 = data[0] if HOMO else 1.0  # a per-synapse 'data' may be empty
+        nbad = 0
+        for c in cols(kcols):
+            bad = 0
+            for i in range(m):
+                xi = x[i, c]
+                if xi != 0 and bad == 0:
                     for k in range(indptr[i], indptr[i + 1]):
                         j = indices[k]
                         if j < 0 or j >= n:
-                            ok = False
+                            bad = 1
                             break
                         w = w0 if HOMO else data[k]
-                        for t in range(na):
-                            c = active[t]
-                            if BINARY:
-                                out[j, c] += w
-                            else:
-                                out[j, c] += w * x[i, c]
-                    if not ok:
-                        break
-            if not ok:
-                out[:] = np.nan
+                        if BINARY:
+                            acc[c, j] += w
+                        else:
+                            acc[c, j] += w * xi
+            nbad += bad
+        if nbad:
+            out[:] = np.nan
+            return
+        for j in range(n):
+            for c in range(kcols):
+                out[j, c] = acc[c, j]
 
-        return csr_t_mm
-
-    return _gather_mm(BINARY, HOMO, parallel=False, wide=wide)
+    return csr_t_mm
 
 
 # Float reassociation only: lets LLVM vectorise the row sums (the summation order changes,
@@ -466,16 +478,19 @@ def parallel_threading_layer() -> str:
 
 def parallel_kernel(matrix: bool, binary: bool, transpose: bool, homo: bool,
                     wide: bool = False):
-    """The row-parallel kernel (``numba.prange`` over rows) for ``W @ x``.
+    """The threaded kernel of one variant.
 
-    Only the gather direction is parallel: each thread owns whole rows of ``out``, so no
-    two threads write one element and the result equals the serial kernel's bit for bit
-    up to the summation order inside a row. ``W.T @ x`` scatters into shared output
-    elements; it gets the serial event-driven kernel.
+    ``W @ x`` and ``W @ X``: rows over threads (``numba.prange``); each thread owns whole
+    rows of ``out``, so no two threads write one element and the result equals the serial
+    kernel's up to the summation order inside a row. ``W.T @ X``: the columns of ``X``
+    over threads (:func:`_scatter_mm`), each with its own accumulator. ``W.T @ x`` scatters
+    into shared output elements; it gets the serial event-driven kernel.
     """
-    if transpose:
-        return (mm_kernel if matrix else mv_kernel)(binary, True, homo, wide)
+    if transpose and not matrix:
+        return mv_kernel(binary, True, homo, wide)
     parallel_threading_layer()
+    if transpose:
+        return _scatter_mm(binary, homo, parallel=True)
     return (_gather_mm if matrix else _gather_mv)(binary, homo, parallel=True, wide=wide)
 
 
