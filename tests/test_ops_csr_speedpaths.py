@@ -99,45 +99,51 @@ def test_int64_indices_out_of_range_only_above_32_bits_poison(backend, binary, m
     assert np.all(np.isnan(np.asarray(poisoned)))
 
 
-def _numpy_weight_grad(binary, matrix, ct, x, indices, indptr):
+def _numpy_weight_grad(binary, matrix, ct, x, indices, indptr, transpose=False):
     ev = (x != 0).astype(np.float64) if binary else x.astype(np.float64)
     rows = np.repeat(np.arange(indptr.size - 1), np.diff(indptr))
-    g = ct[rows].astype(np.float64) * ev[indices]
+    a, b = (ev[rows], ct[indices]) if transpose else (ct[rows], ev[indices])
+    g = a.astype(np.float64) * b
     return g.sum(-1) if matrix else g
 
 
-@pytest.mark.parametrize("binary,matrix,which",
-                         list(itertools.product([False, True], [False, True],
+@pytest.mark.parametrize("backend,binary,matrix,transpose,which",
+                         list(itertools.product(["numba", "numba_parallel"], [False, True],
+                                                [False, True], [False, True],
                                                 ["none", "all", "some"])))
-def test_gather_weight_grad_on_awkward_structures(binary, matrix, which):
-    rng = np.random.default_rng(hash((binary, matrix, which, 5)) % 2**32)
+def test_weight_grad_on_awkward_structures(backend, binary, matrix, transpose, which):
+    rng = np.random.default_rng(hash((backend, binary, matrix, transpose, which)) % 2**32)
     _, indices, indptr = awkward_csr(rng)
-    shape = (N, K) if matrix else (N,)
+    rows_in, rows_out = (M, N) if transpose else (N, M)
+    shape = (rows_in, K) if matrix else (rows_in,)
     active = events(rng, which, shape)
-    ct = rng.normal(size=(M, K) if matrix else (M,)).astype(np.float32)
+    ct = rng.normal(size=(rows_out, K) if matrix else (rows_out,)).astype(np.float32)
     xs = ([active, active.astype(np.int8)] if binary
           else [np.where(active, rng.normal(size=shape), 0).astype(np.float32)])
+    grad = lambda x, i: _csr_grad.weight_grad(binary, matrix, ct, x, i, indptr,
+                                              transpose=transpose, dtype="float32",
+                                              backend=backend)
     for x in xs:
-        got = _csr_grad.weight_grad(binary, matrix, ct, x, indices, indptr, transpose=False,
-                                    dtype="float32", backend="numba")
-        np.testing.assert_allclose(np.asarray(got),
-                                   _numpy_weight_grad(binary, matrix, ct, x, indices, indptr),
-                                   rtol=1e-5, atol=1e-5)
+        np.testing.assert_allclose(
+            np.asarray(grad(x, indices)),
+            _numpy_weight_grad(binary, matrix, ct, x, indices, indptr, transpose),
+            rtol=1e-5, atol=1e-5)
+    if transpose:
+        return  # event-driven: checks only visited rows (tested with the products)
     for k, bad in ((0, -1), (5, N), (7, 2**31 - 1)):
         idx = indices.copy()
         idx[k] = bad
-        got = _csr_grad.weight_grad(binary, matrix, ct, xs[0], idx, indptr, transpose=False,
-                                    dtype="float32", backend="numba")
-        assert np.all(np.isnan(np.asarray(got))), (k, bad)
+        assert np.all(np.isnan(np.asarray(grad(xs[0], idx)))), (k, bad)
 
 
-def test_grad_through_matmul_uses_the_gather_kernel_and_matches_dense():
+@pytest.mark.parametrize("backend", ["numba", "numba_parallel"])
+def test_grad_through_matmul_matches_dense(backend):
     rng = np.random.default_rng(9)
     data, indices, indptr = awkward_csr(rng)
     W = ops.CSR(jnp.asarray(data), jnp.asarray(indices), jnp.asarray(indptr), shape=(M, N))
     x = rng.random(N) < 0.5
     c = rng.normal(size=M).astype(np.float32)
-    g = jax.jit(jax.grad(lambda w: jnp.sum(c * W.with_data(w).matmul(x, backend="numba"))))
+    g = jax.jit(jax.grad(lambda w: jnp.sum(c * W.with_data(w).matmul(x, backend=backend))))
     want = _numpy_weight_grad(True, False, c, x, indices, indptr)
     np.testing.assert_allclose(np.asarray(g(W.data)), want, rtol=1e-5, atol=1e-6)
 

@@ -329,13 +329,15 @@ def weight_grad_kernel(binary: bool, transpose: bool, matrix: bool, wide: bool =
 
 
 @functools.cache
-def _gather_weight_grad(binary: bool, matrix: bool, wide: bool):
+def _gather_weight_grad(binary: bool, matrix: bool, wide: bool, parallel: bool = False):
     """The per-synapse weight gradient of ``W @ x``: ``out[k] = ct[row_k] . ev[col_k]``.
 
     One branch-free pass over the stored entries: ``ev`` is first copied into a float
     table with a zero row appended (:func:`_event_table`), each entry is then one clamped
     gather and one multiply (the clamp and the count of bad columns are vector min/compare
     instructions, as in :func:`_gather_mv`), with ``ct[row]`` held in a register per row.
+    ``parallel``: rows over threads (each row's entries are written by one thread only;
+    the same values as the serial kernel).
     """
     import numba
 
@@ -343,8 +345,9 @@ def _gather_weight_grad(binary: bool, matrix: bool, wide: bool):
     U = _unsigned(wide)
     indptr_ok = _indptr_checker()
     table = _event_table(binary, matrix)
+    rows = numba.prange if parallel else range
 
-    @numba.njit(nogil=True, fastmath=_REASSOC)
+    @numba.njit(nogil=True, fastmath=_REASSOC, parallel=parallel)
     def csr_gather_weight_grad(indices, indptr, ct, x, out):
         m = ct.shape[0]
         n = x.shape[0]
@@ -355,7 +358,7 @@ def _gather_weight_grad(binary: bool, matrix: bool, wide: bool):
         t = table(x)
         un = U(n)
         nbad = 0
-        for i in range(m):
+        for i in rows(m):
             bad = 0
             if MATRIX:
                 for k in range(indptr[i], indptr[i + 1]):
@@ -511,3 +514,20 @@ def parallel_generator(binary: bool, matrix: bool):
         return numba_kernel(fn, outs=list(outs), name=f"{fn.__name__}_parallel")
 
     return generate
+
+
+def parallel_weight_grad_generator(*, ins, outs, binary, transpose, matrix, **_):
+    """Kernel generator of the ``numba_parallel`` backend of the per-synapse weight gradient.
+
+    The gradient of ``W @ x`` spreads its rows over Numba's threads; that of ``W.T @ x``
+    (event-driven) is the serial kernel.
+    """
+    from primforge.kernel.backends.numba import numba_kernel
+
+    wide = np.dtype(ins[0].dtype).itemsize > 4
+    if transpose:
+        fn = weight_grad_kernel(binary, True, matrix, wide)
+        return numba_kernel(fn, outs=list(outs))
+    parallel_threading_layer()
+    fn = _gather_weight_grad(binary, matrix, wide, parallel=True)
+    return numba_kernel(fn, outs=list(outs), name=f"{fn.__name__}_parallel")
