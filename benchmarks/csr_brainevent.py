@@ -11,15 +11,39 @@ call with the next input of a pool of distinct inputs, so none times a cache-hot
 * ``vmap``: a batch of 8 bool event vectors, both directions, shared weight.
 
 Contenders: ``pf`` (primforge, backend 'numba'), ``pf_par`` (primforge, backend
-'numba_parallel': rows over Numba's threads for ``W @ v``; serial elsewhere), ``be``
-(brainevent, Numba serial) and ``be_par`` (brainevent with ``set_numba_parallel(True)``).
-Every result is checked against ``pf``. Serial and threaded contenders are timed in
-separate interleaved rounds (spinning idle worker threads would slow the serial ones). Prints a Markdown table of time ratios (below 1:
-primforge faster) and writes JSON + Markdown to benchmarks/results/csr_brainevent.*.
+'numba_parallel': rows over Numba's threads for ``W @ v`` and its weight gradient, batch
+columns over threads for the vmapped ``v @ W``; serial elsewhere), ``be`` (brainevent, Numba
+serial) and ``be_par`` (brainevent with ``set_numba_parallel(True)``). Every result is
+checked against ``pf``. Prints a Markdown table of time ratios (below 1: primforge faster)
+and writes JSON + Markdown to benchmarks/results/csr_brainevent.*.
+
+How the comparison is kept fair:
+
+* Serial and threaded contenders run in separate processes (the threaded round is a
+  subprocess of the serial one, ``--mode threaded``): brainevent reads its parallel flag
+  when it builds a kernel and then reuses the kernel for identical source text for the
+  life of the process, so one process cannot time both of its modes, and idle OpenMP
+  workers of one round would otherwise slow the other. ``pf``/``be`` and
+  ``pf_par``/``be_par`` are interleaved call by call; ``pf_par/pf`` compares two processes.
+  The threaded round runs with primforge's default ``OMP_WAIT_POLICY=PASSIVE`` (set by its
+  threaded backend unless the environment sets it), which applies to both contenders'
+  OpenMP threads alike.
+* The gradients take the weights and the output weighting ``c`` of the loss as jit
+  arguments (as a training step does): a closed-over ``c`` would let XLA fold ``c[row]``
+  into a constant for brainevent, whose gradient is jax.numpy code.
+* brainevent builds its matrix from concrete index arrays, so the structure is closed over
+  (a compile-time constant) for both contenders. From N = 20k up (``--fold-below``), XLA's
+  constant folding is switched off for every compiled contender
+  (``xla_disable_hlo_passes=constant_folding``): otherwise XLA spends minutes folding
+  brainevent's row-index computation over the 25 million stored entries at N = 50k. The
+  index computations then run at call time, as they do when a matrix is a jit argument;
+  this costs brainevent's gradients most (primforge's kernels read ``indptr`` directly and
+  keep their structure opaque to XLA in any case). Below 20k both run with XLA's defaults.
 
     python benchmarks/csr_brainevent.py           # N = 10k, 50k; p = 0.01; 1% events
     python benchmarks/csr_brainevent.py --quick   # N = 5k (seconds)
     python benchmarks/csr_brainevent.py --rate 0.1 --n 10000
+    python benchmarks/csr_brainevent.py --n 10000 --only grad vmap   # a subset of cases
 """
 
 from __future__ import annotations
