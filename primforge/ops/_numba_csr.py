@@ -229,7 +229,7 @@ def _gather_mv(binary: bool, homo: bool, parallel: bool, wide: bool = False):
     """
     import numba
 
-    BINARY, HOMO = binary, homo
+    HOMO = homo
     U = _unsigned(wide)
     indptr_ok = _indptr_checker()
     table = _event_table(binary, False)
@@ -392,7 +392,7 @@ def _gather_mm(binary: bool, homo: bool, parallel: bool, wide: bool = False):
     """
     import numba
 
-    BINARY, HOMO = binary, homo
+    HOMO = homo
     U = _unsigned(wide)
     indptr_ok = _indptr_checker()
     table = _event_table(binary, True)
