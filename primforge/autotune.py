@@ -314,6 +314,7 @@ def tune(
     kernels: Iterable[Any] | None = None,
     *,
     platform: str | None = None,
+    backends: Iterable[str] | None = None,
     n_warmup: int = 3,
     n_runs: int = 10,
     n_batch_per_run: int = 1,
@@ -333,6 +334,10 @@ def tune(
     Args:
         kernels: ``XLACustomKernel`` objects or names (default: every registered kernel).
         platform: 'cpu', 'gpu' or 'tpu' (default: JAX's default backend).
+        backends: the candidate backends (default: every backend registered on the
+            platform, e.g. both ``numba`` and the threaded ``numba_parallel`` of the CSR
+            products); those a kernel lacks are left out, and the reference backend is
+            always run to check the others against.
         n_warmup: untimed calls per config and backend.
         n_runs: timed runs per config and backend.
         n_batch_per_run: back-to-back calls per timed run.
@@ -368,14 +373,15 @@ def tune(
     kernels = [registry.get_kernel(k) if isinstance(k, str) else k for k in kernels]
     timing = {"n_warmup": n_warmup, "n_runs": n_runs, "n_batch_per_run": n_batch_per_run,
               "rtol": rtol, "atol": atol, "progress": progress}
+    wanted = None if backends is None else list(backends)
     out = {}
     for kernel in kernels:
-        if (
-            kernel.has_benchmark_data()
-            and kernel.has_call()
-            and len(kernel.available_backends(platform)) >= 2
-        ):
-            out[kernel.name] = _fastest(kernel, platform, timing)
+        have = kernel.available_backends(platform)
+        if wanted is not None:
+            have = [b for b in have if b in wanted]
+        if kernel.has_benchmark_data() and kernel.has_call() and len(have) >= 2:
+            chosen = None if wanted is None else have
+            out[kernel.name] = _fastest(kernel, platform, dict(timing, backends=chosen))
     if save and out:
         _store(out, platform, Path(path) if path is not None else None)
     if apply:
@@ -388,13 +394,22 @@ def tune(
 
 
 def _fastest(kernel, platform: str, timing: dict) -> dict[str, Any]:
-    """Benchmark ``kernel``; its fastest correct backend and that backend's geomean time."""
+    """Benchmark ``kernel``; its fastest correct backend and that backend's geomean time.
+
+    With ``timing['backends']`` set, only those compete (the reference is timed too, as a
+    check, but is not chosen unless it is one of them).
+    """
     import warnings
+
+    from primforge.bench import BenchmarkResult
 
     with warnings.catch_warnings():
         warnings.simplefilter("ignore", BenchmarkMismatchWarning)
         result = benchmark_kernel(kernel, platform=platform, **timing)
-    best = result.fastest_backend(kernel.name) if len(result) else None
+    allowed = timing.get("backends")
+    pool = result if allowed is None else BenchmarkResult(
+        [r for r in result.records if r.backend in allowed])
+    best = pool.fastest_backend(kernel.name) if len(pool) else None
     median = None
     if best is not None:
         logs = [math.log(r.median) for r in result.filter(backend=best)]

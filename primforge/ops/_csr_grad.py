@@ -7,7 +7,9 @@ Design:
       reference; on GPU and TPU the default). ``numba`` backend (CPU default): one pass over
       the stored entries with the column check folded in
       (:func:`primforge.ops._numba_csr.weight_grad_kernel`), so validating costs no extra
-      pass over ``indices``.
+      pass over ``indices``; for ``W @ x`` that pass is branch-free (a clamped gather from
+      a float copy of the events and one multiply per entry). ``numba_parallel`` (opt-in,
+      chosen when the product's backend is): the rows of that pass over Numba's threads.
     * A malformed structure gives NaN everywhere on both backends, never an out-of-bounds
       read. For ``W.T @ x`` with a vector ``x`` the numba kernel, event-driven like the
       product, zero-fills the rows of silent sources without reading them, so (as in the
@@ -48,10 +50,17 @@ def _jax_generator(*, outs, binary, transpose, matrix, **_):
     return _reference(binary, transpose, matrix, outs[0].dtype)
 
 
-def _numba_generator(*, binary, transpose, matrix, **_):
+def _numba_generator(*, ins, binary, transpose, matrix, **_):
     from primforge.ops import _numba_csr
 
-    return _numba_csr.weight_grad_kernel(binary, transpose, matrix)
+    wide = np.dtype(ins[0].dtype).itemsize > 4
+    return _numba_csr.weight_grad_kernel(binary, transpose, matrix, wide)
+
+
+def _parallel_generator(**kw):
+    from primforge.ops import _numba_csr
+
+    return _numba_csr.parallel_weight_grad_generator(**kw)
 
 
 def _shape_rule(indices, indptr, ct, x, *, binary, transpose, matrix, dtype):
@@ -77,6 +86,8 @@ weight_grad_p = XLACustomKernel("primforge.ops.csr_weight_grad", doc=__doc__, re
 for _platform in ("cpu", "gpu", "tpu"):
     weight_grad_p.def_kernel("jax", _platform, _jax_generator)
 weight_grad_p.def_numba_kernel(_numba_generator, asdefault=True)
+# Opt-in, as for the products: rows of W @ x's gradient over Numba's threads.
+weight_grad_p.def_kernel("numba_parallel", "cpu", _parallel_generator)
 weight_grad_p.def_abstract_eval(_shape_rule)
 weight_grad_p.def_jvp_rule(_jvp_rule)
 weight_grad_p.def_tags("sparse", "gradient")
@@ -95,7 +106,7 @@ def weight_grad(binary, matrix, ct, x, indices, indptr, *, transpose, dtype, bac
         ...             dtype='float32')
         Array([3., 5., 8.], dtype=float32)
     """
-    backend = backend if backend in (None, "jax", "numba") else None
+    backend = backend if backend in (None, "jax", "numba", "numba_parallel") else None
     return weight_grad_p(jnp.asarray(indices), jnp.asarray(indptr), jnp.asarray(ct),
                          jnp.asarray(x), binary=bool(binary), transpose=bool(transpose),
                          matrix=bool(matrix), dtype=np.dtype(dtype).name, backend=backend)

@@ -92,7 +92,7 @@ def _numba_generator(binary: bool, matrix: bool):
 
         homo = _common.is_homogeneous(ins[0], ins[1])
         make = _numba_csr.mm_kernel if matrix else _numba_csr.mv_kernel
-        return make(binary, bool(transpose), homo)
+        return make(binary, bool(transpose), homo, wide=np.dtype(ins[1].dtype).itemsize > 4)
 
     return generate
 

@@ -17,24 +17,32 @@ matrix ``x``) is fixed by closure constants, so Numba compiles a branch-free loo
 Malformed structure (``indptr`` not running non-decreasingly from 0 to nnz, or a column
 index out of range on a visited entry) is detected before any out-of-bounds access; the
 output is then filled with NaN. ``indptr`` is checked in its own O(rows) pass (every row
-range is read from it). In the gather kernels (``W @ x``, the per-synapse weight
-gradient) the column check costs no extra pass: each index is compared once, unsigned,
-replaced by 0 when out of range and counted, and a non-zero count poisons the output at
-the end. With no early exit and a select instead of a branch per event those loops
-vectorise; they are compiled with ``fastmath={"reassoc"}`` only (sums may be reordered,
-NaN/infinity keep their meaning).
+range is read from it). In the gather kernels (``W @ x``, ``W @ X`` and the weight
+gradient of ``W @ x``) the input is first copied, O(cols), into a float table with one
+zero row appended (binary events as 0/1), and the column check costs no extra pass: each
+index is compared once, unsigned and as wide as the index dtype, clamped to the zero row
+when out of range and counted, and a non-zero count poisons the output at the end. Each
+stored entry is then one gather and one multiply-add, with no early exit and no branch,
+so those loops vectorise; they are compiled with ``fastmath={"reassoc"}`` only (sums may
+be reordered, NaN/infinity keep their meaning).
 
 The opt-in ``numba_parallel`` backend (:func:`parallel_generator`) spreads the rows of
-``W @ x`` over Numba's threads (``prange``; each thread owns whole output rows). XLA may
+``W @ x`` over Numba's threads (``prange``; each thread owns whole output rows), and the
+columns of ``X`` in ``W.T @ X`` (each thread owns whole columns). XLA may
 call a handler from several threads at once, and Numba's ``workqueue`` layer aborts the
 process on concurrent parallel launches, so these kernels run only on the ``tbb`` or
 ``omp`` layer (:func:`parallel_threading_layer` refuses otherwise, at trace time).
 GNU OpenMP is not fork-safe: do not fork a process after it ran a parallel kernel.
+Unless ``OMP_WAIT_POLICY`` is set already, the first parallel kernel built sets it to
+``PASSIVE`` before OpenMP starts: idle workers then sleep rather than spin, which on a
+machine with few cores was the difference between the threaded kernels losing and
+winning against the serial ones.
 """
 
 from __future__ import annotations
 
 import functools
+import os
 
 import numpy as np
 
@@ -57,7 +65,7 @@ def _indptr_checker():
 
 
 @functools.cache
-def mv_kernel(binary: bool, transpose: bool, homo: bool):
+def mv_kernel(binary: bool, transpose: bool, homo: bool, wide: bool = False):
     """The njit matrix-vector kernel for one variant (compiled lazily per dtype)."""
     import numba
 
@@ -74,7 +82,7 @@ def mv_kernel(binary: bool, transpose: bool, homo: bool):
             out[:] = 0
             ok = indptr_ok(indptr, m, nnz)
             if ok:
-                w0 = data[0]
+                w0 = data[0] if HOMO else 1.0  # a per-synapse data may be empty
                 for i in range(m):
                     xi = x[i]
                     if xi != 0:
@@ -95,58 +103,69 @@ def mv_kernel(binary: bool, transpose: bool, homo: bool):
 
         return csr_t_mv
 
-    return _gather_mv(BINARY, HOMO, parallel=False)
+    return _gather_mv(BINARY, HOMO, parallel=False, wide=wide)
 
 
 @functools.cache
-def mm_kernel(binary: bool, transpose: bool, homo: bool):
+def mm_kernel(binary: bool, transpose: bool, homo: bool, wide: bool = False):
     """The njit matrix-matrix kernel for one variant (compiled lazily per dtype)."""
+    if transpose:
+        return _scatter_mm(binary, homo, parallel=False)
+    return _gather_mm(binary, homo, parallel=False, wide=wide)
+
+
+@functools.cache
+def _scatter_mm(binary: bool, homo: bool, parallel: bool):
+    """``W.T @ X``, event-driven, batch-major (``parallel``: the columns over threads).
+
+    One pass over the rows per column ``c`` of ``X``, scattering the rows whose event fires
+    into that column's own contiguous ``(n,)`` accumulator (one L2-sized target at a time
+    instead of the whole ``(n, k)`` output, where every scattered add would touch its own
+    cache line), then one transposing copy into ``out``. Columns are independent, so the
+    threaded variant gives each thread whole columns: no shared writes, and the same sums in
+    the same order as the serial one. Indices are checked on visited rows only.
+    """
     import numba
 
     BINARY, HOMO = binary, homo
     indptr_ok = _indptr_checker()
+    cols = numba.prange if parallel else range
 
-    if transpose:
-
-        @numba.njit(nogil=True)
-        def csr_t_mm(data, indices, indptr, x, out):
-            m, kcols = x.shape
-            n = out.shape[0]
-            nnz = indices.shape[0]
-            out[:] = 0
-            ok = indptr_ok(indptr, m, nnz)
-            active = np.empty(kcols, np.int64)
-            if ok:
-                w0 = data[0]
-                for i in range(m):
-                    # Columns of x that fire in row i: only they cost work below.
-                    na = 0
-                    for c in range(kcols):
-                        if x[i, c] != 0:
-                            active[na] = c
-                            na += 1
-                    if na == 0:
-                        continue
+    @numba.njit(nogil=True, parallel=parallel)
+    def csr_t_mm(data, indices, indptr, x, out):
+        m, kcols = x.shape
+        n = out.shape[0]
+        nnz = indices.shape[0]
+        if not indptr_ok(indptr, m, nnz):
+            out[:] = np.nan
+            return
+        acc = np.zeros((kcols, n), out.dtype)
+        w0 = data[0] if HOMO else 1.0  # a per-synapse 'data' may be empty
+        nbad = 0
+        for c in cols(kcols):
+            bad = 0
+            for i in range(m):
+                xi = x[i, c]
+                if xi != 0 and bad == 0:
                     for k in range(indptr[i], indptr[i + 1]):
                         j = indices[k]
                         if j < 0 or j >= n:
-                            ok = False
+                            bad = 1
                             break
                         w = w0 if HOMO else data[k]
-                        for t in range(na):
-                            c = active[t]
-                            if BINARY:
-                                out[j, c] += w
-                            else:
-                                out[j, c] += w * x[i, c]
-                    if not ok:
-                        break
-            if not ok:
-                out[:] = np.nan
+                        if BINARY:
+                            acc[c, j] += w
+                        else:
+                            acc[c, j] += w * xi
+            nbad += bad
+        if nbad:
+            out[:] = np.nan
+            return
+        for j in range(n):
+            for c in range(kcols):
+                out[j, c] = acc[c, j]
 
-        return csr_t_mm
-
-    return _gather_mm(BINARY, HOMO, parallel=False)
+    return csr_t_mm
 
 
 # Float reassociation only: lets LLVM vectorise the row sums (the summation order changes,
@@ -155,19 +174,65 @@ _REASSOC = {"reassoc"}
 
 
 @functools.cache
-def _gather_mv(binary: bool, homo: bool, parallel: bool):
-    """``W @ x`` as one branch-free pass per row (``parallel``: rows spread over threads).
+def _event_table(binary: bool, matrix: bool):
+    """An njit copy of ``x`` as floats with one zero row appended (the clamp target).
 
-    The column check is folded into the gather: an index outside ``[0, n)`` (one unsigned
-    compare) is replaced by 0 before the load and counted, and the count decides at the end
-    whether the output is poisoned. No early exit, no branch per entry, so the loop
-    vectorises; ``indptr`` is checked first, in its own O(rows) pass, because every row's
-    range is read from it.
+    Binary events become 0/1 in float32 (so a gather is a multiply, with no branch per
+    entry), float inputs keep their dtype. Row ``n`` is zero: a column index outside
+    ``[0, n)`` is clamped to ``n`` before the load, so it reads a harmless zero while the
+    kernel counts it and poisons its output at the end.
     """
     import numba
 
-    BINARY, HOMO = binary, homo
+    BINARY, MATRIX = binary, matrix
+
+    @numba.njit(nogil=True)
+    def table(x):
+        n = x.shape[0]
+        if MATRIX:
+            kcols = x.shape[1]
+            t = np.zeros((n + 1, kcols), np.float32 if BINARY else x.dtype)
+            for j in range(n):
+                for c in range(kcols):
+                    if BINARY:
+                        t[j, c] = 1.0 if x[j, c] != 0 else 0.0
+                    else:
+                        t[j, c] = x[j, c]
+        else:
+            t = np.zeros(n + 1, np.float32 if BINARY else x.dtype)
+            for j in range(n):
+                if BINARY:
+                    t[j] = 1.0 if x[j] != 0 else 0.0
+                else:
+                    t[j] = x[j]
+        return t
+
+    return table
+
+
+def _unsigned(wide: bool):
+    """The unsigned type the clamp compares in: as wide as the index dtype."""
+    return np.uint64 if wide else np.uint32
+
+
+@functools.cache
+def _gather_mv(binary: bool, homo: bool, parallel: bool, wide: bool = False):
+    """``W @ x`` as one branch-free pass per row (``parallel``: rows spread over threads).
+
+    ``x`` is first copied into a float table with a zero row appended
+    (:func:`_event_table`, O(cols)); every stored entry then costs one gather and one
+    multiply-add. The column check is folded into that gather: the index is compared
+    unsigned (as wide as the index dtype, ``wide``: 64-bit), clamped to the zero row and
+    counted when outside ``[0, n)``, and a non-zero count poisons the output at the end.
+    No early exit, no branch per entry, so the loop vectorises; ``indptr`` is checked
+    first, in its own O(rows) pass, because every row's range is read from it.
+    """
+    import numba
+
+    HOMO = homo
+    U = _unsigned(wide)
     indptr_ok = _indptr_checker()
+    table = _event_table(binary, False)
     rows = numba.prange if parallel else range
 
     @numba.njit(nogil=True, fastmath=_REASSOC, parallel=parallel)
@@ -178,24 +243,21 @@ def _gather_mv(binary: bool, homo: bool, parallel: bool):
         if not indptr_ok(indptr, m, nnz) or (n == 0 and nnz > 0):
             out[:] = np.nan
             return
-        un = np.uint64(n)
+        t = table(x)
+        un = U(n)
         w0 = data[0] if HOMO else 1.0  # a per-synapse 'data' may be empty
         nbad = 0
         for i in rows(m):
             s = 0.0  # accumulate in float64
             bad = 0
             for k in range(indptr[i], indptr[i + 1]):
-                u = np.uint64(indices[k])
-                inside = u < un
-                j = u if inside else np.uint64(0)
-                bad += 0 if inside else 1
-                if BINARY:
-                    if HOMO:
-                        s += 1.0 if x[j] != 0 else 0.0
-                    else:
-                        s += data[k] if x[j] != 0 else 0.0
+                u = U(indices[k])
+                bad += u >= un
+                j = min(u, un)
+                if HOMO:
+                    s += t[j]
                 else:
-                    s += (1.0 if HOMO else data[k]) * x[j]
+                    s += data[k] * t[j]
             nbad += bad
             out[i] = s * w0 if HOMO else s
         if nbad:
@@ -205,7 +267,7 @@ def _gather_mv(binary: bool, homo: bool, parallel: bool):
 
 
 @functools.cache
-def weight_grad_kernel(binary: bool, transpose: bool, matrix: bool):
+def weight_grad_kernel(binary: bool, transpose: bool, matrix: bool, wide: bool = False):
     """The njit gradient of ``<ct, W x>`` w.r.t. per-synapse weights, in one pass.
 
     ``kernel(indices, indptr, ct, x, out)`` writes ``out[k] = ct[row_k] . ev[col_k]``
@@ -217,6 +279,8 @@ def weight_grad_kernel(binary: bool, transpose: bool, matrix: bool):
     """
     import numba
 
+    if not transpose:
+        return _gather_weight_grad(binary, matrix, wide)
     BINARY, TRANSPOSE, MATRIX = binary, transpose, matrix
     indptr_ok = _indptr_checker()
 
@@ -265,15 +329,73 @@ def weight_grad_kernel(binary: bool, transpose: bool, matrix: bool):
 
 
 @functools.cache
-def _gather_mm(binary: bool, homo: bool, parallel: bool):
-    """``W @ X`` for a matrix ``X``: the row loop of :func:`_gather_mv`, columns inside.
+def _gather_weight_grad(binary: bool, matrix: bool, wide: bool, parallel: bool = False):
+    """The per-synapse weight gradient of ``W @ x``: ``out[k] = ct[row_k] . ev[col_k]``.
 
-    Sums go straight into ``out`` (its dtype), as many columns at a time as SIMD allows.
+    One branch-free pass over the stored entries: ``ev`` is first copied into a float
+    table with a zero row appended (:func:`_event_table`), each entry is then one clamped
+    gather and one multiply (the clamp and the count of bad columns are vector min/compare
+    instructions, as in :func:`_gather_mv`), with ``ct[row]`` held in a register per row.
+    ``parallel``: rows over threads (each row's entries are written by one thread only;
+    the same values as the serial kernel).
     """
     import numba
 
-    BINARY, HOMO = binary, homo
+    MATRIX = matrix
+    U = _unsigned(wide)
     indptr_ok = _indptr_checker()
+    table = _event_table(binary, matrix)
+    rows = numba.prange if parallel else range
+
+    @numba.njit(nogil=True, fastmath=_REASSOC, parallel=parallel)
+    def csr_gather_weight_grad(indices, indptr, ct, x, out):
+        m = ct.shape[0]
+        n = x.shape[0]
+        nnz = indices.shape[0]
+        if not indptr_ok(indptr, m, nnz) or (n == 0 and nnz > 0):
+            out[:] = np.nan
+            return
+        t = table(x)
+        un = U(n)
+        nbad = 0
+        for i in rows(m):
+            bad = 0
+            if MATRIX:
+                for k in range(indptr[i], indptr[i + 1]):
+                    u = U(indices[k])
+                    bad += u >= un
+                    j = min(u, un)
+                    s = 0.0
+                    for c in range(ct.shape[1]):
+                        s += ct[i, c] * t[j, c]
+                    out[k] = s
+            else:
+                ci = ct[i]
+                for k in range(indptr[i], indptr[i + 1]):
+                    u = U(indices[k])
+                    bad += u >= un
+                    out[k] = ci * t[min(u, un)]
+            nbad += bad
+        if nbad:
+            out[:] = np.nan
+
+    return csr_gather_weight_grad
+
+
+@functools.cache
+def _gather_mm(binary: bool, homo: bool, parallel: bool, wide: bool = False):
+    """``W @ X`` for a matrix ``X``: the row loop of :func:`_gather_mv`, columns inside.
+
+    ``X`` (``(n, k)``, the batch of a ``vmap`` as its columns) is copied into a float
+    table first, so a stored entry adds one contiguous row of ``k`` values (a SIMD add,
+    no branch per column) into the output row, which stays in L1 (sums in ``out``'s dtype).
+    """
+    import numba
+
+    HOMO = homo
+    U = _unsigned(wide)
+    indptr_ok = _indptr_checker()
+    table = _event_table(binary, True)
     rows = numba.prange if parallel else range
 
     @numba.njit(nogil=True, fastmath=_REASSOC, parallel=parallel)
@@ -284,7 +406,8 @@ def _gather_mm(binary: bool, homo: bool, parallel: bool):
         if not indptr_ok(indptr, m, nnz) or (n == 0 and nnz > 0):
             out[:] = np.nan
             return
-        un = np.uint64(n)
+        t = table(x)
+        un = U(n)
         w0 = data[0] if HOMO else 1.0
         nbad = 0
         for i in rows(m):
@@ -292,16 +415,16 @@ def _gather_mm(binary: bool, homo: bool, parallel: bool):
                 out[i, c] = 0
             bad = 0
             for k in range(indptr[i], indptr[i + 1]):
-                u = np.uint64(indices[k])
-                inside = u < un
-                j = u if inside else np.uint64(0)
-                bad += 0 if inside else 1
-                w = 1.0 if HOMO else data[k]
-                for c in range(kcols):
-                    if BINARY:
-                        out[i, c] += w if x[j, c] != 0 else 0.0
-                    else:
-                        out[i, c] += w * x[j, c]
+                u = U(indices[k])
+                bad += u >= un
+                j = min(u, un)
+                if HOMO:
+                    for c in range(kcols):
+                        out[i, c] += t[j, c]
+                else:
+                    w = data[k]
+                    for c in range(kcols):
+                        out[i, c] += w * t[j, c]
             nbad += bad
             if HOMO:
                 for c in range(kcols):
@@ -324,6 +447,12 @@ def parallel_threading_layer() -> str:
     import numba
     from numba.np.ufunc import parallel as numba_parallel
 
+    if not numba_parallel._is_initialized:
+        # Idle OpenMP workers sleep instead of spinning after a region (unless the user
+        # chose otherwise): spinning workers steal the cores that serial code and XLA's own
+        # threads need between two products. Read when libgomp starts, i.e. at Numba's
+        # first parallel launch, which comes after this.
+        os.environ.setdefault("OMP_WAIT_POLICY", "PASSIVE")
     if numba_parallel._is_initialized:  # chosen already: it must be tbb or omp
         layer = numba.threading_layer()
         if layer in ("tbb", "omp"):
@@ -350,18 +479,22 @@ def parallel_threading_layer() -> str:
     )
 
 
-def parallel_kernel(matrix: bool, binary: bool, transpose: bool, homo: bool):
-    """The row-parallel kernel (``numba.prange`` over rows) for ``W @ x``.
+def parallel_kernel(matrix: bool, binary: bool, transpose: bool, homo: bool,
+                    wide: bool = False):
+    """The threaded kernel of one variant.
 
-    Only the gather direction is parallel: each thread owns whole rows of ``out``, so no
-    two threads write one element and the result equals the serial kernel's bit for bit
-    up to the summation order inside a row. ``W.T @ x`` scatters into shared output
-    elements; it gets the serial event-driven kernel.
+    ``W @ x`` and ``W @ X``: rows over threads (``numba.prange``); each thread owns whole
+    rows of ``out``, so no two threads write one element and the result equals the serial
+    kernel's up to the summation order inside a row. ``W.T @ X``: the columns of ``X``
+    over threads (:func:`_scatter_mm`), each with its own accumulator. ``W.T @ x`` scatters
+    into shared output elements; it gets the serial event-driven kernel.
     """
-    if transpose:
-        return (mm_kernel if matrix else mv_kernel)(binary, True, homo)
+    if transpose and not matrix:
+        return mv_kernel(binary, True, homo, wide)
     parallel_threading_layer()
-    return (_gather_mm if matrix else _gather_mv)(binary, homo, parallel=True)
+    if transpose:
+        return _scatter_mm(binary, homo, parallel=True)
+    return (_gather_mm if matrix else _gather_mv)(binary, homo, parallel=True, wide=wide)
 
 
 def parallel_generator(binary: bool, matrix: bool):
@@ -376,7 +509,25 @@ def parallel_generator(binary: bool, matrix: bool):
         from primforge.kernel.backends.numba import numba_kernel
 
         homo = tuple(ins[0].shape) == (1,) and ins[1].shape[0] != 1
-        fn = parallel_kernel(matrix, binary, bool(transpose), homo)
+        wide = np.dtype(ins[1].dtype).itemsize > 4
+        fn = parallel_kernel(matrix, binary, bool(transpose), homo, wide)
         return numba_kernel(fn, outs=list(outs), name=f"{fn.__name__}_parallel")
 
     return generate
+
+
+def parallel_weight_grad_generator(*, ins, outs, binary, transpose, matrix, **_):
+    """Kernel generator of the ``numba_parallel`` backend of the per-synapse weight gradient.
+
+    The gradient of ``W @ x`` spreads its rows over Numba's threads; that of ``W.T @ x``
+    (event-driven) is the serial kernel.
+    """
+    from primforge.kernel.backends.numba import numba_kernel
+
+    wide = np.dtype(ins[0].dtype).itemsize > 4
+    if transpose:
+        fn = weight_grad_kernel(binary, True, matrix, wide)
+        return numba_kernel(fn, outs=list(outs))
+    parallel_threading_layer()
+    fn = _gather_weight_grad(binary, matrix, wide, parallel=True)
+    return numba_kernel(fn, outs=list(outs), name=f"{fn.__name__}_parallel")
