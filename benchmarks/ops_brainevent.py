@@ -14,7 +14,10 @@ Covers every operator family brainevent has besides its CSR products:
   ``binary_jits/u/nmv`` / ``jits/u/nmv``) with homo, uniform and normal weights, both
   directions; ``grad`` w.r.t. the float input, ``vmap``. The two libraries draw different
   matrices from a seed: their results are compared by total input (the ratio must lie in
-  0.8-1.25 where the sums are positive), not entry by entry;
+  0.8-1.25), not entry by entry. brainevent runs in its fast order ``corder=False`` (``be``:
+  its ``W @ x`` then draws the matrix column by column, event-driven, and is not the
+  matrix its ``x @ W`` uses) and, for the operator cases, with ``corder=True`` (``be_co``:
+  one matrix for both directions, as primforge's);
 * ``plast``: plasticity updates (``update_on_pre`` / ``update_on_post`` on dense, CSR and
   fixed-number weights vs ``update_dense_on_binary_pre/post``, ``update_csr_on_binary_*``,
   ``update_fixed_*``).
@@ -194,9 +197,9 @@ def jitc_cases(n, p, seed=7):
                     lambda b, t=t, f=pf_op, w=weight, wk=wk: (
                         lambda x: f(w, seed, x, shape=(n, n), prob=p, transpose=t,
                                     weight_kind=wk, backend=b)),
-                    (lambda x, t=t, f=be_op, th=theta: f(*th, p, x, seed, shape=(n, n),
-                                                         transpose=t, corder=False))
-                    if be_op else None,
+                    {co: (lambda x, t=t, f=be_op, th=theta, c=(co == "be_co"): f(
+                        *th, p, x, seed, shape=(n, n), transpose=t, corder=c))
+                     for co in ("be", "be_co")} if be_op else None,
                     kind, "total")
         if wk != "homo":
             continue
@@ -361,14 +364,14 @@ def run_family(family, args, rate):
         size = args.n_dense if kind.endswith("@dense") or family == "dense" else n
         xs = inputs(size, rate, kind.split("@")[0], args.pool, hash((name, rate)) % 2**31)
         fns, threaded = build_pf(pf, xs[0])
-        if be is not None:
-            fns["be"] = build_be(be, False, xs[0])
-            fns["be_par"] = build_be(be, True, xs[0])
+        for bname, bfn in ({"be": be} if callable(be) else (be or {})).items():
+            fns[bname] = build_be(bfn, False, xs[0])
+            fns[bname + "_par"] = build_be(bfn, True, xs[0])
         err = agreement(fns, [xs[0], xs[-1]], compare)
         ref_max = float(np.abs(np.asarray(fns["pf"](xs[0]))).max(initial=0.0))
         bad = wrong(err, compare, 1e-3 * max(1.0, ref_max))
         times = {}
-        for group in (("pf", "be"), ("pf_par", "be_par")):  # serial, then threaded
+        for group in (("pf", "be", "be_co"), ("pf_par", "be_par", "be_co_par")):
             sub = {m: fns[m] for m in group if m in fns}
             times.update(time_interleaved(sub, xs, min_time=args.min_time))
         row = {"family": family, "op": name, "n": size, "rate": rate, "compare": compare,
@@ -385,19 +388,21 @@ def ratio(row, a, b):
     return t[a] / t[b] if a in t and b in t else None
 
 
-COLUMNS = (("pf/be", "pf", "be"), ("pf_par/be_par", "pf_par", "be_par"))
+COLUMNS = (("pf/be", "pf", "be"), ("pf_par/be_par", "pf_par", "be_par"),
+           ("pf/be_co", "pf", "be_co"), ("pf_par/be_co_par", "pf_par", "be_co_par"))
 
 
 def table(rows):
-    lines = ["| op | N | rate | pf ms | pf/be | pf_par/be_par | agreement | wrong |",
-             "|---|---|---|---|---|---|---|---|"]
+    lines = ["| op | N | rate | pf ms | pf/be | pf_par/be_par | pf/be_co | pf_par/be_co_par | "
+             "agreement | wrong |", "|---|---|---|---|---|---|---|---|---|---|"]
     fmt = lambda r: "-" if r is None else f"{r:.2f}"
     for r in rows:
         ag = r["agreement"].get("be")
         ag = "-" if ag is None else (f"{ag:.1e}" if r["compare"] == "exact" else f"x{ag:.2f}")
         par = fmt(ratio(r, "pf_par", "be_par")) + ("" if r["pf_threaded"] else "*")
         lines.append(f"| {r['op']} | {r['n']} | {r['rate']:g} | {r['times']['pf'] * 1e3:.3f} | "
-                     f"{fmt(ratio(r, 'pf', 'be'))} | {par} | {ag} | "
+                     f"{fmt(ratio(r, 'pf', 'be'))} | {par} | {fmt(ratio(r, 'pf', 'be_co'))} | "
+                f"{fmt(ratio(r, 'pf_par', 'be_co_par'))} | {ag} | "
                      f"{','.join(r['wrong']) or '-'} |")
     lines.append("")
     lines.append("(* primforge has no threaded kernel for this op: its serial kernel is timed "
