@@ -169,6 +169,14 @@ def weight_grad_kernel(binary: bool, transpose: bool, matrix: bool):
         if MATRIX:
             cols = by_row.shape[1]
             active = np.empty(cols, np.int64)
+        else:
+            # The gathered side as a float array with one trailing 0 where masked slots
+            # point: the slot loop is a branch-free gather and multiply.
+            pad = np.zeros(n + 1, out.dtype)
+            un = np.uint64(n)
+            for t in range(n):
+                v = by_col[t]
+                pad[t] = (1.0 if v != 0 else 0.0) if (BINARY and not TRANSPOSE) else v
         for i in range(m):
             if MATRIX:
                 na = 0  # the columns that contribute in row i
@@ -198,16 +206,11 @@ def weight_grad_kernel(binary: bool, transpose: bool, matrix: bool):
             if TRANSPOSE and ri == 0:
                 out[i, :] = 0  # a silent source: its slots are not read
                 continue
+            one = pad[n] + 1  # 1 in the output's dtype
+            r = one if BINARY and TRANSPOSE else ri
+            row, dst = indices[i], out[i]
             for j in range(k):
-                t = indices[i, j]
-                inside = (t >= 0) & (t < n)
-                v = by_col[t if inside else 0]
-                if BINARY and TRANSPOSE:
-                    g = v
-                elif BINARY:
-                    g = ri if v != 0 else 0.0
-                else:
-                    g = ri * v
-                out[i, j] = g if inside else 0.0
+                u = np.uint64(row[j])  # a negative index wraps to a huge one: masked too
+                dst[j] = r * pad[u if u < un else un]
 
     return fixed_weight_grad
