@@ -33,6 +33,7 @@ JSON + Markdown to benchmarks/results/ops_brainevent*.
     python benchmarks/ops_brainevent.py                   # N = 10k (dense 5k), k = 100
     python benchmarks/ops_brainevent.py --quick           # N = 2k, seconds per family
     python benchmarks/ops_brainevent.py --family jitc     # one family
+    python benchmarks/ops_brainevent.py --summary a.json b.json   # spread over runs
 """
 
 from __future__ import annotations
@@ -417,9 +418,41 @@ def table(rows):
     return "\n".join(lines)
 
 
+def summary(paths):
+    """One row per case: the ratios at every rate as 'low-high' over the runs in ``paths``."""
+    runs = [json.load(open(p))["rows"] for p in paths]
+    rates = sorted({r["rate"] for run in runs for r in run})
+    cells = {}
+    order = []
+    for run in runs:
+        for r in run:
+            if r["op"] not in order:
+                order.append(r["op"])
+            for head, a, b in COLUMNS:
+                x = ratio(r, a, b)
+                if x is not None:
+                    cells.setdefault((r["op"], r["rate"], head), []).append(x)
+    heads = [h for h, _, _ in COLUMNS if any(k[2] == h for k in cells)]
+    span = lambda v: "-" if not v else (f"{min(v):.2f}" if len(v) == 1 or f"{min(v):.2f}" ==
+                                        f"{max(v):.2f}" else f"{min(v):.2f}-{max(v):.2f}")
+    lines = ["| op | " + " | ".join(f"{h} @{rt:g}" for rt in rates for h in heads) + " |",
+             "|---|" + "---|" * (len(rates) * len(heads))]
+    for op in order:
+        lines.append(f"| {op} | " + " | ".join(span(cells.get((op, rt, h), []))
+                                               for rt in rates for h in heads) + " |")
+    worst = {h: max((max(v) for k, v in cells.items() if k[2] == h), default=None)
+             for h in heads}
+    lines.append("")
+    lines.append(f"{len(runs)} runs; cells give the lowest-highest ratio over the runs; worst: "
+                 + ", ".join(f"{h} {w:.2f}" for h, w in worst.items() if w is not None))
+    return "\n".join(lines)
+
+
 def main(argv=None):
     ap = argparse.ArgumentParser(description=__doc__,
                                  formatter_class=argparse.RawDescriptionHelpFormatter)
+    ap.add_argument("--summary", nargs="+", default=None, metavar="JSON",
+                    help="print one table of ratio spreads over earlier runs' JSON files")
     ap.add_argument("--quick", action="store_true", help="N = 2k (dense 1k), short timing")
     ap.add_argument("--family", nargs="*", choices=FAMILIES, default=list(FAMILIES))
     ap.add_argument("--only", nargs="*", default=None, help="substrings of case names to run")
@@ -433,6 +466,9 @@ def main(argv=None):
     ap.add_argument("--tag", default="", help="suffix of the result files")
     ap.add_argument("--out", default=RESULTS, help="results folder")
     args = ap.parse_args(argv)
+    if args.summary:
+        print(summary(args.summary))
+        return
     args.n = args.n or (2_000 if args.quick else 10_000)
     args.n_dense = args.n_dense or (1_000 if args.quick else 5_000)
     if args.quick:
