@@ -54,7 +54,7 @@ import numpy as np
 
 sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 os.environ.setdefault("JAX_PLATFORMS", "cpu")
-from primforge import ops  # noqa: E402
+from primforge import ops
 
 try:
     import brainevent
@@ -121,12 +121,12 @@ def fixed_cases(n, k, seed=0):
                     if be_op else None, kind, "exact")
 
         def pf_gw(b, t=t):
-            return lambda x: jax.grad(lambda w: jnp.sum(c * ops.binary_fixed_num_mv(
-                w, ind, x, transpose=t, backend=b, **kw)))(wh)
+            return lambda x: jax.grad(lambda v: jnp.sum(c * ops.binary_fixed_num_mv(
+                v, ind, x, transpose=t, backend=b, **kw)))(wh)
 
         def be_gw(x, t=t):
-            return jax.grad(lambda w: jnp.sum(c * brainevent.binary_fcnmv(
-                w, ind, x, transpose=t, **kw)))(wh)
+            return jax.grad(lambda v: jnp.sum(c * brainevent.binary_fcnmv(
+                v, ind, x, transpose=t, **kw)))(wh)
 
         out[f"fixed {d} grad-w bool hetero"] = (pf_gw, be_gw if brainevent else None,
                                                 "bool", "exact")
@@ -394,8 +394,8 @@ COLUMNS = (("pf/be", "pf", "be"), ("pf_par/be_par", "pf_par", "be_par"),
 
 
 def table(rows):
-    lines = ["| op | N | rate | pf ms | pf/be | pf_par/be_par | pf/be_co | pf_par/be_co_par | "
-             "agreement | wrong |", "|---|---|---|---|---|---|---|---|---|---|"]
+    lines = [("| op | N | rate | pf ms | pf/be | pf_par/be_par | pf/be_co | pf_par/be_co_par | "
+              "agreement | wrong |"), "|---|---|---|---|---|---|---|---|---|---|"]
     fmt = lambda r: "-" if r is None else f"{r:.2f}"
     for r in rows:
         ag = r["agreement"].get("be")
@@ -420,7 +420,10 @@ def table(rows):
 
 def summary(paths):
     """One row per case: the ratios at every rate as 'low-high' over the runs in ``paths``."""
-    runs = [json.load(open(p))["rows"] for p in paths]
+    runs = []
+    for path in paths:
+        with open(path) as f:
+            runs.append(json.load(f)["rows"])
     rates = sorted({r["rate"] for run in runs for r in run})
     cells = {}
     order = []

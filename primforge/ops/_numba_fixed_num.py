@@ -211,6 +211,6 @@ def weight_grad_kernel(binary: bool, transpose: bool, matrix: bool):
             row, dst = indices[i], out[i]
             for j in range(k):
                 u = np.uint64(row[j])  # a negative index wraps to a huge one: masked too
-                dst[j] = r * pad[u if u < un else un]
+                dst[j] = r * pad[min(u, un)]
 
     return fixed_weight_grad
