@@ -261,3 +261,30 @@ def test_sparse_and_dense_paths_of_the_kernels(backend, binary, matrix, transpos
     got = FUNCS[(binary, matrix)](w, x, transpose=transpose, backend=backend)
     np.testing.assert_allclose(np.asarray(got), a.astype(np.float64) @ x.astype(np.float64),
                                rtol=1e-4, atol=1e-4)
+
+
+@pytest.mark.parametrize("backend", BACKENDS)
+@pytest.mark.parametrize("binary,transpose", list(itertools.product([False, True], repeat=2)))
+def test_matrix_columns_of_different_density(backend, binary, transpose):
+    """One matrix input whose columns are empty, all active, sparse (gathered) and dense
+    (full dot): each column of ``W @ X`` picks its own path, ``W.T @ X`` accumulates each
+    column separately; every column must still equal its own matrix-vector product."""
+    rng = np.random.default_rng([binary, transpose, 7])
+    m, n = 9, 320
+    w = rng.normal(size=(m, n)).astype(np.float32)
+    a = w.T if transpose else w
+    rows = a.shape[1]
+    x = np.zeros((rows, 5), np.float32)
+    x[:, 1] = rng.normal(size=rows)  # every entry active
+    x[rng.choice(rows, 3, replace=False), 2] = 1.5  # sparse: gathered
+    x[rng.choice(rows, rows // 3, replace=False), 3] = -0.5  # dense: unit-stride dot
+    x[rows - 1, 4] = 2.0  # only the last entry (column 0 stays empty)
+    x = (x != 0) if binary else x
+    want = a.astype(np.float64) @ x.astype(np.float64)
+    got = np.asarray(FUNCS[(binary, True)](w, x, transpose=transpose, backend=backend))
+    np.testing.assert_allclose(got, want, rtol=1e-4, atol=1e-4)
+    assert not np.any(got[:, 0])
+    batched = jax.vmap(lambda v: FUNCS[(binary, False)](w, v, transpose=transpose,
+                                                         backend=backend), in_axes=1,
+                       out_axes=1)(x)
+    np.testing.assert_allclose(np.asarray(batched), want, rtol=1e-4, atol=1e-4)

@@ -508,3 +508,57 @@ def test_every_pallas_variant_compiles_with_xla_gpu():
         assert result.ok, (binary, matrix, transpose, shared, result.error)
         name = "pf_fixed_num_scatter" if transpose else "pf_fixed_num_gather"
         assert any(name in kern.name for kern in result.kernels)
+
+
+def _weight_grad_numpy(ind, x, c, n_out, *, binary, transpose):
+    """d sum(c * (A @ x))/d w (A.T @ x when transposed) from its definition, in NumPy."""
+    ev = (x != 0).astype(np.float64) if binary else x.astype(np.float64)
+    c = c.astype(np.float64)
+    by_row, by_col = (ev, c) if transpose else (c, ev)
+    n = by_col.shape[0]
+    inside = (ind >= 0) & (ind < n)
+    gathered = by_col[np.where(inside, ind, 0)]  # (m, k) or (m, k, cols)
+    g = (by_row[:, None] * gathered) if by_row.ndim == 1 else np.einsum(
+        "ic,ijc->ij", by_row, gathered)
+    return np.where(inside, g, 0.0)
+
+
+@pytest.mark.parametrize("backend", ["jax", "numba"])
+@pytest.mark.parametrize("binary,matrix,transpose", list(itertools.product([False, True],
+                                                                           repeat=3)))
+@pytest.mark.parametrize("events", ["none", "all", "some"])
+def test_weight_gradient_kernel_matches_numpy(backend, binary, matrix, transpose, events):
+    """The per-entry weight gradient (one kernel) against its NumPy definition: no events,
+    every event, a row without any event, and masked slots (indices out of range)."""
+    rng = np.random.default_rng([binary, matrix, transpose, len(events)])
+    m, n, k, cols = 13, 9, 5, 3
+    ind = rng.integers(0, n, size=(m, k)).astype(np.int32)
+    ind[2, 1], ind[4, 0], ind[4, 4] = -1, n, n + 7  # masked slots
+    w = rng.normal(size=(m, k)).astype(np.float32)
+    rows_in = m if transpose else n
+    shape = (rows_in, cols) if matrix else (rows_in,)
+    active = {"none": np.zeros(shape, bool), "all": np.ones(shape, bool),
+              "some": rng.random(shape) < 0.4}[events]
+    if events == "some":
+        active[3] = False  # an input row with no event at all
+    x = active if binary else np.where(active, rng.normal(size=shape), 0.0).astype(np.float32)
+    n_out = n if transpose else m
+    c = rng.normal(size=(n_out, cols) if matrix else (n_out,)).astype(np.float32)
+    f = FUNCS[(binary, matrix)]
+    grad = jax.jit(jax.grad(lambda w_: jnp.sum(c * f(w_, ind, x, shape=(m, n),
+                                                     transpose=transpose, backend=backend))))
+    got = np.asarray(grad(w))
+    want = _weight_grad_numpy(ind, x, c, n_out, binary=binary, transpose=transpose)
+    np.testing.assert_allclose(got, want, rtol=1e-5, atol=1e-5)
+    assert not np.any(got[2, 1]) and not np.any(got[4, [0, 4]])
+
+
+@pytest.mark.parametrize("transpose", [False, True])
+def test_weight_gradient_has_second_derivatives(transpose):
+    """grad w.r.t. weights, differentiated again w.r.t. a float input (numba default)."""
+    rng = np.random.default_rng(5)
+    w, ind, _ = structure(rng)
+    x = rng.normal(size=M if transpose else N).astype(np.float32)
+    f = lambda x_: jnp.sum(jax.grad(lambda w_: jnp.sum(jnp.sin(ops.fixed_num_mv(
+        w_, ind, x_, shape=(M, N), transpose=transpose))))(w) ** 2)
+    check_grads(f, (x,), order=1, modes=["rev", "fwd"], atol=2e-2, rtol=2e-2)

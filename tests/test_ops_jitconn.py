@@ -102,6 +102,37 @@ def test_connectivity_is_bitwise_the_seeds_matrix_in_both_directions(backend, pr
     np.testing.assert_array_equal(np.asarray(wt), dense.T)
 
 
+@pytest.mark.parametrize("backend", ["jax", "numba"])
+@pytest.mark.parametrize("prob", [0.0004, 0.03, 0.6])
+@pytest.mark.parametrize("kind", list(KINDS))
+def test_matvec_kernels_draw_the_seeds_matrix(backend, prob, kind):
+    """The vector kernels (not only the matrix ones) regenerate exactly the seed's matrix,
+    on long rows: the skip search runs through every part of its guide (a tiny ``prob``
+    has the longest gaps), and every synapse's weight comes from its own draws."""
+    m, n = 12, 6000
+    dense = jitconn.jitc_todense(SEED, (m, n), prob, KINDS[kind], kind)
+    kw = {"shape": (m, n), "prob": prob, "weight_kind": kind, "backend": backend}
+    # W @ ones (binary): the row sums; a shared weight must give count * weight exactly.
+    got = np.asarray(ops.binary_jitc_matvec(KINDS[kind], SEED, np.ones(n, bool), **kw))
+    if kind == "homo":
+        counts = (dense != 0).sum(axis=1).astype(np.float64)
+        np.testing.assert_array_equal(got, (counts * np.float32(KINDS[kind])).astype(np.float32))
+    else:
+        np.testing.assert_allclose(got, dense.sum(axis=1), rtol=1e-5, atol=1e-4)
+    # One event at a time, e_i @ W: row i itself, entry by entry (connectivity exact).
+    for i in (0, 5, m - 1):
+        e = np.zeros(m, bool)
+        e[i] = True
+        row = np.asarray(ops.binary_jitc_matvec(KINDS[kind], SEED, e, transpose=True, **kw))
+        np.testing.assert_array_equal(row != 0, dense[i] != 0)
+        np.testing.assert_allclose(row, dense[i], rtol=2e-6, atol=2e-6)
+    # Float input W @ x where only a few entries are non-zero: weights drawn on demand.
+    x = np.zeros(n, np.float32)
+    x[::7] = np.linspace(-1, 1, x[::7].size, dtype=np.float32)
+    got = np.asarray(ops.jitc_matvec(KINDS[kind], SEED, x, **kw))
+    np.testing.assert_allclose(got, dense.astype(np.float64) @ x, rtol=1e-4, atol=1e-4)
+
+
 @pytest.mark.parametrize("backend", BACKENDS)
 @pytest.mark.parametrize("kind", ["uniform", "normal"])
 def test_weights_are_the_seeds_matrix(backend, kind):

@@ -320,3 +320,45 @@ def test_cli_check_passes_for_the_plasticity_kernels(capsys, monkeypatch):
     assert "PASS  primforge.ops.dense_update: 2 backend(s)" in out, out
     assert "PASS  primforge.ops.compressed_update: 3 backend(s)" in out, out
     assert "2 of 2 kernel(s) passed on cpu" in out, out
+
+
+@pytest.mark.parametrize("backend", BACKENDS)
+@pytest.mark.parametrize("n_spikes", [0, 1, 2, 30, 70])
+def test_column_updates_at_every_spike_count(backend, n_spikes):
+    """The column-side updates (CSR on_post, CSC on_pre, FixedNum on its partners' side)
+    with few spiking columns (copy, then a scan) and many (one fused pass), against NumPy;
+    masked FixedNum slots stay unchanged and a bad column index poisons both paths."""
+    rs = np.random.RandomState(11 + n_spikes)
+    m, n = 23, 70
+    mask = rs.random_sample((m, n)) < 0.3
+    mask[5] = False  # an empty row
+    dense = np.where(mask, rs.random_sample((m, n)) * 0.6, 0).astype(np.float32)
+    spikes = np.zeros(n, bool)
+    spikes[rs.choice(n, n_spikes, replace=False)] = True
+    trace = (rs.standard_normal(m) * 0.2).astype(np.float32)
+    want = numpy_update(dense, mask, spikes, trace, pre=False, lo=0.05, hi=0.55)
+    got = ops.update_on_post(ops.CSR.from_dense(dense), spikes, trace, w_min=0.05,
+                             w_max=0.55, backend=backend)
+    np.testing.assert_array_equal(to_dense(got), want)
+    got = ops.update_on_pre(ops.CSC.from_dense(dense.T), spikes, trace, w_min=0.05,
+                            w_max=0.55, backend=backend)
+    np.testing.assert_array_equal(to_dense(got), want.T)
+    # FixedNum, rows presynaptic: on_post updates its partners' side; masked slots.
+    k = 6
+    ind = np.stack([rs.choice(n, k, replace=False) for _ in range(m)]).astype(np.int32)
+    ind[rs.random_sample(ind.shape) < 0.2] = n + 4
+    ind[3, 0] = -2
+    w = rs.random_sample((m, k)).astype(np.float32)
+    F = ops.FixedNum(jnp.asarray(w), jnp.asarray(ind), shape=(m, n), per="pre")
+    got = np.asarray(ops.update_on_post(F, spikes, trace, w_max=0.9, backend=backend).weights)
+    want_f = w.copy()
+    for r, s in itertools.product(range(m), range(k)):
+        c = ind[r, s]
+        if 0 <= c < n and spikes[c]:
+            want_f[r, s] = min(want_f[r, s] + trace[r], np.float32(0.9))
+    np.testing.assert_array_equal(got, want_f)
+    # A bad column index in a CSR (not masked): all NaN once any column spikes.
+    C = ops.CSR.from_dense(dense)
+    bad = ops.CSR._unchecked(C.data, C.indices.at[-1].set(n + 1), C.indptr, C.shape)
+    got = np.asarray(ops.update_on_post(bad, spikes, trace, backend=backend).data)
+    assert np.isnan(got).all() if n_spikes else not np.isnan(got).any()

@@ -127,6 +127,11 @@ def _weight_cotangent(binary, matrix, ct, w_aval, structure, x, *, shape, transp
         return _scaffold.unit_weight_cotangent(
             lambda e: FAMILY.call(binary, matrix, e, indices, x, shape=shape,
                                   transpose=transpose, backend=backend), ct, w_aval.dtype, 1)
+    if backend in (None, "numba", "jax"):  # one kernel: a single pass on the CPU
+        from primforge.ops import _fixed_num_grad
+
+        return _fixed_num_grad.weight_grad(binary, matrix, ct, x, indices, transpose=transpose,
+                                           dtype=w_aval.dtype, backend=backend)
     ev = (x != 0).astype(ct.dtype) if binary else x.astype(ct.dtype)
     if transpose:  # y[indices[i, j]] += w_ij x[i]
         safe, _ = safe_indices(indices, ct.shape[0])

@@ -9,9 +9,11 @@ Convention ``kernel(weights, x, out)``; ``weights`` is the dense ``(m, n)`` matr
   sums ``W[i, j]`` over the active ``j`` only: inactive columns of ``W`` are never read.
   When more than 1/16 of ``x`` is active, a unit-stride dot over every column (accumulated
   in the weights' dtype, vectorised) is faster than the strided gather, and is used instead.
-* Matrix inputs (one event vector per column): ``W.T @ X`` skips rows of ``X`` with no
-  active entry and, per row, loops over the active columns only; ``W @ X`` skips rows of
-  ``X`` (columns of ``W``) with no active entry.
+* Matrix inputs (one event vector per column, e.g. a ``vmap`` batch): ``W.T @ X`` adds,
+  for every active ``X[i, c]``, the contiguous row ``W[i, :]`` into a contiguous
+  accumulator of column ``c`` (transposed into ``out`` once at the end); ``W @ X`` picks,
+  per column of ``X``, the gather over its active entries or (over 1/16 active) a
+  unit-stride dot, reading each row of ``W`` once for all columns.
 """
 
 from __future__ import annotations
@@ -93,24 +95,23 @@ def mm_kernel(binary: bool, transpose: bool):
         def dense_t_mm(weights, x, out):
             m, n = weights.shape
             cols = x.shape[1]
-            out[:] = 0
-            active = np.empty(cols, np.int64)
+            # Accumulate column c of the result as a contiguous row acc[c, :]: every active
+            # (i, c) adds the unit-stride row W[i, :] (vectorised); one transposed copy at
+            # the end. Rows of x without an active entry are never read from W.
+            acc = np.zeros((cols, n), out.dtype)
             for i in range(m):
-                na = 0
                 for c in range(cols):
-                    if x[i, c] != 0:
-                        active[na] = c
-                        na += 1
-                if na == 0:
-                    continue
-                for j in range(n):
-                    w = weights[i, j]
-                    for a in range(na):
-                        c = active[a]
+                    xc = x[i, c]
+                    if xc != 0:
                         if BINARY:
-                            out[j, c] += w
+                            for j in range(n):
+                                acc[c, j] += weights[i, j]
                         else:
-                            out[j, c] += w * x[i, c]
+                            for j in range(n):
+                                acc[c, j] += weights[i, j] * xc
+            for j in range(n):
+                for c in range(cols):
+                    out[j, c] = acc[c, j]
 
         return dense_t_mm
 
@@ -118,24 +119,39 @@ def mm_kernel(binary: bool, transpose: bool):
     def dense_mm(weights, x, out):
         m, n = weights.shape
         cols = x.shape[1]
-        out[:] = 0
-        rows = np.empty(n, np.int64)  # rows of x (columns of W) with any active entry
-        nr = 0
+        # Per column of x: the list of its active rows, and whether it is dense enough
+        # (over 1/16 active, as in the vector kernel) for a unit-stride dot with a
+        # contiguous copy of the column instead of gathering the active entries. Each row
+        # of W is then read once (cache-hot) for every column.
+        active = np.empty((cols, n), np.int64)
+        count = np.zeros(cols, np.int64)
         for j in range(n):
             for c in range(cols):
                 if x[j, c] != 0:
-                    rows[nr] = j
-                    nr += 1
-                    break
+                    active[c, count[c]] = j
+                    count[c] += 1
+        dense = np.empty(cols, np.bool_)
+        vt = np.zeros((cols, n), out.dtype)
+        for c in range(cols):
+            dense[c] = count[c] * 16 > n
+            if dense[c]:
+                for j in range(n):
+                    vt[c, j] = (1.0 if x[j, c] != 0 else 0.0) if BINARY else x[j, c]
         for i in range(m):
-            for r in range(nr):
-                j = rows[r]
-                w = weights[i, j]
-                for c in range(cols):
-                    if BINARY:
-                        if x[j, c] != 0:
-                            out[i, c] += w
-                    else:
-                        out[i, c] += w * x[j, c]
+            for c in range(cols):
+                if dense[c]:
+                    s = vt[c, 0] * 0 if n else out[i, c] * 0  # weights' dtype: packed FMAs
+                    for j in range(n):
+                        s += weights[i, j] * vt[c, j]
+                    out[i, c] = s
+                else:
+                    t = 0.0
+                    for a in range(count[c]):
+                        j = active[c, a]
+                        if BINARY:
+                            t += weights[i, j]
+                        else:
+                            t += weights[i, j] * x[j, c]
+                    out[i, c] = t
 
     return dense_mm

@@ -141,3 +141,76 @@ def mm_kernel(binary: bool, transpose: bool, homo: bool):
                             out[i, c] += w * x[t, c]
 
     return fixed_mm
+
+
+@functools.cache
+def weight_grad_kernel(binary: bool, transpose: bool, matrix: bool):
+    """The njit gradient of ``<ct, A x>`` w.r.t. per-entry weights, in one pass.
+
+    ``kernel(indices, ct, x, out)`` writes the ``(m, k)`` array ``out[i, j] = ct[i] .
+    ev[t]`` (``ev[i] . ct[t]`` for ``A.T @ x``) with ``t = indices[i, j]`` and ``ev`` being
+    ``x`` or ``x != 0``; a masked slot (``t`` outside ``[0, n)``) gets 0. For ``A.T @ x``
+    the rows of silent sources are zero-filled without reading their indices (event-driven,
+    like the product); ``A @ x`` reads every slot, branch-free.
+    """
+    import numba
+    import numpy as np
+
+    BINARY, TRANSPOSE, MATRIX = binary, transpose, matrix
+
+    @numba.njit(nogil=True, fastmath=True)
+    def fixed_weight_grad(indices, ct, x, out):
+        by_row, by_col = (x, ct) if TRANSPOSE else (ct, x)
+        m, k = indices.shape
+        n = by_col.shape[0]
+        if n == 0:
+            out[:] = 0
+            return
+        if MATRIX:
+            cols = by_row.shape[1]
+            active = np.empty(cols, np.int64)
+        else:
+            # The gathered side as a float array with one trailing 0 where masked slots
+            # point: the slot loop is a branch-free gather and multiply.
+            pad = np.zeros(n + 1, out.dtype)
+            un = np.uint64(n)
+            for t in range(n):
+                v = by_col[t]
+                pad[t] = (1.0 if v != 0 else 0.0) if (BINARY and not TRANSPOSE) else v
+        for i in range(m):
+            if MATRIX:
+                na = 0  # the columns that contribute in row i
+                for c in range(cols):
+                    if by_row[i, c] != 0 or not TRANSPOSE:  # A.T @ x: active sources
+                        active[na] = c
+                        na += 1
+                if na == 0:
+                    out[i, :] = 0
+                    continue
+                for j in range(k):
+                    t = indices[i, j]
+                    inside = (t >= 0) & (t < n)
+                    tt = t if inside else 0
+                    s = 0.0
+                    for a in range(na):
+                        c = active[a]
+                        if BINARY and TRANSPOSE:
+                            s += by_col[tt, c]
+                        elif BINARY:
+                            s += by_row[i, c] if by_col[tt, c] != 0 else 0.0
+                        else:
+                            s += by_row[i, c] * by_col[tt, c]
+                    out[i, j] = s if inside else 0.0
+                continue
+            ri = by_row[i]
+            if TRANSPOSE and ri == 0:
+                out[i, :] = 0  # a silent source: its slots are not read
+                continue
+            one = pad[n] + 1  # 1 in the output's dtype
+            r = one if BINARY and TRANSPOSE else ri
+            row, dst = indices[i], out[i]
+            for j in range(k):
+                u = np.uint64(row[j])  # a negative index wraps to a huge one: masked too
+                dst[j] = r * pad[min(u, un)]
+
+    return fixed_weight_grad

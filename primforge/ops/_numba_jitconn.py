@@ -10,7 +10,11 @@ signed overflow ever happens).
 * The skip count (a geometric variate) starts from a guide table indexed by the draw's top
   bits (built once per ``prob`` and frozen into the compiled kernel) and walks the threshold
   table to the exact integer answer: bitwise the same integer the binary search of the
-  other backends finds, about one step on average, no floating point.
+  other backends finds, usually without a step, no floating point.
+* Each row carries its draw counter and advances it by one addition per synapse (the
+  counter-based draws never depend on earlier ones), so no draw costs a multiplication
+  beyond the mixing itself; a shared weight with binary events counts the active synapses
+  as an integer.
 * ``W.T @ x`` (``x @ W``) only generates the rows whose input is non-zero: the work is the
   number of active rows times their length (event-driven). ``W @ x`` must generate every
   row, but draws a synapse's weight only when its input is non-zero (draws are
@@ -59,6 +63,10 @@ def _helpers():
         return mix((key + golden_times(c + 1)) & MASK)
 
     @numba.njit(inline="always", nogil=True)
+    def draw_at(ctr, offset):  # the draw whose counter is ``ctr`` advanced by ``offset``
+        return mix((ctr + offset) & MASK)
+
+    @numba.njit(inline="always", nogil=True)
     def unit(h):  # odd multiples of 2**-24 in (0, 1): exact in float32
         return ((h >> 9) * 2 + 1) * 5.9604644775390625e-08
 
@@ -69,21 +77,22 @@ def _helpers():
             g += 1
         return g
 
-    return mix, draw, unit, skip
+    return mix, draw, draw_at, unit, skip
 
 
 def guide_table(table: np.ndarray) -> tuple[np.ndarray, int]:
     """A guide into ``table``: the start of the search for each bucket of top draw bits.
 
-    With ``bits`` about ``log2(len(table))`` the walk from the guide to the exact gap takes
-    about one step on average, and no floating point is involved.
+    With ``bits`` about ``log2(len(table)) + 3`` (at most 16: 256 KiB of int32) the walk
+    from the guide to the exact gap ends at its first comparison in most buckets, so its
+    loop branch is well predicted; no floating point is involved.
     """
     k_max = table.size - 1
-    bits = min(16, max(8, int(k_max).bit_length()))
+    bits = min(16, max(8, int(k_max).bit_length() + 3))
     shift = 32 - bits
     tops = (np.arange(1, 2**bits + 1, dtype=np.int64) << shift) - 1  # largest draw per bucket
     neg = -table[:-1].astype(np.int64)  # ascending
-    guide = np.searchsorted(neg, -tops, side="left").astype(np.int64)
+    guide = np.searchsorted(neg, -tops, side="left").astype(np.int32)
     return guide, shift
 
 
@@ -101,7 +110,7 @@ def kernel(binary: bool, matrix: bool, transpose: bool, kind: str, prob: float):
 
     GUIDE, SHIFT = guide_table(threshold_table(prob))
 
-    mix, draw, unit, skip = _helpers()
+    mix, _draw, draw_at, unit, skip = _helpers()
     BINARY = binary
     KIND = {"homo": 0, "uniform": 1, "normal": 2}[kind]
     SEED_SALT, ROW_SALT = 0x3C6EF372, 0x85EBCA6B
@@ -111,16 +120,25 @@ def kernel(binary: bool, matrix: bool, transpose: bool, kind: str, prob: float):
     def row_key(seedkey, i):
         return mix((seedkey + mix(i ^ ROW_SALT)) & MASK)
 
+    # Synapse ``s`` of a row uses the draws with counters 3s (its gap), 3s+1 and 3s+2 (its
+    # weight), i.e. ``key + GOLDEN * (c + 1)`` mod 2**32 for those c: the loops carry
+    # ``ctr = key + GOLDEN * (3s + 1)`` and advance it by one addition per synapse instead of
+    # a multiplication per draw.
+    START = _GOLDEN & MASK
+    STEP = (3 * _GOLDEN) & MASK
+    W1 = _GOLDEN & MASK
+    W2 = (2 * _GOLDEN) & MASK
+
     @numba.njit(inline="always", nogil=True)
-    def weight(th, key, s):
+    def weight(th, ctr):
         # ``th``: the weight parameters as a tuple of float64 scalars, read once per call
         # (reading them from the array at every synapse cost several times more).
         if KIND == 0:
             return th[0]
-        u1 = unit(draw(key, 3 * s + 1))
+        u1 = unit(draw_at(ctr, W1))
         if KIND == 1:
             return th[0] + (th[1] - th[0]) * u1
-        u2 = unit(draw(key, 3 * s + 2))
+        u2 = unit(draw_at(ctr, W2))
         z = math.sqrt(-2.0 * math.log(u1)) * math.cos(TWO_PI * u2)
         return th[0] + th[1] * z
 
@@ -139,25 +157,27 @@ def kernel(binary: bool, matrix: bool, transpose: bool, kind: str, prob: float):
             seedkey = mix((seed[0] & MASK) ^ SEED_SALT)
             th = params(theta)
             for i in range(m):
-                key = row_key(seedkey, i)
+                ctr = (row_key(seedkey, i) + START) & MASK
                 j = -1
-                s = 0
+                count = 0  # shared weight, binary events: an exact integer count
                 acc = 0.0
                 while True:
-                    g = skip(draw(key, 3 * s), table, GUIDE, SHIFT)
+                    g = skip(mix(ctr), table, GUIDE, SHIFT)
                     if g >= n - 1 - j:
                         break
                     j += 1 + g
                     xv = x[j]
                     if KIND == 0:  # shared weight: no branch, applied once per row below
                         if BINARY:
-                            acc += 1.0 if xv != 0 else 0.0
+                            count += 1 if xv != 0 else 0
                         else:
                             acc += xv
                     elif xv != 0:  # a random weight is drawn only where it is needed
-                        w = weight(th, key, s)
+                        w = weight(th, ctr)
                         acc += w if BINARY else w * xv
-                    s += 1
+                    ctr = (ctr + STEP) & MASK
+                if KIND == 0 and BINARY:
+                    acc = float(count)
                 out[i] = acc * theta[0] if KIND == 0 else acc
 
         return jitc_mv
@@ -175,20 +195,19 @@ def kernel(binary: bool, matrix: bool, transpose: bool, kind: str, prob: float):
                 xi = x[i]
                 if xi == 0:
                     continue
-                key = row_key(seedkey, i)
+                ctr = (row_key(seedkey, i) + START) & MASK
                 j = -1
-                s = 0
                 while True:
-                    g = skip(draw(key, 3 * s), table, GUIDE, SHIFT)
+                    g = skip(mix(ctr), table, GUIDE, SHIFT)
                     if g >= n - 1 - j:
                         break
                     j += 1 + g
-                    w = weight(th, key, s)
+                    w = weight(th, ctr)
                     if BINARY:
                         out[j] += w
                     else:
                         out[j] += w * xi
-                    s += 1
+                    ctr = (ctr + STEP) & MASK
 
         return jitc_t_mv
 
@@ -202,15 +221,14 @@ def kernel(binary: bool, matrix: bool, transpose: bool, kind: str, prob: float):
             th = params(theta)
             out[:] = 0
             for i in range(m):
-                key = row_key(seedkey, i)
+                ctr = (row_key(seedkey, i) + START) & MASK
                 j = -1
-                s = 0
                 while True:
-                    g = skip(draw(key, 3 * s), table, GUIDE, SHIFT)
+                    g = skip(mix(ctr), table, GUIDE, SHIFT)
                     if g >= n - 1 - j:
                         break
                     j += 1 + g
-                    w = weight(th, key, s)
+                    w = weight(th, ctr)
                     for c in range(kcols):
                         xv = x[j, c]
                         if BINARY:
@@ -218,7 +236,7 @@ def kernel(binary: bool, matrix: bool, transpose: bool, kind: str, prob: float):
                                 out[i, c] += w
                         else:
                             out[i, c] += w * xv
-                    s += 1
+                    ctr = (ctr + STEP) & MASK
 
         return jitc_mm
 
@@ -238,21 +256,20 @@ def kernel(binary: bool, matrix: bool, transpose: bool, kind: str, prob: float):
                     na += 1
             if na == 0:
                 continue
-            key = row_key(seedkey, i)
+            ctr = (row_key(seedkey, i) + START) & MASK
             j = -1
-            s = 0
             while True:
-                g = skip(draw(key, 3 * s), table, GUIDE, SHIFT)
+                g = skip(mix(ctr), table, GUIDE, SHIFT)
                 if g >= n - 1 - j:
                     break
                 j += 1 + g
-                w = weight(th, key, s)
+                w = weight(th, ctr)
                 for t in range(na):
                     c = act[t]
                     if BINARY:
                         out[j, c] += w
                     else:
                         out[j, c] += w * x[i, c]
-                s += 1
+                ctr = (ctr + STEP) & MASK
 
     return jitc_t_mm
