@@ -20,6 +20,7 @@ import numpy as np
 
 from primforge import _compat
 from primforge.kernel.kernel import XLACustomKernel
+from primforge.ops import _sharding
 
 __all__ = ["weight_grad"]
 
@@ -74,6 +75,7 @@ weight_grad_p.def_numba_kernel(_numba_generator, asdefault=True)
 weight_grad_p.def_abstract_eval(_shape_rule)
 weight_grad_p.def_jvp_rule(_jvp_rule)
 weight_grad_p.def_tags("sparse", "gradient")
+weight_grad_p.def_sharding_rule(_sharding.fixed_num_weight_grad_rule)
 del _platform
 
 

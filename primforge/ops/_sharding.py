@@ -33,6 +33,7 @@ __all__ = [
     "compressed_update_rule",
     "csr_rule",
     "csr_weight_grad_rule",
+    "fixed_num_weight_grad_rule",
     "dense_rule",
     "dense_update_rule",
     "fixed_num_rule",
@@ -75,6 +76,28 @@ def csr_weight_grad_rule(ins, outs, *, matrix, **_) -> ShardingRule:
         return ShardingRule("e, p, r c, s c -> e", reduction_factors=("c",),
                             need_replication_factors=("e",))
     return ShardingRule("e, p, r, s -> e", need_replication_factors=("e",))
+
+
+def fixed_num_weight_grad_rule(ins, outs, *, transpose, matrix, **_) -> ShardingRule:
+    """The per-entry weight gradient of a fixed-number product ``(indices, ct, x) -> (m, k)``.
+
+    The ``m`` rows shard with the result (each row's gradient reads its own row of the
+    cotangent, or of the input for ``A.T @ x``); the side gathered through the indices is
+    kept whole; matrix inputs sum over their columns, a reduction factor.
+
+    Example:
+        >>> import jax
+        >>> s = lambda *shape: jax.ShapeDtypeStruct(shape, 'float32')
+        >>> r = fixed_num_weight_grad_rule((s(4, 3), s(6, 8), s(4, 8)), (s(4, 3),),
+        ...                                transpose=True, matrix=True)
+        >>> r.rule, r.reduction_factors
+        ('m k, n c, m c -> m k', ('c',))
+    """
+    c = " c" if matrix else ""
+    ct, x = ("n", "m") if transpose else ("m", "n")
+    return ShardingRule(f"m k, {ct}{c}, {x}{c} -> m k",
+                        reduction_factors=("c",) if matrix else (),
+                        need_replication_factors=("n",))
 
 
 def fixed_num_rule(ins, outs, *, transpose, **_) -> ShardingRule:

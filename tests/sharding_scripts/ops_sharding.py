@@ -310,6 +310,26 @@ def fixed_num_grad_rows_sharded():
 
 
 @check
+def fixed_num_weight_grad_of_the_scatter_matmat():
+    # The per-entry weight gradient of A.T @ X (matrix X, rows sharded): each row of the
+    # gradient reads its own rows of X; the batch columns are summed.
+    x = events(RNG, (M, C), False)
+    dense = fn_dense(FN_W, FN_IND)
+    ct = np.cos(dense.T @ x)  # (N, C): d loss / d y for loss = sum(sin(y))
+    indices = put(FN_IND, "x")
+
+    def loss(w, x):
+        return jnp.sum(jnp.sin(ops.fixed_num_mm(w, indices, x, shape=(M, N), transpose=True)))
+
+    args = (put(FN_W, "x"), put(x, "x"))
+    g_w = jax.jit(jax.grad(loss))(*args)
+    close(g_w, np.einsum("mc,mkc->mk", x, ct[FN_IND]), "d/d weights")
+    expect_spec(g_w, ("x",), "the weights' cotangent")
+    expect_collectives(jax.grad(loss), args, {"all-reduce"},
+                       "weight grad of the row-sharded scatter matmat")
+
+
+@check
 def fixed_num_vmap_over_a_sharded_batch():
     ws = ops.FixedNum.from_indices(FN_IND, FN_W, shape=(M, N))
     xs = events(RNG, (B, M), True)
