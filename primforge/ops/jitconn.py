@@ -153,15 +153,6 @@ def _numba_generator(binary: bool, matrix: bool):
     return generate
 
 
-def _numba_generator(binary: bool, matrix: bool):
-    def generate(*, prob, transpose, weight_kind, **_):
-        from primforge.ops import _numba_jitconn
-
-        return _numba_jitconn.kernel(binary, matrix, bool(transpose), weight_kind, float(prob))
-
-    return generate
-
-
 # ----------------------------------------------------------------------------- shape rule
 def _shape_rule(binary: bool, matrix: bool):
     who = FAMILY.name(binary, matrix)
