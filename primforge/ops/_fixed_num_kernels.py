@@ -23,7 +23,7 @@ import jax
 import jax.numpy as jnp
 import numpy as np
 
-from primforge.ops import _scaffold, _sharding
+from primforge.ops import _fixed_num_grad, _scaffold, _sharding
 
 __all__ = [
     "binary_fixed_num_mm",
@@ -128,8 +128,6 @@ def _weight_cotangent(binary, matrix, ct, w_aval, structure, x, *, shape, transp
             lambda e: FAMILY.call(binary, matrix, e, indices, x, shape=shape,
                                   transpose=transpose, backend=backend), ct, w_aval.dtype, 1)
     if backend in (None, "numba", "jax"):  # one kernel: a single pass on the CPU
-        from primforge.ops import _fixed_num_grad
-
         return _fixed_num_grad.weight_grad(binary, matrix, ct, x, indices, transpose=transpose,
                                            dtype=w_aval.dtype, backend=backend)
     ev = (x != 0).astype(ct.dtype) if binary else x.astype(ct.dtype)
