@@ -33,10 +33,10 @@ __all__ = [
     "compressed_update_rule",
     "csr_rule",
     "csr_weight_grad_rule",
-    "fixed_num_weight_grad_rule",
     "dense_rule",
     "dense_update_rule",
     "fixed_num_rule",
+    "fixed_num_weight_grad_rule",
     "install",
     "jitc_rule",
 ]
