@@ -219,6 +219,20 @@ def register_dataclass_node(cls, data_fields, meta_fields) -> bool:
     return True
 
 
+def lowering_has_device_assignment(ctx) -> bool:
+    """False when a lowering rule's ``ctx`` lowers without a device assignment.
+
+    That happens when a primitive is lowered inside another primitive's lowering (a kernel
+    whose ``jax`` backend calls another kernel): JAX decides from the top-level program
+    whether lowering needs devices, and custom_partitioning cannot run without them.
+    """
+    from jax._src import sharding_impls
+
+    ac = getattr(getattr(ctx, "module_context", None), "axis_context", None)
+    return not (isinstance(ac, sharding_impls.ShardingContext)
+                and ac.device_assignment is None)
+
+
 def lowering_devices(ctx) -> tuple:
     """The devices of the backend a lowering rule's ``ctx`` lowers for (may be empty).
 

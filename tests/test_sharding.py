@@ -17,6 +17,7 @@ from pathlib import Path
 
 import jax
 import jax.numpy as jnp
+import numpy as np
 import pytest
 
 import primforge
@@ -246,3 +247,17 @@ def test_single_device_types_unchanged():
     assert sharding.result_shardings(k, [aval], outs=outs) is None
     (res,) = sharding.result_avals(k, [aval], [aval], outs=outs)
     assert res.shape == (3,) and res.dtype == jnp.float32
+
+
+def test_a_kernel_with_a_rule_lowers_inside_another_kernels_lowering():
+    """A ``jax`` backend may call a kernel that has a rule: lowered inside the outer kernel
+    (no device assignment there), the inner one runs unpartitioned, with the right values."""
+    inner = primforge.XLACustomKernel("test_nested_rule_inner", replace=True)
+    inner.def_kernel("jax", "cpu", lambda **kw: lambda x: (3.0 * x,))
+    inner.def_sharding_rule("elementwise")
+    outer = primforge.XLACustomKernel("test_nested_rule_outer", replace=True)
+    out = jax.ShapeDtypeStruct((5,), jnp.float32)
+    outer.def_kernel("jax", "cpu", lambda **kw: lambda x: (inner(x, outs=out) + 1.0,))
+    x = jnp.arange(5, dtype=jnp.float32)
+    got = jax.jit(lambda x: outer(x, outs=out))(x)
+    np.testing.assert_allclose(np.asarray(got), 3.0 * np.arange(5) + 1.0)

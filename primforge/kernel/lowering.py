@@ -223,7 +223,10 @@ class LoweringMixin(KernelState):
             platform, ins=ins, outs=outs, batch=batch, backend=backend, context=context,
             debug=debug, **params,
         )
-        if not debug:  # debug mode checks whole arrays: a sharded call runs gathered
+        # Debug mode checks whole arrays: a sharded call runs gathered. A kernel lowered
+        # inside another kernel's lowering has no device assignment to partition over
+        # (the outer kernel runs on gathered inputs): it lowers as is.
+        if not debug and _compat.lowering_has_device_assignment(ctx):
             fn = _sharding.partition_lowering(
                 self, fn, platform=platform, ins=ins, outs=outs, batch=batch, backend=backend,
                 context=context, params=params,
