@@ -233,7 +233,13 @@ def test_autotune_drops_a_threaded_candidate_that_disagrees(fake_times, tmp_path
         return off_by_one
 
     monkeypatch.setattr(_numba_csr, "parallel_kernel", wrong)
+    ops.csrmm_p.clear_cache()  # a threaded kernel built by an earlier test would hide the patch
     fake_times.update({"numba_parallel": 1e-6, "numba": 2e-4, "jax": 1e-3})
-    out = autotune.tune([ops.csrmm_p], platform="cpu", backends=["numba", "numba_parallel"],
-                        n_warmup=1, n_runs=2, path=tmp_path / "a.json", apply=False)
+    try:
+        out = autotune.tune([ops.csrmm_p], platform="cpu",
+                            backends=["numba", "numba_parallel"], n_warmup=1, n_runs=2,
+                            path=tmp_path / "a.json", apply=False)
+    finally:
+        monkeypatch.undo()
+        ops.csrmm_p.clear_cache()  # nothing built from the wrong kernel outlives the test
     assert out[ops.csrmm_p.name]["backend"] == "numba"

@@ -110,3 +110,43 @@ def weight_grad(binary, matrix, ct, x, indices, indptr, *, transpose, dtype, bac
     return weight_grad_p(jnp.asarray(indices), jnp.asarray(indptr), jnp.asarray(ct),
                          jnp.asarray(x), binary=bool(binary), transpose=bool(transpose),
                          matrix=bool(matrix), dtype=np.dtype(dtype).name, backend=backend)
+
+
+# ----------------------------------------------------------------------------- benchmark hooks
+def _call(indices, indptr, ct, x, *, binary, transpose, matrix, backend=None):
+    """The kernel as ``primforge check`` / ``bench`` drive it (dtype of the cotangent)."""
+    return weight_grad(binary, matrix, ct, x, indices, indptr, transpose=transpose,
+                       dtype=np.asarray(ct).dtype, backend=backend)
+
+
+def _bench(*, platform: str) -> list:
+    """Both directions, binary and float events, vector and matrix inputs, with empty rows
+    and a zero input row (square matrices, so the cotangent and input have one length)."""
+    del platform
+    from primforge.bench import BenchmarkConfig
+
+    out = []
+    for i, (n, p) in enumerate(((1_000, 0.02), (4_000, 0.01))):
+        rs = np.random.RandomState(7 + i)
+        counts = rs.binomial(n, p, n)
+        counts[::13] = 0  # empty rows
+        indptr = np.concatenate([[0], np.cumsum(counts)]).astype(np.int32)
+        indices = np.concatenate([np.sort(rs.choice(n, c, replace=False)) for c in counts])
+        for binary in (True, False):
+            for matrix in (False, True):
+                for transpose in (False, True):
+                    shape = (n, 8) if matrix else (n,)
+                    ct = rs.standard_normal(shape).astype(np.float32)
+                    x = rs.random_sample(shape) < 0.05 if binary else \
+                        rs.standard_normal(shape).astype(np.float32)
+                    x[: n // 10] = 0  # silent sources
+                    out.append(BenchmarkConfig(
+                        args=(indices.astype(np.int32), indptr, ct, x),
+                        kwargs={"binary": binary, "transpose": transpose, "matrix": matrix},
+                        params={"n": n, "p": p, "binary": binary, "matrix": matrix,
+                                "transpose": transpose}))
+    return out
+
+
+weight_grad_p.def_call(_call)
+weight_grad_p.def_benchmark_data(_bench)

@@ -94,3 +94,42 @@ def weight_grad(binary, matrix, ct, x, indices, *, transpose, dtype, backend=Non
     return weight_grad_p(jnp.asarray(indices), jnp.asarray(ct), jnp.asarray(x),
                          binary=bool(binary), transpose=bool(transpose), matrix=bool(matrix),
                          dtype=np.dtype(dtype).name, backend=backend)
+
+
+# ----------------------------------------------------------------------------- benchmark hooks
+def _call(indices, ct, x, *, binary, transpose, matrix, backend=None):
+    """The kernel as ``primforge check`` / ``bench`` drive it (dtype of the cotangent)."""
+    return weight_grad(binary, matrix, ct, x, indices, transpose=transpose,
+                       dtype=np.asarray(ct).dtype, backend=backend)
+
+
+def _bench(*, platform: str) -> list:
+    """Both directions, binary and float events, vector and matrix inputs, with masked
+    slots (-1 and n) and silent sources (square, so the cotangent and input have one length)."""
+    del platform
+    from primforge.bench import BenchmarkConfig
+
+    out = []
+    for i, (n, k) in enumerate(((1_000, 20), (4_000, 40))):
+        rs = np.random.RandomState(17 + i)
+        indices = rs.randint(0, n, (n, k)).astype(np.int32)
+        indices[::7, -1] = -1
+        indices[::11, 0] = n
+        for binary in (True, False):
+            for matrix in (False, True):
+                for transpose in (False, True):
+                    shape = (n, 8) if matrix else (n,)
+                    ct = rs.standard_normal(shape).astype(np.float32)
+                    x = rs.random_sample(shape) < 0.05 if binary else \
+                        rs.standard_normal(shape).astype(np.float32)
+                    x[: n // 10] = 0  # silent sources
+                    out.append(BenchmarkConfig(
+                        args=(indices, ct, x),
+                        kwargs={"binary": binary, "transpose": transpose, "matrix": matrix},
+                        params={"n": n, "k": k, "binary": binary, "matrix": matrix,
+                                "transpose": transpose}))
+    return out
+
+
+weight_grad_p.def_call(_call)
+weight_grad_p.def_benchmark_data(_bench)
