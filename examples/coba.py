@@ -283,7 +283,7 @@ def _jitc_propagate(prob: float):
     (compute-bound: the generator's hashes and table look-ups), then the buffer is
     scattered (memory-bound: independent read-modify-writes that the CPU overlaps). Done in
     one loop, each random access to the accumulators would wait behind a row's generation.
-    Every weight of a population is the same, so the sums do not depend on the order.
+    The additions keep the event-driven product's order (rows, then columns, increasing).
     """
     import numba
 
@@ -407,19 +407,18 @@ def _numba_jitc_step(*, steps, prob, n_exc, threads=1, **_):
     """The Numba kernel over just-in-time connectivity: rows regenerated as spikes come."""
     import numba
 
+    ne = int(n_exc)
     if threads > 1:
         threaded = _numba_jitc_loop_threaded(int(steps), float(prob), int(threads))
-        ne_ = int(n_exc)
 
         @numba.njit(nogil=True)
         def step_threaded(v, ge, gi, ref, we, wi, seeds, v_out, ge_out, gi_out, ref_out,
                           spike_out):
-            threaded(v, ge, gi, ref, we[0], wi[0], seeds[0], seeds[1], ne_, v_out, ge_out,
+            threaded(v, ge, gi, ref, we[0], wi[0], seeds[0], seeds[1], ne, v_out, ge_out,
                      gi_out, ref_out, spike_out)
 
         return step_threaded
     loop = _numba_loop(int(steps), _jitc_propagate(float(prob)))
-    ne = int(n_exc)
 
     @numba.njit(nogil=True)
     def step(v, ge, gi, ref, we, wi, seeds, v_out, ge_out, gi_out, ref_out, spike_out):
