@@ -20,7 +20,7 @@ import numpy as np
 
 from primforge import _compat
 from primforge.kernel.kernel import XLACustomKernel
-from primforge.ops import _sharding
+from primforge.ops import _scaffold, _sharding
 
 __all__ = ["weight_grad"]
 
@@ -118,11 +118,9 @@ def _bench(*, platform: str) -> list:
         for binary in (True, False):
             for matrix in (False, True):
                 for transpose in (False, True):
-                    shape = (n, 8) if matrix else (n,)
-                    ct = rs.standard_normal(shape).astype(np.float32)
-                    x = rs.random_sample(shape) < 0.05 if binary else \
-                        rs.standard_normal(shape).astype(np.float32)
+                    x = _scaffold.bench_input(rs, n, binary, matrix)
                     x[: n // 10] = 0  # silent sources
+                    ct = rs.standard_normal(x.shape).astype(np.float32)
                     out.append(BenchmarkConfig(
                         args=(indices, ct, x),
                         kwargs={"binary": binary, "transpose": transpose, "matrix": matrix},
