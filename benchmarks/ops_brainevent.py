@@ -20,7 +20,11 @@ Covers every operator family brainevent has besides its CSR products:
   one matrix for both directions, as primforge's);
 * ``plast``: plasticity updates (``update_on_pre`` / ``update_on_post`` on dense, CSR and
   fixed-number weights vs ``update_dense_on_binary_pre/post``, ``update_csr_on_binary_*``,
-  ``update_fixed_*``).
+  ``update_fixed_*``). Updates on the side not stored as rows run with primforge's column
+  index (:func:`primforge.ops.with_column_index`, built once outside the timed call) and,
+  in the rows marked "(no index)", without it. The "scan" rows update the weights for
+  ``BATCH`` steps under ``lax.scan`` (the weights carried from step to step), as a
+  simulation does.
 
 Every case runs at two event rates. Contenders: ``pf`` (primforge, backend 'numba'),
 ``pf_par`` (backend 'numba_parallel' where the kernel has it, else 'numba'), ``be``
@@ -236,6 +240,10 @@ def jitc_cases(n, p, seed=7):
     return out
 
 
+def _fixed_weights(W):
+    return W.matrix.weights if isinstance(W, ops.ColumnIndexed) else W.weights
+
+
 def plast_cases(n, n_dense, p, k, seed=5):
     rng = np.random.default_rng(seed)
     out = {}
@@ -261,6 +269,7 @@ def plast_cases(n, n_dense, p, k, seed=5):
         (lambda s: be.update_csr_on_binary_pre(C.data, C.indices, C.indptr, s, tr, 0.0, 1.0,
                                                shape=C.shape)) if be else None,
         "bool", "exact")
+    csc_ind = csc_ptr = widx = None
     if be is not None:
         # brainevent's post update on CSR walks a CSC view: its column structure and the
         # position of every entry in the CSR data, built once outside the timed call.
@@ -274,7 +283,14 @@ def plast_cases(n, n_dense, p, k, seed=5):
         widx = jnp.asarray(order.astype(np.int32))
         be_post = lambda s: be.update_csr_on_binary_post(C.data, csc_ind, csc_ptr, widx, tr, s,
                                                         0.0, 1.0, shape=C.shape)
+    # The column side with primforge's column index (built once, outside the timed call, as
+    # brainevent's CSC view is), and without it (one pass over the stored column indices).
+    CI = ops.with_column_index(C)
     out["plast csr on_post bool"] = (
+        lambda b: (lambda s: ops.update_on_post(CI, s, tr, w_min=0.0, w_max=1.0,
+                                                backend=b).matrix.data),
+        be_post if be else None, "bool", "exact")
+    out["plast csr on_post bool (no index)"] = (
         lambda b: (lambda s: ops.update_on_post(C, s, tr, w_min=0.0, w_max=1.0,
                                                 backend=b).data),
         be_post if be else None, "bool", "exact")
@@ -296,10 +312,49 @@ def plast_cases(n, n_dense, p, k, seed=5):
             else:
                 be_up = (lambda s, cls=cls: cls(wf, ind, shape=(n, n))
                          .update_on_post(tr, s, 0.0, 1.0).data)
-            out[f"plast fixed(per={per}) on_{side} bool"] = (
-                lambda b, F=F, f=pf_up: (lambda s: f(F, s, tr, w_min=0.0, w_max=1.0,
-                                                     backend=b).weights),
-                be_up, "bool", "exact")
+            column_side = (side == "pre") != (per == "pre")
+            variants = [(F, "")]
+            if column_side:  # with the column index, and without it
+                variants = [(ops.with_column_index(F), ""), (F, " (no index)")]
+            for W, note in variants:
+                out[f"plast fixed(per={per}) on_{side} bool{note}"] = (
+                    lambda b, W=W, f=pf_up: (lambda s: _fixed_weights(
+                        f(W, s, tr, w_min=0.0, w_max=1.0, backend=b))),
+                    be_up, "bool", "exact")
+    # A simulation updates its weights every step: BATCH steps under lax.scan, the weights
+    # carried from step to step. primforge's numba kernels write into the carried buffer
+    # (no copy of the untouched synapses); brainevent's return a new array each step.
+    def scan(step, w0):
+        def run(spikes):
+            return jax.lax.scan(lambda w, s: (step(w, s), None), w0, spikes)[0]
+        return run
+
+    steps = {
+        "dense on_pre": (lambda b: lambda w, s: ops.update_on_pre(w, s, trd, w_min=0.0,
+                                                                  w_max=1.0, backend=b),
+                         lambda w, s: be.update_dense_on_binary_pre(w, s, trd, 0.0, 1.0),
+                         Wd, "@dense"),
+        "dense on_post": (lambda b: lambda w, s: ops.update_on_post(w, s, trd, w_min=0.0,
+                                                                    w_max=1.0, backend=b),
+                          lambda w, s: be.update_dense_on_binary_post(w, trd, s, 0.0, 1.0),
+                          Wd, "@dense"),
+        "csr on_pre": (lambda b: lambda w, s: ops.update_on_pre(C.with_data(w), s, tr,
+                                                                w_min=0.0, w_max=1.0,
+                                                                backend=b).data,
+                       lambda w, s: be.update_csr_on_binary_pre(w, C.indices, C.indptr, s, tr,
+                                                                0.0, 1.0, shape=C.shape),
+                       C.data, ""),
+        "csr on_post": (lambda b: lambda w, s: ops.update_on_post(CI.with_data(w), s, tr,
+                                                                  w_min=0.0, w_max=1.0,
+                                                                  backend=b).matrix.data,
+                        lambda w, s: be.update_csr_on_binary_post(w, csc_ind, csc_ptr, widx, tr,
+                                                                  s, 0.0, 1.0, shape=C.shape),
+                        C.data, ""),
+    }
+    for name, (pf_step, be_step, w0, size) in steps.items():
+        out[f"plast {name} bool, scan of {BATCH} steps"] = (
+            lambda b, pf_step=pf_step, w0=w0: scan(pf_step(b), w0),
+            scan(be_step, w0) if be else None, "batch" + size, "exact")
     return out
 
 

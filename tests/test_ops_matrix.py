@@ -246,6 +246,13 @@ def _p_fixed(rng, per: str):
     return Storage(w, pre, post, W.with_data, lambda W: W.weights)
 
 
+def _p_indexed(st: Storage) -> Storage:
+    """The same storage with a column index (``ops.with_column_index``)."""
+    X = ops.with_column_index(st.wrap(jnp.asarray(st.weights)))
+    return Storage(st.weights, st.pre, st.post, X.with_data,
+                   lambda X: st.unwrap(X.matrix))
+
+
 def _p_dense(rng):
     pre, post = np.meshgrid(np.arange(M), np.arange(N), indexing="ij")
     return Storage(_uniform(rng, (M, N)), pre, post, lambda w: w, lambda W: W)
@@ -259,6 +266,11 @@ P_FORMATS = {
                   ("jax", "numba", "pallas")),
     "fixed_post": ("fixed number, per post", lambda rng: _p_fixed(rng, "post"),
                    ("jax", "numba", "pallas")),
+    "csr_indexed": ("CSR, column-indexed", lambda rng: _p_indexed(_p_compressed(rng, False)),
+                    ("jax", "numba", "pallas")),
+    "fixed_pre_indexed": ("fixed number, per pre, column-indexed",
+                          lambda rng: _p_indexed(_p_fixed(rng, "pre")),
+                          ("jax", "numba", "pallas")),
     "dense": ("dense", _p_dense, ("jax", "numba")),
 }
 P_EVENTS = ("bool", "int8", "float32", "packed")  # packed: ops.pack_events of the bools

@@ -362,3 +362,57 @@ def test_column_updates_at_every_spike_count(backend, n_spikes):
     bad = ops.CSR._unchecked(C.data, C.indices.at[-1].set(n + 1), C.indptr, C.shape)
     got = np.asarray(ops.update_on_post(bad, spikes, trace, backend=backend).data)
     assert np.isnan(got).all() if n_spikes else not np.isnan(got).any()
+
+
+@pytest.mark.parametrize("fmt", ["csr", "csc", "fixed", "dense"])
+def test_the_callers_weights_are_never_modified(fmt):
+    """The numba kernels write into the weights' buffer: XLA must copy whenever the caller
+    still holds that buffer (eager calls, jit without donation, an unmapped vmap input)."""
+    dense = random_case(12, m=9, n=8, p=0.6)[1]
+    if fmt == "fixed":
+        W = ops.FixedNum(jnp.asarray(dense[:, :3] + 0.1), jnp.tile(jnp.arange(3), (9, 1)),
+                         shape=(9, 8))
+    else:
+        W = as_format(fmt, dense, dense != 0)
+    before = [np.array(x) for x in jax.tree_util.tree_leaves(W)]
+    for pre in (True, False):
+        fn = ops.update_on_pre if pre else ops.update_on_post
+        spikes = np.ones(9 if pre else 8, bool)
+        trace = np.ones(8 if pre else 9, np.float32)
+        outs = [fn(W, spikes, trace, backend="numba"),
+                jax.jit(lambda W, s, t, fn=fn: fn(W, s, t, backend="numba"))(W, spikes, trace),
+                jax.vmap(lambda s, fn=fn, t=trace: fn(W, s, t, backend="numba"))(
+                    np.stack([spikes] * 2))]
+        for out in outs:
+            assert not np.array_equal(np.asarray(jax.tree_util.tree_leaves(out)[0]),
+                                      before[0])  # the update did change weights
+    for got, want in zip(jax.tree_util.tree_leaves(W), before):
+        np.testing.assert_array_equal(np.asarray(got), want)
+
+
+def test_inside_a_scan_the_weights_are_updated_in_place():
+    """No copy of the weights per step: the compiled scan body holds no copy of them."""
+    W = ops.fixed_prob(400, 300, 0.1, weight=0.5, seed=3)
+    W = W.with_data(jnp.full(W.nnz, 0.5, jnp.float32))
+    spikes = np.random.RandomState(0).random_sample((5, 300)) < 0.1
+
+    def run(data):
+        def body(data, s):
+            new = ops.update_on_post(W.with_data(data), s, jnp.full(400, 0.01),
+                                     backend="numba")
+            return new.data, None
+        return jax.lax.scan(body, data, spikes)[0]
+
+    hlo = jax.jit(run, donate_argnums=0).lower(W.data).compile().as_text()
+    shape = f"f32[{W.nnz}]"
+    copies = [line for line in hlo.splitlines() if " copy(" in line and shape in line]
+    assert not copies, copies
+    calls = [line for line in hlo.splitlines() if "custom-call(" in line and shape in line]
+    assert calls and all("output_to_operand_aliasing" in line for line in calls), calls
+    dense = np.asarray(W.todense())
+    want = dense.copy()
+    for s in spikes:
+        want = numpy_update(want, dense != 0, s, np.full(400, 0.01, np.float32), pre=False,
+                            lo=None, hi=None)
+    got = W.with_data(jax.jit(run, donate_argnums=0)(jnp.array(W.data))).todense()
+    np.testing.assert_allclose(np.asarray(got), want, rtol=1e-6)

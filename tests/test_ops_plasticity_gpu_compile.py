@@ -144,3 +144,14 @@ def test_every_format_side_and_transformation_compiles(fmt, side):
                               batched(spikes), batched(trace), backend="pallas"))
     check(compile_for_targets(jax.vmap(f, in_axes=(0, None, None, None)), batched(w),
                               structure, spikes, trace, backend="pallas"))
+
+
+@pytest.mark.parametrize("backend", ["pallas", "jax"])
+def test_column_indexed_update_compiles(backend):
+    """A call with a column index (three more int32 operands) on the GPU backends."""
+    index = (sds((N + 1,), "int32"), sds((NNZ,), "int32"), sds((NNZ,), "int32"))
+    results = compile_for_targets(_update(backend, False, (0.0, 1.0)),
+                                  *_args(False, "float32", "int32"), *index, backend=backend)
+    if backend == "pallas":
+        for target, result in results.items():
+            assert _pallas_kernel_present(result, False), (target, result.kernels)

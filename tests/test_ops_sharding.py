@@ -58,6 +58,7 @@ PARTITIONED = [
     "dense_update_rows_and_columns_sharded",
     "dense_update_vmap_over_a_sharded_batch",
     "compressed_update_vmap_over_a_sharded_batch",
+    "compressed_update_with_a_column_index",
     "other_backends_partitioned",
     "explicit_mesh_types_follow_the_rules",
 ]
@@ -92,7 +93,8 @@ KERNEL_CHECKS = {
     "primforge.ops.dense_update": ["dense_update_rows_and_columns_sharded",
                                    "dense_update_vmap_over_a_sharded_batch"],
     "primforge.ops.compressed_update": ["compressed_update_sharded_inputs_stay_right",
-                                        "compressed_update_vmap_over_a_sharded_batch"],
+                                        "compressed_update_vmap_over_a_sharded_batch",
+                                        "compressed_update_with_a_column_index"],
 }
 
 

@@ -116,6 +116,11 @@ from primforge.ops.plasticity import (
 
 __all__ += ["compressed_update_p", "dense_update_p", "update_on_post", "update_on_pre"]
 
+# A matrix with an index of its synapses by stored column: column-side updates event-driven.
+from primforge.ops.column_index import ColumnIndexed, with_column_index
+
+__all__ += ["ColumnIndexed", "with_column_index"]
+
 # Bit-packed binary events, accepted by every binary product.
 from primforge.ops.packed import PackedEvents, pack_events
 

@@ -1,17 +1,27 @@
 """Numba CPU kernels for the plasticity updates (imported only when one is generated).
 
-Every kernel follows the numba backend's convention and fills its output in place; the
-output starts as a copy of the weights, then only the synapses that an event touches are
-changed. The variant (which side fires, clipping bounds, whether an out-of-range index is a
+Every kernel follows the numba backend's convention and fills its output in place. The
+output *is* the weights' buffer (the generators bind the kernels with
+``input_output_aliases={0: 0}``): XLA hands over the weights' buffer when it may be reused
+(a ``lax.scan`` carry, a donated argument) and copies the weights into it otherwise, so
+the kernel itself changes only the synapses that an event touches. The variant (which side fires, clipping bounds, whether an out-of-range index is a
 masked slot or a structural error) is fixed by closure constants.
 
 * Compressed storage ``(data, indices, indptr)`` of ``rows`` stored rows:
   ``on_rows`` walks only the stored rows whose spike is non-zero (event-driven: work is the
-  number of active rows times their length, plus the copy); ``on_cols`` must read every
-  stored column index to find the synapses of the spiking columns, but returns straight
-  after the copy when no column spikes; with few spiking columns it copies and then scans
-  (the update branch is rarely taken), with many (over 1/25) it copies and updates in one
-  fused pass with a select instead of a branch.
+  number of active rows times their length); ``on_cols`` must read every stored column
+  index to find the synapses of the spiking columns, but returns at once when no column
+  spikes; with few spiking columns it scans with a rarely taken update branch, with many
+  (over 1/25) it updates with a select instead of a branch.
+* Compressed storage with a column index ``(colptr, perm, rows)`` (update on columns):
+  visits ``perm[colptr[j]:colptr[j + 1]]`` for the spiking
+  columns ``j`` only (event-driven: no pass over the stored column indices). Every visited
+  entry is checked in the cache-resident arrays only (``colptr`` running from 0 and
+  non-decreasing, the position in range and increasing within the column, the row in range
+  and ``indptr[r] <= p < indptr[r + 1]``): a malformed index gives NaN, never an
+  out-of-bounds access. Whether the entry's column is ``j`` is not read back (that would be
+  a second random access per synapse): :class:`~primforge.ops.ColumnIndexed` guarantees it
+  by construction, and debug mode compares the result with the reference.
 * Dense ``(m, n)`` weights: ``on_rows`` adds the trace to the rows of active events
   (unit stride); ``on_cols`` first lists the active columns, then updates them row by row.
 * A structural error (``indptr`` not running from 0 to nnz non-decreasingly, or, when
@@ -47,7 +57,7 @@ def _clamp(lo, hi):
 
 @functools.cache
 def compressed_kernel(on_rows: bool, masked: bool, lo, hi):
-    """``kernel(data, indices, indptr, spikes, trace, out)`` for compressed storage.
+    """``kernel(data, indices, indptr, spikes, trace, out)`` for compressed storage (``out`` is ``data``).
 
     Long by design: the two njit bodies close over the variant's constants (bounds, masking),
     which Numba folds into the compiled loop; as separate functions they would become
@@ -68,7 +78,6 @@ def compressed_kernel(on_rows: bool, masked: bool, lo, hi):
             m = spikes.shape[0]
             n = trace.shape[0]
             nnz = indices.shape[0]
-            out[:] = data
             ok = indptr_ok(indptr, m, nnz)
             if ok:
                 for i in range(m):
@@ -103,13 +112,11 @@ def compressed_kernel(on_rows: bool, masked: bool, lo, hi):
             hit[j] = h
             count += h
         if count == 0:
-            out[:] = data
             return
         un = np.uint64(n)
         ok = True
         if count * 25 <= n:
-            # Few spiking columns: copy, then a scan whose rare update branch predicts well.
-            out[:] = data
+            # Few spiking columns: a scan whose rare update branch predicts well.
             for i in range(m):
                 ti = trace[i]
                 for k in range(indptr[i], indptr[i + 1]):
@@ -124,8 +131,8 @@ def compressed_kernel(on_rows: bool, masked: bool, lo, hi):
                 if not ok:
                     break
         else:
-            # Many: one fused pass that copies and updates with a select (no branch on the
-            # spikes, which would mispredict often).
+            # Many: one pass that updates with a select (no branch on the spikes, which
+            # would mispredict often).
             bad = 0
             for i in range(m):
                 ti = trace[i]
@@ -143,8 +150,66 @@ def compressed_kernel(on_rows: bool, masked: bool, lo, hi):
 
 
 @functools.cache
+def indexed_kernel(masked: bool, lo, hi):
+    """``kernel(data, indices, indptr, spikes, trace, colptr, perm, rows, out)``: update on
+    columns (``out`` is ``data``)."""
+    import numba
+
+    from primforge.ops._numba_csr import _indptr_checker
+
+    indptr_ok = _indptr_checker()
+    clamp = _clamp(lo, hi)
+    MASKED = masked
+
+    @numba.njit(nogil=True)
+    def colptr_ok(colptr, n, nnz):
+        if colptr[0] != 0:
+            return False
+        for j in range(n):
+            if colptr[j + 1] < colptr[j]:
+                return False
+        return colptr[n] <= nnz
+
+    @numba.njit(nogil=True)
+    def on_cols_indexed(data, indices, indptr, spikes, trace, colptr, perm, rows, out):
+        m = trace.shape[0]
+        n = spikes.shape[0]
+        nnz = indices.shape[0]
+        ok = indptr_ok(indptr, m, nnz) and colptr_ok(colptr, n, nnz)
+        if ok and not MASKED and colptr[n] != nnz:
+            # Entries with an out-of-range column are left out of the index (after
+            # colptr[n]); unmasked, they are a structural error once any column fires.
+            for j in range(n):
+                if spikes[j] != 0:
+                    ok = False
+                    break
+        um, unnz = np.uint64(m), np.uint64(nnz)
+        if ok:
+            for j in range(n):
+                if spikes[j] == 0:
+                    continue
+                prev = -1
+                for q in range(colptr[j], colptr[j + 1]):
+                    p = perm[q]
+                    r = rows[q]
+                    # p > prev >= -1 also rules out a negative position.
+                    if (p <= prev or np.uint64(p) >= unnz or np.uint64(r) >= um
+                            or p < indptr[r] or p >= indptr[r + 1]):
+                        ok = False
+                        break
+                    prev = p
+                    out[p] = clamp(out[p] + trace[r])
+                if not ok:
+                    break
+        if not ok:
+            out[:] = np.nan
+
+    return on_cols_indexed
+
+
+@functools.cache
 def dense_kernel(on_rows: bool, lo, hi):
-    """``kernel(weights, spikes, trace, out)`` for a dense ``(m, n)`` weight matrix."""
+    """``kernel(weights, spikes, trace, out)`` for a dense ``(m, n)`` weight matrix (``out`` is ``weights``)."""
     import numba
 
     clamp = _clamp(lo, hi)
@@ -153,7 +218,6 @@ def dense_kernel(on_rows: bool, lo, hi):
 
         @numba.njit(nogil=True)
         def dense_rows(weights, spikes, trace, out):
-            out[:] = weights
             m, n = weights.shape
             for i in range(m):
                 if spikes[i] != 0:
@@ -164,7 +228,6 @@ def dense_kernel(on_rows: bool, lo, hi):
 
     @numba.njit(nogil=True)
     def dense_cols(weights, spikes, trace, out):
-        out[:] = weights
         m, n = weights.shape
         active = np.empty(n, np.int64)
         count = 0

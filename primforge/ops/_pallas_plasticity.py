@@ -107,7 +107,8 @@ def generator(fallback):
 
     Returns:
         ``generate(*, ins, outs, shape, on_rows, masked, w_min, w_max, platform)`` whose
-        kernel is ``(data, indices, indptr, spikes, trace) -> new data``.
+        kernel is ``(data, indices, indptr, spikes, trace, *index) -> new data`` (a column
+        index, when given, is not used).
 
     Example:
         >>> import jax.numpy as jnp
@@ -128,7 +129,8 @@ def generator(fallback):
                        platform=platform)
         dtype = np.dtype(outs[0].dtype)
 
-        def kernel(data, indices, indptr, spikes, trace):
+        def kernel(data, indices, indptr, spikes, trace, *index):
+            del index  # a column index does not change what a program per row reads
             if spikes.dtype == jnp.bool_:
                 spikes = spikes.astype(jnp.int8)
             y, bad = run(data, indices, indptr, spikes, trace)

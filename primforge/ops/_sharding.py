@@ -169,14 +169,20 @@ def dense_update_rule(ins, outs, *, on_rows, **_) -> str:
 
 
 def compressed_update_rule(ins, outs, **_) -> ShardingRule:
-    """Compressed plasticity ``(data, indices, indptr, spikes, trace)``: kept whole.
+    """Compressed plasticity ``(data, indices, indptr, spikes, trace[, colptr, perm, rows])``: kept whole.
 
     Example:
         >>> import jax
         >>> s = lambda *shape: jax.ShapeDtypeStruct(shape, 'float32')
         >>> compressed_update_rule((s(5), s(5), s(4), s(3), s(2)), (s(5),)).rule
         'e, e, p, a, b -> e'
+        >>> compressed_update_rule((s(5), s(5), s(4), s(3), s(2), s(4), s(5), s(5)),
+        ...                        (s(5),)).rule
+        'e, e, p, a, b, c, e, e -> e'
     """
+    if len(ins) > 5:  # with a column index
+        return ShardingRule("e, e, p, a, b, c, e, e -> e",
+                            need_replication_factors=("e", "p", "c"))
     return ShardingRule("e, e, p, a, b -> e", need_replication_factors=("e", "p"))
 
 

@@ -14,13 +14,19 @@ Design:
       columns. Which one a call uses follows from the format: a ``CSR`` (rows are
       presynaptic) updates on rows for presynaptic spikes, a ``CSC`` on columns.
     * Backends: ``jax`` (reference, every platform, the GPU/TPU default: one fused pass
-      over the stored synapses), ``numba`` (CPU default, event-driven on the stored rows)
+      over the stored synapses), ``numba`` (CPU default, event-driven on the stored rows;
+      it writes into the weights' buffer, so inside ``lax.scan`` or with donated weights
+      the untouched synapses are never copied)
       and, for compressed storage, ``pallas`` (opt-in on the GPU; interpreted on the CPU):
       its output aliases the weights, so only the synapses an event touches are written.
     * Autodiff: the result is ``where(touched & inside bounds, w + trace, clip)``; its JVP
       is linear jax.numpy in the tangents of the weights and the trace (a clipped synapse
       has zero derivative), so ``grad``, ``jvp`` and ``vjp`` all work; spikes have no
       derivative. ``vmap`` batches natively (one call for the whole batch).
+    * A column index (:func:`with_column_index`) makes the column-side update event-driven
+      too: the kernel takes it as three more operands ``(colptr, perm, rows)`` and the
+      ``numba`` backend visits only the synapses of the firing columns; the ``jax`` and
+      ``pallas`` backends compute the same result without it.
     * Bad structure never reads out of bounds: a ``CSR``/``CSC`` whose ``indptr`` is
       malformed, or with a column index out of range in a row the update visits, yields
       all-NaN weights (as the products do); ``FixedNum`` slots with an out-of-range index
@@ -38,6 +44,7 @@ import numpy as np
 from primforge import _compat
 from primforge.kernel.kernel import XLACustomKernel
 from primforge.ops import _common, _sharding
+from primforge.ops.column_index import ColumnIndexed, with_column_index
 from primforge.ops.csr import CSC, CSR
 from primforge.ops.fixed_num import FixedNum
 from primforge.ops.packed import as_events
@@ -104,20 +111,30 @@ def _dense_reference(weights, spikes, trace, *, on_rows, w_min, w_max):
 
 # ----------------------------------------------------------------------------- generators
 def _jax_compressed(*, shape, on_rows, masked, w_min, w_max, **_):
-    def kernel(data, indices, indptr, spikes, trace):
+    def kernel(data, indices, indptr, spikes, trace, *index):
+        del index  # the result does not depend on it
         return _compressed_reference(data, indices, indptr, spikes, trace, shape=shape,
                                      on_rows=on_rows, masked=masked, w_min=w_min, w_max=w_max)
 
     return kernel
 
 
-def _numba_compressed(*, outs, on_rows, masked, w_min, w_max, **_):
+def _in_place(fn, outs):
+    """The numba kernel ``fn`` writing into the weights' buffer (input 0 is output 0)."""
+    from primforge.kernel.backends.numba import numba_kernel
+
+    return numba_kernel(fn, outs=list(outs), input_output_aliases={0: 0})
+
+
+def _numba_compressed(*, ins, outs, on_rows, masked, w_min, w_max, **_):
     from primforge.ops import _numba_plasticity
 
     dtype = outs[0].dtype
-    return _numba_plasticity.compressed_kernel(bool(on_rows), bool(masked),
-                                               _cast_bound(w_min, dtype),
-                                               _cast_bound(w_max, dtype))
+    lo, hi = _cast_bound(w_min, dtype), _cast_bound(w_max, dtype)
+    if len(ins) == _N_INDEXED:
+        return _in_place(_numba_plasticity.indexed_kernel(bool(masked), lo, hi), outs)
+    return _in_place(_numba_plasticity.compressed_kernel(bool(on_rows), bool(masked), lo, hi),
+                     outs)
 
 
 def _jax_dense(*, on_rows, w_min, w_max, **_):
@@ -132,8 +149,8 @@ def _numba_dense(*, outs, on_rows, w_min, w_max, **_):
     from primforge.ops import _numba_plasticity
 
     dtype = outs[0].dtype
-    return _numba_plasticity.dense_kernel(bool(on_rows), _cast_bound(w_min, dtype),
-                                          _cast_bound(w_max, dtype))
+    return _in_place(_numba_plasticity.dense_kernel(bool(on_rows), _cast_bound(w_min, dtype),
+                                                    _cast_bound(w_max, dtype)), outs)
 
 
 # ----------------------------------------------------------------------------- shape rules
@@ -144,9 +161,15 @@ def _check_vector(who, name, x, length, *, floating):
         raise TypeError(f"{who}: {name!r} must be floating point, got {x.dtype}")
 
 
-def _compressed_shape_rule(data, indices, indptr, spikes, trace, *, shape, on_rows, **_):
+_N_INDEXED = 8  # operands of a call with a column index
+
+
+def _compressed_shape_rule(data, indices, indptr, spikes, trace, *index, shape, on_rows, **_):
     who = "compressed_update"
     m, n = shape
+    if index:
+        _check_index(who, index, nnz=indices.shape[0] if indices.shape else 0, n=n,
+                     on_rows=on_rows)
     if len(data.shape) != 1 or data.shape != indices.shape:
         raise ValueError(f"{who}: 'data' must hold one weight per stored synapse, shape "
                          f"{tuple(indices.shape)}, got {tuple(data.shape)}")
@@ -157,6 +180,19 @@ def _compressed_shape_rule(data, indices, indptr, spikes, trace, *, shape, on_ro
     _check_vector(who, "spikes", spikes, spike_len, floating=False)
     _check_vector(who, "trace", trace, trace_len, floating=True)
     return jax.ShapeDtypeStruct(data.shape, data.dtype)
+
+
+def _check_index(who, index, *, nnz, n, on_rows):
+    if len(index) != 3:
+        raise ValueError(f"{who}: a column index is three operands (colptr, perm, rows), got "
+                         f"{len(index)}")
+    if on_rows:
+        raise ValueError(f"{who}: a column index serves the update on columns only "
+                         f"(on_rows=False)")
+    for name, x, length in zip(("colptr", "perm", "rows"), index, (n + 1, nnz, nnz)):
+        _check_vector(who, name, x, length, floating=False)
+        if x.dtype != jnp.int32:
+            raise TypeError(f"{who}: {name!r} must be int32, got {x.dtype}")
 
 
 def _dense_shape_rule(weights, spikes, trace, *, on_rows, **_):
@@ -187,10 +223,10 @@ def _is_zero(t) -> bool:
 
 def _compressed_jvp(primals, tangents, *, outs, shape, on_rows, masked, w_min, w_max,
                     backend=None, **_):
-    data, indices, indptr, spikes, trace = primals
-    d_data, _, _, _, d_trace = tangents
+    data, indices, indptr, spikes, trace, *index = primals
+    d_data, _, _, _, d_trace, *_ = tangents
     del outs
-    y = _compressed_call(data, indices, indptr, spikes, trace, shape=shape, on_rows=on_rows,
+    y = _compressed_call(data, indices, indptr, spikes, trace, *index, shape=shape, on_rows=on_rows,
                          masked=masked, w_min=w_min, w_max=w_max, backend=backend)
     touched, safe, rows, _ = _compressed_masks(data, indices, indptr, spikes, shape=shape,
                                                on_rows=on_rows, masked=masked)
@@ -257,10 +293,10 @@ compressed_update_p.def_sharding_rule(_sharding.compressed_update_rule)
 dense_update_p.def_sharding_rule(_sharding.dense_update_rule)
 
 
-def _compressed_call(data, indices, indptr, spikes, trace, *, shape, on_rows, masked=False,
-                     w_min=None, w_max=None, backend=None):
+def _compressed_call(data, indices, indptr, spikes, trace, *index, shape, on_rows,
+                     masked=False, w_min=None, w_max=None, backend=None):
     out = jax.ShapeDtypeStruct(data.shape, data.dtype)
-    return compressed_update_p(data, indices, indptr, spikes, trace, outs=out,
+    return compressed_update_p(data, indices, indptr, spikes, trace, *index, outs=out,
                                shape=tuple(int(s) for s in shape), on_rows=bool(on_rows),
                                masked=bool(masked), w_min=w_min, w_max=w_max,
                                backend=backend)
@@ -300,6 +336,15 @@ def _shared_error(who):
 
 
 def _update(W, spikes, trace, *, pre: bool, w_min, w_max, backend, who):
+    if isinstance(W, ColumnIndexed):
+        new = _update_matrix(W.matrix, spikes, trace, pre=pre, w_min=w_min, w_max=w_max,
+                             backend=backend, who=who, index=W.index)
+        return W._rewrap(new)
+    return _update_matrix(W, spikes, trace, pre=pre, w_min=w_min, w_max=w_max,
+                          backend=backend, who=who)
+
+
+def _update_matrix(W, spikes, trace, *, pre: bool, w_min, w_max, backend, who, index=()):
     lo, hi = _bounds(who, w_min, w_max)
     spikes = _events(who, "pre_spikes" if pre else "post_spikes", spikes)
     trace = _events(who, "post_trace" if pre else "pre_trace", trace)
@@ -310,8 +355,8 @@ def _update(W, spikes, trace, *, pre: bool, w_min, w_max, backend, who):
         # CSR rows are presynaptic; a CSC stores the rows of its transpose (postsynaptic).
         on_rows = pre != isinstance(W, CSC)
         new = _compressed_call(W.data, W.indices, W.indptr, spikes, trace,
-                               shape=W._csr_shape, on_rows=on_rows, w_min=lo, w_max=hi,
-                               backend=backend)
+                               *(() if on_rows else index), shape=W._csr_shape,
+                               on_rows=on_rows, w_min=lo, w_max=hi, backend=backend)
         return type(W)._unchecked(new, W.indices, W.indptr, W.shape)
     if isinstance(W, FixedNum):
         if W.homogeneous:
@@ -321,8 +366,9 @@ def _update(W, spikes, trace, *, pre: bool, w_min, w_max, backend, who):
         indptr = jnp.arange(rows + 1, dtype=W.indices.dtype) * k
         on_rows = pre == (W.per == "pre")
         new = _compressed_call(W.weights.reshape(-1), W.indices.reshape(-1), indptr, spikes,
-                               trace, shape=W._stored_shape, on_rows=on_rows, masked=True,
-                               w_min=lo, w_max=hi, backend=backend)
+                               trace, *(() if on_rows else index), shape=W._stored_shape,
+                               on_rows=on_rows, masked=True, w_min=lo, w_max=hi,
+                               backend=backend)
         return W.with_data(new.reshape(rows, k))
     weights = jnp.asarray(W)
     if not jnp.issubdtype(weights.dtype, jnp.floating):
@@ -342,7 +388,8 @@ def update_on_pre(W: Any, pre_spikes: Any, post_trace: Any, *, w_min: float | No
 
     Args:
         W: ``(n_pre, n_post)`` weights: a :class:`CSR`, :class:`CSC` or :class:`FixedNum`
-            with one weight per synapse, or a dense float array.
+            with one weight per synapse (optionally with a column index, see
+            :func:`with_column_index`), or a dense float array.
         pre_spikes: ``(n_pre,)`` events (bool, or numbers: non-zero fires, or
             :class:`PackedEvents`).
         post_trace: ``(n_post,)`` floats.
@@ -377,7 +424,8 @@ def update_on_post(W: Any, post_spikes: Any, pre_trace: Any, *, w_min: float | N
 
     Args:
         W: ``(n_pre, n_post)`` weights: a :class:`CSR`, :class:`CSC` or :class:`FixedNum`
-            with one weight per synapse, or a dense float array.
+            with one weight per synapse (optionally with a column index, see
+            :func:`with_column_index`), or a dense float array.
         post_spikes: ``(n_post,)`` events (bool, or numbers: non-zero fires, or
             :class:`PackedEvents`).
         pre_trace: ``(n_pre,)`` floats.
@@ -417,13 +465,16 @@ def _bench_compressed(*, platform: str) -> list:
         W = fixed_prob(n, n, p, weight=0.5, seed=11 + i)
         rs = np.random.RandomState(5 + i)
         data = rs.random_sample(W.nnz).astype(np.float32)
-        for on_rows in (True, False):
+        index = tuple(np.asarray(a) for a in with_column_index(W).index)
+        for on_rows, indexed in ((True, False), (False, False), (False, True)):
             spikes = rs.random_sample(n) < _BENCH_RATE
             trace = rs.standard_normal(n).astype(np.float32) * 0.01
             out.append(BenchmarkConfig(
-                args=(data, np.asarray(W.indices), np.asarray(W.indptr), spikes, trace),
+                args=(data, np.asarray(W.indices), np.asarray(W.indptr), spikes, trace,
+                      *(index if indexed else ())),
                 kwargs={"shape": (n, n), "on_rows": on_rows, "w_min": 0.0, "w_max": 1.0},
-                params={"n": n, "p": p, "rate": _BENCH_RATE, "on_rows": on_rows}))
+                params={"n": n, "p": p, "rate": _BENCH_RATE, "on_rows": on_rows,
+                        "column_index": indexed}))
     return out
 
 

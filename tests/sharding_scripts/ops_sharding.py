@@ -568,6 +568,31 @@ def compressed_update_vmap_over_a_sharded_batch():
     expect_collectives(f, args, set(), "vmapped compressed_update")
 
 
+@check
+def compressed_update_with_a_column_index():
+    # The column index is three more operands, kept whole like the structure: sharded
+    # weights and spikes give the right values, and a sharded batch stays sharded.
+    w = ops.with_column_index(ops.CSR.from_dense(np.abs(CSR_DENSE)))
+    post = RNG.random(N) < 0.5
+    pre_trace = (RNG.standard_normal(M) * 0.3).astype(np.float32)
+    mask = np.abs(CSR_DENSE) != 0
+    g = lambda d, s: ops.update_on_post(w.with_data(d), s, pre_trace, w_max=1.0).matrix.data
+    data = put(w.matrix.data, "x") if w.matrix.nnz % N_DEV == 0 else put(w.matrix.data)
+    y = jax.jit(g)(data, put(post, "x"))
+    want = dense_update_ref(np.abs(CSR_DENSE), post, pre_trace, False, None, 1.0)
+    close(y, want[mask], "column-indexed update")
+    datas = np.stack([np.asarray(w.matrix.data) * (i + 1) for i in range(B)])
+    posts = RNG.random((B, N)) < 0.5
+    f = jax.vmap(g)
+    args = (put(datas, "x"), put(posts, "x"))
+    y = jax.jit(f)(*args)
+    want = np.stack([dense_update_ref(np.abs(CSR_DENSE) * (i + 1), posts[i], pre_trace, False,
+                                      None, 1.0)[mask] for i in range(B)])
+    close(y, want, "column-indexed vmap")
+    expect_spec(y, ("x",), "vmapped column-indexed compressed_update")
+    expect_collectives(f, args, set(), "vmapped column-indexed compressed_update")
+
+
 # ----------------------------------------------------------------------------- explicit axes
 @check
 def explicit_mesh_types_follow_the_rules():
