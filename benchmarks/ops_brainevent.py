@@ -17,7 +17,9 @@ Covers every operator family brainevent has besides its CSR products:
   0.8-1.25), not entry by entry. brainevent runs in its fast order ``corder=False`` (``be``:
   its ``W @ x`` then draws the matrix column by column, event-driven, and is not the
   matrix its ``x @ W`` uses) and, for the operator cases, with ``corder=True`` (``be_co``:
-  one matrix for both directions, as primforge's);
+  one matrix for both directions, as primforge's). The rows "W defined by columns" time
+  primforge's counterpart of ``corder=False``'s ``W @ x``: the transpose of a matrix drawn
+  by rows (``transpose=True``), which is event-driven in that direction;
 * ``plast``: plasticity updates (``update_on_pre`` / ``update_on_post`` on dense, CSR and
   fixed-number weights vs ``update_dense_on_binary_pre/post``, ``update_csr_on_binary_*``,
   ``update_fixed_*``). Updates on the side not stored as rows run with primforge's column
@@ -206,6 +208,19 @@ def jitc_cases(n, p, seed=7):
                         *th, p, x, seed, shape=(n, n), transpose=t, corder=c))
                      for co in ("be", "be_co")} if be_op else None,
                     kind, "total")
+                if not t:
+                    # brainevent's corder=False W @ x draws W column by column (only the
+                    # columns of non-zero inputs). primforge's counterpart is a matrix
+                    # defined by its columns: W = A.T for A drawn by rows, whose W @ x is
+                    # A's event-driven direction.
+                    out[f"jitc W@s {kind} {wk}, W defined by columns"] = (
+                        lambda b, f=pf_op, w=weight, wk=wk: (
+                            lambda x: f(w, seed, x, shape=(n, n), prob=p, transpose=True,
+                                        weight_kind=wk, backend=b)),
+                        {"be": (lambda x, f=be_op, th=theta: f(
+                            *th, p, x, seed, shape=(n, n), transpose=False, corder=False))}
+                        if be_op else None,
+                        kind, "total")
         if wk != "homo":
             continue
 
