@@ -4,8 +4,9 @@ Every kernel follows the numba backend's convention and fills its output in plac
 output *is* the weights' buffer (the generators bind the kernels with
 ``input_output_aliases={0: 0}``): XLA hands over the weights' buffer when it may be reused
 (a ``lax.scan`` carry, a donated argument) and copies the weights into it otherwise, so
-the kernel itself changes only the synapses that an event touches. The variant (which side fires, clipping bounds, whether an out-of-range index is a
-masked slot or a structural error) is fixed by closure constants.
+the kernel itself changes only the synapses that an event touches. The variant (which side
+fires, clipping bounds, whether an out-of-range index is a masked slot or a structural
+error) is fixed by closure constants.
 
 * Compressed storage ``(data, indices, indptr)`` of ``rows`` stored rows:
   ``on_rows`` walks only the stored rows whose spike is non-zero (event-driven: work is the
@@ -14,8 +15,8 @@ masked slot or a structural error) is fixed by closure constants.
   spikes; with few spiking columns it scans with a rarely taken update branch, with many
   (over 1/25) it updates with a select instead of a branch.
 * Compressed storage with a column index ``(colptr, perm, rows)`` (update on columns):
-  visits ``perm[colptr[j]:colptr[j + 1]]`` for the spiking
-  columns ``j`` only (event-driven: no pass over the stored column indices). Every visited
+  visits ``perm[colptr[j]:colptr[j + 1]]`` for the spiking columns ``j`` only
+  (event-driven: no pass over the stored column indices). Every visited
   entry is checked in the cache-resident arrays only (``colptr`` running from 0 and
   non-decreasing, the position in range and increasing within the column, the row in range
   and ``indptr[r] <= p < indptr[r + 1]``): a malformed index gives NaN, never an
@@ -57,7 +58,7 @@ def _clamp(lo, hi):
 
 @functools.cache
 def compressed_kernel(on_rows: bool, masked: bool, lo, hi):
-    """``kernel(data, indices, indptr, spikes, trace, out)`` for compressed storage (``out`` is ``data``).
+    """``kernel(data, indices, indptr, spikes, trace, out)`` (``out`` is ``data``): compressed rows.
 
     Long by design: the two njit bodies close over the variant's constants (bounds, masking),
     which Numba folds into the compiled loop; as separate functions they would become
@@ -209,7 +210,7 @@ def indexed_kernel(masked: bool, lo, hi):
 
 @functools.cache
 def dense_kernel(on_rows: bool, lo, hi):
-    """``kernel(weights, spikes, trace, out)`` for a dense ``(m, n)`` weight matrix (``out`` is ``weights``)."""
+    """``kernel(weights, spikes, trace, out)``, dense ``(m, n)`` weights; ``out`` is ``weights``."""
     import numba
 
     clamp = _clamp(lo, hi)

@@ -169,7 +169,7 @@ def dense_update_rule(ins, outs, *, on_rows, **_) -> str:
 
 
 def compressed_update_rule(ins, outs, **_) -> ShardingRule:
-    """Compressed plasticity ``(data, indices, indptr, spikes, trace[, colptr, perm, rows])``: kept whole.
+    """Compressed plasticity ``(data, indices, indptr, spikes, trace[, column index])``: whole.
 
     Example:
         >>> import jax

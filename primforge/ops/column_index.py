@@ -8,11 +8,12 @@ Design:
       ``perm[colptr[j]:colptr[j + 1]]`` are the positions of column ``j``'s entries (in
       increasing order) and ``rows[q]`` is the row of the entry ``perm[q]``. With it the
       update touches only the synapses of the firing columns (event-driven on both sides).
-    * The index is explicit and held by the user, never a hidden cache: :func:`with_column_index`
-      returns a :class:`ColumnIndexed`, the matrix and its index in one pytree. Since the
-      index only exists next to the structure it was built from, it cannot go stale: the
-      plasticity updates return a new ``ColumnIndexed`` with the same structure and index,
-      and building one from separate arrays checks them against the matrix.
+    * The index is explicit and held by the user, never a hidden cache:
+      :func:`with_column_index` returns a :class:`ColumnIndexed`, the matrix and its index
+      in one pytree. Since the index only exists next to the structure it was built from,
+      it cannot go stale: the plasticity updates return a new ``ColumnIndexed`` with the
+      same structure and index, and building one from separate arrays checks them against
+      the matrix.
     * Building costs one stable sort of the stored entries (jax.numpy, so it also works
       under ``jit``) and holds ``2 * nnz + cols + 1`` int32 numbers. Entries whose column
       index is out of range (masked ``FixedNum`` slots) are left out of the index; for a
@@ -61,7 +62,8 @@ def _build(indices, indptr, shape) -> tuple[jax.Array, jax.Array, jax.Array]:
     key = jnp.where(valid, indices, n).astype(jnp.int32)  # out-of-range entries go last
     perm = jnp.argsort(key, stable=True).astype(jnp.int32)
     counts = jnp.zeros((n + 1,), jnp.int32).at[key].add(1)
-    colptr = jnp.concatenate([jnp.zeros((1,), jnp.int32), jnp.cumsum(counts[:n], dtype=jnp.int32)])
+    colptr = jnp.concatenate([jnp.zeros((1,), jnp.int32),
+                              jnp.cumsum(counts[:n], dtype=jnp.int32)])
     rows = _common.row_ids(indptr, nnz)[perm] if nnz else jnp.zeros((0,), jnp.int32)
     return colptr, perm, rows
 
