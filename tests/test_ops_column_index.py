@@ -377,3 +377,18 @@ def test_a_wrong_index_gives_nan_and_never_reads_out_of_bounds(tmp_path):
     proc = subprocess.run([sys.executable, "-c", _FUZZ], check=False, cwd=root, env=env,
                           capture_output=True, text=True, timeout=600)
     assert proc.returncode == 0 and "FUZZ-OK" in proc.stdout, proc.stdout + proc.stderr
+
+
+@pytest.mark.parametrize("fmt,pre,indexed", [("csr", False, True), ("csr", True, False),
+                                             ("csc", True, True), ("csc", False, False),
+                                             ("fixed_pre", False, True),
+                                             ("fixed_post", True, True),
+                                             ("fixed_post", False, False)])
+def test_only_the_column_side_hands_the_index_to_the_kernel(fmt, pre, indexed):
+    W, _, _ = _case(fmt, 0, 6, 5)
+    X = ops.with_column_index(W)
+    fn = ops.update_on_pre if pre else ops.update_on_post
+    spikes, trace = jnp.ones(6 if pre else 5, bool), jnp.ones(5 if pre else 6)
+    jaxpr = jax.make_jaxpr(lambda X: fn(X, spikes, trace))(X).jaxpr
+    (eqn,) = [e for e in jaxpr.eqns if "compressed_update" in str(e.primitive)]
+    assert len(eqn.invars) == (8 if indexed else 5)
