@@ -250,14 +250,19 @@ def _gather_mv(binary: bool, homo: bool, parallel: bool, wide: bool = False):
         for i in rows(m):
             s = 0.0  # accumulate in float64
             bad = 0
-            for k in range(indptr[i], indptr[i + 1]):
-                u = U(indices[k])
+            # Row views (indptr is checked): a zero-based loop over contiguous slices is
+            # what LLVM vectorises; indexing the whole arrays from indptr[i] is not.
+            lo, hi = indptr[i], indptr[i + 1]
+            cols = indices[lo:hi]
+            vals = data[lo:hi] if not HOMO else data[:0]
+            for k in range(hi - lo):
+                u = U(cols[k])
                 bad += u >= un
                 j = min(u, un)
                 if HOMO:
                     s += t[j]
                 else:
-                    s += data[k] * t[j]
+                    s += vals[k] * t[j]
             nbad += bad
             out[i] = s * w0 if HOMO else s
         if nbad:
@@ -360,21 +365,26 @@ def _gather_weight_grad(binary: bool, matrix: bool, wide: bool, parallel: bool =
         nbad = 0
         for i in rows(m):
             bad = 0
+            # Row views (indptr is checked): zero-based loops over contiguous slices
+            # vectorise; indexing the whole arrays from indptr[i] does not.
+            lo, hi = indptr[i], indptr[i + 1]
+            cols = indices[lo:hi]
+            dst = out[lo:hi]
             if MATRIX:
-                for k in range(indptr[i], indptr[i + 1]):
-                    u = U(indices[k])
+                for k in range(hi - lo):
+                    u = U(cols[k])
                     bad += u >= un
                     j = min(u, un)
                     s = 0.0
                     for c in range(ct.shape[1]):
                         s += ct[i, c] * t[j, c]
-                    out[k] = s
+                    dst[k] = s
             else:
                 ci = ct[i]
-                for k in range(indptr[i], indptr[i + 1]):
-                    u = U(indices[k])
+                for k in range(hi - lo):
+                    u = U(cols[k])
                     bad += u >= un
-                    out[k] = ci * t[min(u, un)]
+                    dst[k] = ci * t[min(u, un)]
             nbad += bad
         if nbad:
             out[:] = np.nan
