@@ -226,8 +226,9 @@ def _compressed_jvp(primals, tangents, *, outs, shape, on_rows, masked, w_min, w
     data, indices, indptr, spikes, trace, *index = primals
     d_data, _, _, _, d_trace, *_ = tangents
     del outs
-    y = _compressed_call(data, indices, indptr, spikes, trace, *index, shape=shape, on_rows=on_rows,
-                         masked=masked, w_min=w_min, w_max=w_max, backend=backend)
+    y = _compressed_call(data, indices, indptr, spikes, trace, *index, shape=shape,
+                         on_rows=on_rows, masked=masked, w_min=w_min, w_max=w_max,
+                         backend=backend)
     touched, safe, rows, _ = _compressed_masks(data, indices, indptr, spikes, shape=shape,
                                                on_rows=on_rows, masked=masked)
     gather = (lambda t: t[safe]) if on_rows else (lambda t: t.at[rows].get(mode="fill",
