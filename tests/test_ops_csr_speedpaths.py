@@ -6,6 +6,8 @@
   NumPy on empty rows, no events, all events, duplicate and unsorted column indices,
   int8/float32/bool events and int64 indices, and for NaN (never a wrapped-around read)
   on an int64 index that is out of range only above 32 bits.
+* ``W.T @ X`` runs batch-major: under ``vmap`` and in ``x @ W`` with a matrix ``x`` the
+  compiled program is the kernel's call alone, with no transpose or copy around it.
 * The threaded backend sets ``OMP_WAIT_POLICY=PASSIVE`` unless the user set it.
 * ``autotune.tune`` chooses between the serial and the threaded backend by the measured
   time (a fake timer decides), and only among the candidates it was given.
@@ -80,6 +82,34 @@ def test_products_on_awkward_structures(backend, binary, matrix, homo, transpose
         got = FUNCS[(binary, matrix)](data, indices, indptr, x, shape=(M, N),
                                       transpose=transpose, backend=backend)
         np.testing.assert_allclose(np.asarray(got), want, rtol=1e-5, atol=1e-5)
+
+
+def _hlo_ops(f, *args):
+    """The op names of the optimised HLO of ``jax.jit(f)`` (parameters and constants out)."""
+    import re
+
+    text = jax.jit(f).lower(*args).compile().as_text()
+    entry = text[text.index("ENTRY"):]
+    ops_ = re.findall(r"= [a-z0-9]+\[[^\]]*\](?:\{[^}]*\})? ([a-z-]+)\(", entry)
+    return [o for o in ops_ if o not in ("parameter", "constant")]
+
+
+@pytest.mark.parametrize("backend", ["numba", "numba_parallel"])
+@pytest.mark.parametrize("binary", [False, True])
+def test_scatter_of_a_batch_is_one_call_with_no_transpose(backend, binary):
+    rng = np.random.default_rng(5)
+    data, indices, indptr = awkward_csr(rng)
+    W = ops.CSR(jnp.asarray(data), jnp.asarray(indices), jnp.asarray(indptr), shape=(M, N))
+    active = rng.random((K, M)) < 0.5
+    xs = jnp.asarray(active if binary else np.where(active, rng.normal(size=(K, M)), 0),
+                     None if binary else jnp.float32)
+    want = ((np.asarray(xs) != 0) if binary else np.asarray(xs)).astype(np.float64) @ \
+        dense_of(data, indices, indptr)
+    batched = lambda xs: jax.vmap(lambda x: W.rmatmul(x, backend=backend))(xs)
+    matrix = lambda xs: W.rmatmul(xs, backend=backend)
+    for f in (batched, matrix):
+        np.testing.assert_allclose(np.asarray(jax.jit(f)(xs)), want, rtol=1e-5, atol=1e-5)
+        assert _hlo_ops(f, xs) == ["custom-call"]
 
 
 @pytest.mark.parametrize("backend", ["numba", "numba_parallel"])

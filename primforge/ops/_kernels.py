@@ -87,12 +87,16 @@ def _jax_generator(binary: bool, matrix: bool):
 
 
 def _numba_generator(binary: bool, matrix: bool):
-    def generate(*, ins, transpose, **_):
+    def generate(*, ins, outs, transpose, **_):
         from primforge.ops import _numba_csr
 
         homo = _common.is_homogeneous(ins[0], ins[1])
         make = _numba_csr.mm_kernel if matrix else _numba_csr.mv_kernel
-        return make(binary, bool(transpose), homo, wide=np.dtype(ins[1].dtype).itemsize > 4)
+        fn = make(binary, bool(transpose), homo, wide=np.dtype(ins[1].dtype).itemsize > 4)
+        if matrix and transpose:  # batch-major: see _numba_csr.scatter_mm_call
+            name = ("binary_" if binary else "") + "csrmm_" + fn.__name__
+            return _numba_csr.scatter_mm_call(fn, outs[0], name)
+        return fn
 
     return generate
 

@@ -108,7 +108,11 @@ def mv_kernel(binary: bool, transpose: bool, homo: bool, wide: bool = False):
 
 @functools.cache
 def mm_kernel(binary: bool, transpose: bool, homo: bool, wide: bool = False):
-    """The njit matrix-matrix kernel for one variant (compiled lazily per dtype)."""
+    """The njit matrix-matrix kernel for one variant (compiled lazily per dtype).
+
+    The ``transpose=True`` kernel works on batch-major arrays: bind it with
+    :func:`scatter_mm_call`.
+    """
     if transpose:
         return _scatter_mm(binary, homo, parallel=False)
     return _gather_mm(binary, homo, parallel=False, wide=wide)
@@ -116,14 +120,20 @@ def mm_kernel(binary: bool, transpose: bool, homo: bool, wide: bool = False):
 
 @functools.cache
 def _scatter_mm(binary: bool, homo: bool, parallel: bool):
-    """``W.T @ X``, event-driven, batch-major (``parallel``: the columns over threads).
+    """``W.T @ X``, event-driven, on batch-major arrays (``parallel``: columns over threads).
+
+    The kernel takes ``X`` and writes the result *transposed*: ``xb`` is ``X.T``, shape
+    ``(kcols, m)``, and ``outb`` is ``(W.T @ X).T``, shape ``(kcols, n)``; bind it with
+    :func:`scatter_mm_call`, which transposes around it in JAX. Under ``vmap`` (the batch
+    arrives as the leading axis and becomes the columns of ``X``) and in ``x @ W`` with a
+    matrix ``x`` those transposes cancel XLA's own, so no copy is made on either side.
 
     One pass over the rows per column ``c`` of ``X``, scattering the rows whose event fires
-    into that column's own contiguous ``(n,)`` accumulator (one L2-sized target at a time
-    instead of the whole ``(n, k)`` output, where every scattered add would touch its own
-    cache line), then one transposing copy into ``out``. Columns are independent, so the
-    threaded variant gives each thread whole columns: no shared writes, and the same sums in
-    the same order as the serial one. Indices are checked on visited rows only.
+    into that column's own contiguous output row (one L2-sized target at a time instead of
+    the whole output, where every scattered add would touch its own cache line). Columns
+    are independent, so the threaded variant gives each thread whole columns: no shared
+    writes, and the same sums in the same order as the serial one. Indices are checked on
+    visited rows only.
     """
     import numba
 
@@ -132,20 +142,20 @@ def _scatter_mm(binary: bool, homo: bool, parallel: bool):
     cols = numba.prange if parallel else range
 
     @numba.njit(nogil=True, parallel=parallel)
-    def csr_t_mm(data, indices, indptr, x, out):
-        m, kcols = x.shape
-        n = out.shape[0]
+    def csr_t_mm(data, indices, indptr, xb, outb):
+        kcols, m = xb.shape
+        n = outb.shape[1]
         nnz = indices.shape[0]
         if not indptr_ok(indptr, m, nnz):
-            out[:] = np.nan
+            outb[:] = np.nan
             return
-        acc = np.zeros((kcols, n), out.dtype)
         w0 = data[0] if HOMO else 1.0  # a per-synapse 'data' may be empty
         nbad = 0
         for c in cols(kcols):
+            outb[c, :] = 0
             bad = 0
             for i in range(m):
-                xi = x[i, c]
+                xi = xb[c, i]
                 if xi != 0 and bad == 0:
                     for k in range(indptr[i], indptr[i + 1]):
                         j = indices[k]
@@ -154,18 +164,33 @@ def _scatter_mm(binary: bool, homo: bool, parallel: bool):
                             break
                         w = w0 if HOMO else data[k]
                         if BINARY:
-                            acc[c, j] += w
+                            outb[c, j] += w
                         else:
-                            acc[c, j] += w * xi
+                            outb[c, j] += w * xi
             nbad += bad
         if nbad:
-            out[:] = np.nan
-            return
-        for j in range(n):
-            for c in range(kcols):
-                out[j, c] = acc[c, j]
+            outb[:] = np.nan
 
     return csr_t_mm
+
+
+def scatter_mm_call(fn, out, name: str):
+    """A traceable ``W.T @ X`` through the batch-major kernel ``fn`` (:func:`_scatter_mm`).
+
+    ``out`` is the product's output spec ``(n, kcols)``; the kernel is bound to its
+    transpose and called on ``X.T``, and the result is transposed back.
+    """
+    import jax
+
+    from primforge.kernel.backends.numba import numba_kernel
+
+    n, kcols = out.shape
+    kernel = numba_kernel(fn, outs=jax.ShapeDtypeStruct((kcols, n), out.dtype), name=name)
+
+    def call(data, indices, indptr, x):
+        return kernel(data, indices, indptr, x.T).T
+
+    return call
 
 
 # Float reassociation only: lets LLVM vectorise the row sums (the summation order changes,
@@ -521,6 +546,9 @@ def parallel_generator(binary: bool, matrix: bool):
         homo = tuple(ins[0].shape) == (1,) and ins[1].shape[0] != 1
         wide = np.dtype(ins[1].dtype).itemsize > 4
         fn = parallel_kernel(matrix, binary, bool(transpose), homo, wide)
+        if matrix and transpose:
+            name = ("binary_" if binary else "") + f"csrmm_{fn.__name__}_parallel"
+            return scatter_mm_call(fn, outs[0], name)
         return numba_kernel(fn, outs=list(outs), name=f"{fn.__name__}_parallel")
 
     return generate
