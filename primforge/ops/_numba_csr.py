@@ -70,6 +70,7 @@ def mv_kernel(binary: bool, transpose: bool, homo: bool, wide: bool = False):
     import numba
 
     BINARY, HOMO = binary, homo
+    U = _unsigned(wide)
     indptr_ok = _indptr_checker()
 
     if transpose:
@@ -80,25 +81,32 @@ def mv_kernel(binary: bool, transpose: bool, homo: bool, wide: bool = False):
             n = out.shape[0]
             nnz = indices.shape[0]
             out[:] = 0
-            ok = indptr_ok(indptr, m, nnz)
-            if ok:
-                w0 = data[0] if HOMO else 1.0  # a per-synapse data may be empty
-                for i in range(m):
-                    xi = x[i]
-                    if xi != 0:
-                        for k in range(indptr[i], indptr[i + 1]):
-                            j = indices[k]
-                            if j < 0 or j >= n:
-                                ok = False
-                                break
-                            w = w0 if HOMO else data[k]
-                            if BINARY:
-                                out[j] += w
-                            else:
-                                out[j] += w * xi
-                        if not ok:
+            if not indptr_ok(indptr, m, nnz):
+                out[:] = np.nan
+                return
+            w0 = data[0] if HOMO else 1.0  # a per-synapse data may be empty
+            un = U(n)
+            bad = False
+            for i in range(m):
+                xi = x[i]
+                if xi != 0:
+                    # Row views and one unsigned compare per entry (see _scatter_mm).
+                    lo, hi = indptr[i], indptr[i + 1]
+                    cols = indices[lo:hi]
+                    vals = data[lo:hi] if not HOMO else data[:1]
+                    for k in range(hi - lo):
+                        j = U(cols[k])
+                        if j >= un:
+                            bad = True
                             break
-            if not ok:
+                        w = w0 if HOMO else vals[k]
+                        if BINARY:
+                            out[j] += w
+                        else:
+                            out[j] += w * xi
+                    if bad:
+                        break
+            if bad:
                 out[:] = np.nan
 
         return csr_t_mv
@@ -114,12 +122,12 @@ def mm_kernel(binary: bool, transpose: bool, homo: bool, wide: bool = False):
     :func:`scatter_mm_call`.
     """
     if transpose:
-        return _scatter_mm(binary, homo, parallel=False)
+        return _scatter_mm(binary, homo, parallel=False, wide=wide)
     return _gather_mm(binary, homo, parallel=False, wide=wide)
 
 
 @functools.cache
-def _scatter_mm(binary: bool, homo: bool, parallel: bool):
+def _scatter_mm(binary: bool, homo: bool, parallel: bool, wide: bool = False):
     """``W.T @ X``, event-driven, on batch-major arrays (``parallel``: columns over threads).
 
     The kernel takes ``X`` and writes the result *transposed*: ``xb`` is ``X.T``, shape
@@ -133,11 +141,14 @@ def _scatter_mm(binary: bool, homo: bool, parallel: bool):
     the whole output, where every scattered add would touch its own cache line). Columns
     are independent, so the threaded variant gives each thread whole columns: no shared
     writes, and the same sums in the same order as the serial one. Indices are checked on
-    visited rows only.
+    visited rows only, each with one unsigned compare (as wide as the index dtype), over
+    views of the row's slices: about 1.3x faster than indexing the whole arrays from
+    ``indptr[i]`` with a signed range test.
     """
     import numba
 
     BINARY, HOMO = binary, homo
+    U = _unsigned(wide)
     indptr_ok = _indptr_checker()
     cols = numba.prange if parallel else range
 
@@ -150,6 +161,7 @@ def _scatter_mm(binary: bool, homo: bool, parallel: bool):
             outb[:] = np.nan
             return
         w0 = data[0] if HOMO else 1.0  # a per-synapse 'data' may be empty
+        un = U(n)
         nbad = 0
         for c in cols(kcols):
             outb[c, :] = 0
@@ -157,12 +169,15 @@ def _scatter_mm(binary: bool, homo: bool, parallel: bool):
             for i in range(m):
                 xi = xb[c, i]
                 if xi != 0 and bad == 0:
-                    for k in range(indptr[i], indptr[i + 1]):
-                        j = indices[k]
-                        if j < 0 or j >= n:
+                    lo, hi = indptr[i], indptr[i + 1]
+                    idx = indices[lo:hi]
+                    vals = data[lo:hi] if not HOMO else data[:1]
+                    for k in range(hi - lo):
+                        j = U(idx[k])
+                        if j >= un:
                             bad = 1
                             break
-                        w = w0 if HOMO else data[k]
+                        w = w0 if HOMO else vals[k]
                         if BINARY:
                             outb[c, j] += w
                         else:
@@ -528,7 +543,7 @@ def parallel_kernel(matrix: bool, binary: bool, transpose: bool, homo: bool,
         return mv_kernel(binary, True, homo, wide)
     parallel_threading_layer()
     if transpose:
-        return _scatter_mm(binary, homo, parallel=True)
+        return _scatter_mm(binary, homo, parallel=True, wide=wide)
     return (_gather_mm if matrix else _gather_mv)(binary, homo, parallel=True, wide=wide)
 
 

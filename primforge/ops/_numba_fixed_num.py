@@ -26,6 +26,7 @@ import functools
 def mv_kernel(binary: bool, transpose: bool, homo: bool):
     """The njit matrix-vector kernel for one variant (compiled lazily per dtype)."""
     import numba
+    import numpy as np
 
     BINARY, HOMO = binary, homo
 
@@ -36,24 +37,35 @@ def mv_kernel(binary: bool, transpose: bool, homo: bool):
             m, k = indices.shape
             n = out.shape[0]
             out[:] = 0
-            w0 = weights.ravel()[0] if HOMO and weights.size else 0
+            w0 = weights.ravel()[0] if HOMO and weights.size else out.dtype.type(0)
+            un = np.uint64(n)
+            # The rows that fire, listed first without a branch per row; then each one's
+            # k entries, masked by one unsigned compare (a negative index wraps to a huge
+            # value): about 1.3-1.6x faster than testing x[i] and both bounds inline.
+            rows = np.empty(m, np.int64)
+            na = 0
             for i in range(m):
+                rows[na] = i
+                na += x[i] != 0
+            for a in range(na):
+                i = rows[a]
                 xi = x[i]
-                if xi != 0:
-                    if HOMO:
-                        v = w0 if BINARY else w0 * xi
-                        for j in range(k):
-                            t = indices[i, j]
-                            if t >= 0 and t < n:
-                                out[t] += v
-                    else:
-                        for j in range(k):
-                            t = indices[i, j]
-                            if t >= 0 and t < n:
-                                if BINARY:
-                                    out[t] += weights[i, j]
-                                else:
-                                    out[t] += weights[i, j] * xi
+                cols = indices[i]
+                if HOMO:
+                    v = w0 if BINARY else w0 * xi
+                    for j in range(k):
+                        t = np.uint64(cols[j])
+                        if t < un:
+                            out[t] += v
+                else:
+                    ws = weights[i]
+                    for j in range(k):
+                        t = np.uint64(cols[j])
+                        if t < un:
+                            if BINARY:
+                                out[t] += ws[j]
+                            else:
+                                out[t] += ws[j] * xi
 
         return fixed_t_mv
 
