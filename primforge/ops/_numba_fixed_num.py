@@ -76,21 +76,26 @@ def mv_kernel(binary: bool, transpose: bool, homo: bool):
         if n == 0:
             out[:] = 0
             return
-        w0 = weights.ravel()[0] if HOMO and weights.size else 0
+        w0 = weights.ravel()[0] if HOMO and weights.size else out.dtype.type(0)
+        # The input (binary: 0/1 bytes, a table that stays in L1) with one trailing 0 where
+        # masked slots point: each slot is then one unsigned clamp and one load, with no
+        # branch (a negative index wraps to a huge one and is clamped too).
+        pad = np.zeros(n + 1, np.uint8 if BINARY else x.dtype)
+        for t in range(n):
+            pad[t] = (x[t] != 0) if BINARY else x[t]
+        un = np.uint64(n)
         for i in range(m):
-            # Branch-free: an out-of-range index reads x[0] and is multiplied by 0, so the
-            # loop has no data-dependent exit and vectorises (gathers).
+            row = indices[i]
             s = 0.0  # accumulate in float64
-            for j in range(k):
-                t = indices[i, j]
-                inside = (t >= 0) & (t < n)
-                xt = x[t if inside else 0]
-                if BINARY:
-                    v = 1.0 if (xt != 0) & inside else 0.0
-                else:
-                    v = xt if inside else 0.0
-                s += v if HOMO else weights[i, j] * v
-            out[i] = s * w0 if HOMO else s
+            if HOMO:
+                for j in range(k):
+                    s += pad[min(np.uint64(row[j]), un)]
+                out[i] = s * w0
+            else:
+                ws = weights[i]
+                for j in range(k):
+                    s += ws[j] * pad[min(np.uint64(row[j]), un)]
+                out[i] = s
 
     return fixed_mv
 
