@@ -17,7 +17,8 @@ from primforge import ops
 from primforge.ops import FixedNum, FixedNumStructureError, fixed_num
 
 # "pallas" runs the GPU kernels interpreted on the CPU: the same kernel bodies as on a GPU.
-BACKENDS = ["jax", "numba", "pallas"]
+# "numba_parallel": A @ x and the weight gradient of vector products on Numba's threads.
+BACKENDS = ["jax", "numba", "numba_parallel", "pallas"]
 M, N, K, C = 11, 7, 4, 3  # stored A is (M, N) with K entries per row; C input columns
 
 FUNCS = {
@@ -411,7 +412,7 @@ def test_benchmark_data_is_correct_and_benchmark_agrees(binary, matrix):
         np.testing.assert_allclose(np.asarray(got), a @ xf.astype(np.float64), rtol=1e-4,
                                    atol=1e-4)
     result = kernel.benchmark(platform="cpu", n_warmup=1, n_runs=2)
-    assert {r.backend for r in result.records} == {"jax", "numba", "pallas"}
+    assert {r.backend for r in result.records} == {"jax", "numba", "numba_parallel", "pallas"}
     assert all(r.ok and r.mismatch is None for r in result.records)
 
 
@@ -431,7 +432,7 @@ def cli_check(tag, names, backends):
 
 
 def test_cli_check_passes_for_the_fixed_num_kernels():
-    cli_check("fixed_num", ["fixed_num_mv", "fixed_num_mm"], 3)
+    cli_check("fixed_num", ["fixed_num_mv", "fixed_num_mm"], 4)
 
 
 # ---------------------------------------------------------------------------- pallas (GPU)
@@ -440,6 +441,7 @@ def test_pallas_is_opt_in_and_the_defaults_stay():
                    ops.binary_fixed_num_mm_p):
         assert kernel.defaults["cpu"] == "numba" and kernel.defaults["gpu"] == "jax"
         assert "pallas" in kernel.available_backends("gpu")
+        assert "numba_parallel" in kernel.available_backends("cpu")
 
 
 @pytest.mark.parametrize("k,cols", [(_k, _c) for _k in (1, 33, 70) for _c in (1, 5, 37)])
@@ -523,7 +525,7 @@ def _weight_grad_numpy(ind, x, c, n_out, *, binary, transpose):
     return np.where(inside, g, 0.0)
 
 
-@pytest.mark.parametrize("backend", ["jax", "numba"])
+@pytest.mark.parametrize("backend", ["jax", "numba", "numba_parallel"])
 @pytest.mark.parametrize("binary,matrix,transpose", list(itertools.product([False, True],
                                                                            repeat=3)))
 @pytest.mark.parametrize("events", ["none", "all", "some"])

@@ -8,6 +8,8 @@ Design:
       ``numba`` backend (CPU default, :func:`primforge.ops._numba_fixed_num.weight_grad_kernel`):
       one pass writing the ``(m, k)`` result; for ``A.T @ x`` the rows of silent sources are
       zero-filled without reading their indices (event-driven, like the product).
+      ``numba_parallel`` (opt-in; used when the product's backend is ``numba_parallel``):
+      the same kernel with its rows over Numba's threads, for vector inputs.
     * Derivatives of this kernel (second-order gradients of the product) come from the jax
       reference's JVP: the kernel runs for the primal value only.
 """
@@ -49,6 +51,19 @@ def _numba_generator(*, binary, transpose, matrix, **_):
     return _numba_fixed_num.weight_grad_kernel(binary, transpose, matrix)
 
 
+def _parallel_generator(*, outs, binary, transpose, matrix, **_):
+    """``numba_parallel``: the rows over Numba's threads (vector inputs; matrices serial)."""
+    from primforge.kernel.backends.numba import numba_kernel
+    from primforge.ops import _numba_csr, _numba_fixed_num
+
+    if matrix:
+        return numba_kernel(_numba_fixed_num.weight_grad_kernel(binary, transpose, True),
+                            outs=list(outs))
+    _numba_csr.parallel_threading_layer()
+    fn = _numba_fixed_num.weight_grad_kernel(binary, transpose, False, parallel=True)
+    return numba_kernel(fn, outs=list(outs), name=f"{fn.__name__}_parallel")
+
+
 def _shape_rule(indices, ct, x, *, binary, transpose, matrix, dtype):
     del ct, x, binary, transpose, matrix
     return jax.ShapeDtypeStruct(tuple(indices.shape), np.dtype(dtype))
@@ -72,6 +87,7 @@ weight_grad_p = XLACustomKernel("primforge.ops.fixed_num_weight_grad", doc=__doc
 for _platform in ("cpu", "gpu", "tpu"):
     weight_grad_p.def_kernel("jax", _platform, _jax_generator)
 weight_grad_p.def_numba_kernel(_numba_generator, asdefault=True)
+weight_grad_p.def_kernel("numba_parallel", "cpu", _parallel_generator)
 weight_grad_p.def_abstract_eval(_shape_rule)
 weight_grad_p.def_jvp_rule(_jvp_rule)
 weight_grad_p.def_tags("sparse", "gradient")
@@ -90,7 +106,7 @@ def weight_grad(binary, matrix, ct, x, indices, *, transpose, dtype, backend=Non
         Array([[3., 5.],
                [8., 0.]], dtype=float32)
     """
-    backend = backend if backend in (None, "jax", "numba") else None
+    backend = backend if backend in (None, "jax", "numba", "numba_parallel") else None
     return weight_grad_p(jnp.asarray(indices), jnp.asarray(ct), jnp.asarray(x),
                          binary=bool(binary), transpose=bool(transpose), matrix=bool(matrix),
                          dtype=np.dtype(dtype).name, backend=backend)

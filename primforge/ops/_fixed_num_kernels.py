@@ -84,6 +84,26 @@ def _numba_generator(binary: bool, matrix: bool):
     return generate
 
 
+def _parallel_generator(binary: bool, matrix: bool):
+    """The opt-in ``numba_parallel`` CPU backend: ``A @ x`` (vector) with its rows over
+    Numba's threads; the other variants (scatters, matrices) are the serial kernels."""
+
+    def generate(*, ins, outs, transpose, **_):
+        from primforge.kernel.backends.numba import numba_kernel
+        from primforge.ops import _numba_csr, _numba_fixed_num
+
+        homo = len(ins[0].shape) == 1
+        if matrix or transpose:
+            fn = (_numba_fixed_num.mm_kernel if matrix else _numba_fixed_num.mv_kernel)(
+                binary, bool(transpose), homo)
+            return numba_kernel(fn, outs=list(outs))
+        _numba_csr.parallel_threading_layer()
+        fn = _numba_fixed_num.mv_kernel(binary, False, homo, parallel=True)
+        return numba_kernel(fn, outs=list(outs), name=f"{fn.__name__}_parallel")
+
+    return generate
+
+
 # ----------------------------------------------------------------------------- shape rule
 def check_structure_args(who, weights, indices, shape):
     m, _n = shape
@@ -127,7 +147,7 @@ def _weight_cotangent(binary, matrix, ct, w_aval, structure, x, *, shape, transp
         return _scaffold.unit_weight_cotangent(
             lambda e: FAMILY.call(binary, matrix, e, indices, x, shape=shape,
                                   transpose=transpose, backend=backend), ct, w_aval.dtype, 1)
-    if backend in (None, "numba", "jax"):  # one kernel: a single pass on the CPU
+    if backend in (None, "numba", "numba_parallel", "jax"):  # one kernel: one pass on the CPU
         return _fixed_num_grad.weight_grad(binary, matrix, ct, x, indices, transpose=transpose,
                                            dtype=w_aval.dtype, backend=backend)
     ev = (x != 0).astype(ct.dtype) if binary else x.astype(ct.dtype)
@@ -147,6 +167,9 @@ FAMILY.build(jax_gen=_jax_generator, numba_gen=_numba_generator,
              pallas_module="primforge.ops._pallas_fixed_num", shape_rule=_shape_rule,
              weight_cotangent=_weight_cotangent, tags=("fixed_num", "sparse"))
 _sharding.install(FAMILY.kernels.values(), _sharding.fixed_num_rule)
+for (_binary, _matrix), _kernel in FAMILY.kernels.items():
+    _kernel.def_kernel("numba_parallel", "cpu", _parallel_generator(_binary, _matrix))
+del _binary, _matrix, _kernel
 fixed_num_mv_p = KERNELS[(False, False)]
 binary_fixed_num_mv_p = KERNELS[(True, False)]
 fixed_num_mm_p = KERNELS[(False, True)]

@@ -23,12 +23,18 @@ import functools
 
 
 @functools.cache
-def mv_kernel(binary: bool, transpose: bool, homo: bool):
-    """The njit matrix-vector kernel for one variant (compiled lazily per dtype)."""
+def mv_kernel(binary: bool, transpose: bool, homo: bool, parallel: bool = False):
+    """The njit matrix-vector kernel for one variant (compiled lazily per dtype).
+
+    ``parallel``: the rows of ``A @ x`` over Numba's threads (each thread owns whole output
+    rows: the same sums as the serial kernel); ``A.T @ x`` scatters into shared outputs and
+    stays serial.
+    """
     import numba
     import numpy as np
 
     BINARY, HOMO = binary, homo
+    rows_of = numba.prange if parallel else range
 
     if transpose:
 
@@ -69,7 +75,7 @@ def mv_kernel(binary: bool, transpose: bool, homo: bool):
 
         return fixed_t_mv
 
-    @numba.njit(nogil=True, fastmath=True)
+    @numba.njit(nogil=True, fastmath=True, parallel=parallel)
     def fixed_mv(weights, indices, x, out):
         m, k = indices.shape
         n = x.shape[0]
@@ -84,7 +90,7 @@ def mv_kernel(binary: bool, transpose: bool, homo: bool):
         for t in range(n):
             pad[t] = (x[t] != 0) if BINARY else x[t]
         un = np.uint64(n)
-        for i in range(m):
+        for i in rows_of(m):
             row = indices[i]
             s = 0.0  # accumulate in float64
             if HOMO:
@@ -161,21 +167,26 @@ def mm_kernel(binary: bool, transpose: bool, homo: bool):
 
 
 @functools.cache
-def weight_grad_kernel(binary: bool, transpose: bool, matrix: bool):
+def weight_grad_kernel(binary: bool, transpose: bool, matrix: bool, parallel: bool = False):
     """The njit gradient of ``<ct, A x>`` w.r.t. per-entry weights, in one pass.
 
     ``kernel(indices, ct, x, out)`` writes the ``(m, k)`` array ``out[i, j] = ct[i] .
     ev[t]`` (``ev[i] . ct[t]`` for ``A.T @ x``) with ``t = indices[i, j]`` and ``ev`` being
     ``x`` or ``x != 0``; a masked slot (``t`` outside ``[0, n)``) gets 0. For ``A.T @ x``
     the rows of silent sources are zero-filled without reading their indices (event-driven,
-    like the product); ``A @ x`` reads every slot, branch-free.
+    like the product); ``A @ x`` reads every slot, branch-free. ``parallel``: the rows over
+    Numba's threads (each row's slots are written by one thread only; the same values as
+    the serial kernel), for vector inputs; the matrix kernel stays serial.
     """
     import numba
     import numpy as np
 
     BINARY, TRANSPOSE, MATRIX = binary, transpose, matrix
+    if matrix:
+        parallel = False
+    rows_of = numba.prange if parallel else range
 
-    @numba.njit(nogil=True, fastmath=True)
+    @numba.njit(nogil=True, fastmath=True, parallel=parallel)
     def fixed_weight_grad(indices, ct, x, out):
         by_row, by_col = (x, ct) if TRANSPOSE else (ct, x)
         m, k = indices.shape
@@ -194,7 +205,7 @@ def weight_grad_kernel(binary: bool, transpose: bool, matrix: bool):
             for t in range(n):
                 v = by_col[t]
                 pad[t] = (1.0 if v != 0 else 0.0) if (BINARY and not TRANSPOSE) else v
-        for i in range(m):
+        for i in rows_of(m):
             if MATRIX:
                 na = 0  # the columns that contribute in row i
                 for c in range(cols):
