@@ -537,8 +537,9 @@ def parallel_kernel(matrix: bool, binary: bool, transpose: bool, homo: bool,
     ``W @ x`` and ``W @ X``: rows over threads (``numba.prange``); each thread owns whole
     rows of ``out``, so no two threads write one element and the result equals the serial
     kernel's up to the summation order inside a row. ``W.T @ X``: the columns of ``X``
-    over threads (:func:`_scatter_mm`), each with its own accumulator. ``W.T @ x`` scatters
-    into shared output elements; it gets the serial event-driven kernel.
+    over threads (:func:`_scatter_mm`), each result column written by one thread.
+    ``W.T @ x`` scatters into shared output elements; it gets the serial event-driven
+    kernel.
     """
     if transpose and not matrix:
         return mv_kernel(binary, True, homo, wide)
