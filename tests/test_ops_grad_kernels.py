@@ -25,14 +25,14 @@ def test_cli_check_passes_for_the_gradient_kernels(capsys, monkeypatch):
     out = capsys.readouterr().out
     assert code == 0, out
     assert "PASS  primforge.ops.csr_weight_grad: 3 backend(s)" in out, out
-    assert "PASS  primforge.ops.fixed_num_weight_grad: 2 backend(s)" in out, out
+    assert "PASS  primforge.ops.fixed_num_weight_grad: 3 backend(s)" in out, out
 
 
 def _events(binary, x):
     return (np.asarray(x) != 0).astype(np.float64) if binary else np.asarray(x, np.float64)
 
 
-@pytest.mark.parametrize("backend", ["numba", "jax"])
+@pytest.mark.parametrize("backend", ["numba", "numba_parallel", "jax"])
 def test_csr_benchmark_cases_match_numpy(backend):
     for cfg in _csr_grad.weight_grad_p.benchmark_data(platform="cpu")[:8]:
         indices, indptr, ct, x = cfg.args
@@ -46,7 +46,7 @@ def test_csr_benchmark_cases_match_numpy(backend):
         np.testing.assert_allclose(got, want, rtol=1e-5, atol=1e-5, err_msg=str(cfg.params))
 
 
-@pytest.mark.parametrize("backend", ["numba", "jax"])
+@pytest.mark.parametrize("backend", ["numba", "numba_parallel", "jax"])
 def test_fixed_number_benchmark_cases_match_numpy(backend):
     for cfg in _fixed_num_grad.weight_grad_p.benchmark_data(platform="cpu")[:8]:
         indices, ct, x = cfg.args
