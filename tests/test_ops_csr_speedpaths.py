@@ -17,6 +17,7 @@ from __future__ import annotations
 
 import itertools
 import os
+import re
 import subprocess
 import sys
 import textwrap
@@ -86,8 +87,6 @@ def test_products_on_awkward_structures(backend, binary, matrix, homo, transpose
 
 def _hlo_ops(f, *args):
     """The op names of the optimised HLO of ``jax.jit(f)`` (parameters and constants out)."""
-    import re
-
     text = jax.jit(f).lower(*args).compile().as_text()
     entry = text[text.index("ENTRY"):]
     ops_ = re.findall(r"= [a-z0-9]+\[[^\]]*\](?:\{[^}]*\})? ([a-z-]+)\(", entry)

@@ -6,10 +6,14 @@ follows the numba backend's convention ``kernel(weights, indices, x, out)`` and 
 ``out`` in place; the variant (binary or float input, shared or per-entry weight, ``A @ x``
 or ``A.T @ x``, vector or matrix) is fixed by closure constants.
 
-* ``A.T @ x`` (``transpose=True``) visits only the rows ``i`` with ``x[i] != 0`` and
-  scatters their ``k`` entries: work is (number of events) x ``k``.
-* ``A @ x`` gathers ``k`` inputs per row, branch-free (inactive and masked entries are
-  multiplied by zero) so that the loop vectorises.
+* ``A.T @ x`` (``transpose=True``) visits only the rows ``i`` with ``x[i] != 0`` (listed
+  first, without a branch per row) and scatters their ``k`` entries: work is (number of
+  events) x ``k``.
+* ``A @ x`` gathers ``k`` inputs per row, branch-free: the input is copied once into a
+  table with one trailing zero, and every slot's index is clamped to that zero when masked.
+* ``parallel=True`` (the opt-in ``numba_parallel`` backend) spreads the rows of ``A @ x``
+  and of the vector weight gradient over Numba's threads; each row is written by one
+  thread.
 
 Out-of-range column indices are *masked*: such an entry is skipped (it contributes
 nothing and receives no gradient), so no kernel ever reads or writes out of bounds. The
