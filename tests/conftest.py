@@ -18,3 +18,57 @@ def pytest_terminal_summary(terminalreporter):
     for backend in sorted({b for b, _ in gpu_utils.COMPILED}):
         row = "".join(f"{gpu_utils.COMPILED[backend, t]:8d}" for t in targets)
         terminalreporter.write_line(f"{backend:12s}{row}")
+
+
+# --- Two tiers: the default run and the exhaustive one -----------------------------------
+# A test function parametrized over many cases keeps, in the default run, a subset that
+# covers every token of its cases' ids (every backend, dtype, direction, event type, ...
+# appears at least once); the other cases get the ``exhaustive`` marker. The default
+# options deselect them (``-m "not exhaustive"``); ``-m exhaustive`` runs exactly those,
+# and ``-m "exhaustive or not exhaustive"`` runs everything. Files listed in
+# EXHAUSTIVE_FILES go to the exhaustive tier whole.
+import re  # noqa: E402
+
+import pytest  # noqa: E402
+
+#: Parametrized functions with at most this many cases keep all of them in the default run.
+SMALL_MATRIX = 6
+_TOKEN_SPLIT = re.compile(r"[-_/,.:= \[\]]+")
+
+
+def _tokens(item):
+    callspec = getattr(item, "callspec", None)
+    if callspec is None:
+        return frozenset()
+    return frozenset(t for t in _TOKEN_SPLIT.split(callspec.id) if t)
+
+
+def _covering_subset(items):
+    """Greedy cover of the cases' id tokens; ties go to the earliest case (deterministic)."""
+    uncovered = set().union(*(_tokens(i) for i in items))
+    chosen = []
+    while uncovered:
+        best = max(items, key=lambda i: (len(_tokens(i) & uncovered), -items.index(i)))
+        gain = _tokens(best) & uncovered
+        if not gain:
+            break
+        chosen.append(best)
+        uncovered -= gain
+    return chosen or items[:1]
+
+
+def pytest_collection_modifyitems(config, items):
+    groups = {}
+    for item in items:
+        if getattr(item, "callspec", None) is None:
+            continue
+        key = (item.nodeid.split("::")[0], getattr(item, "originalname", item.name))
+        groups.setdefault(key, []).append(item)
+    marker = pytest.mark.exhaustive
+    for cases in groups.values():
+        if len(cases) <= SMALL_MATRIX:
+            continue
+        keep = {id(i) for i in _covering_subset(cases)}
+        for item in cases:
+            if id(item) not in keep:
+                item.add_marker(marker)

@@ -21,6 +21,6 @@ def test_readme_commands_match_ci():
     readme = (ROOT / "README.md").read_text()
     ci = (ROOT / ".ci" / "run").read_text()
     test_cmd = ('python -m pip install -e ".[test,gpu-compile]" && '
-                "JAX_PLATFORMS=cpu python -m pytest")
+                "JAX_PLATFORMS=cpu python -m pytest -n auto")
     assert test_cmd in readme.split("## What it looks like")[0]
     assert ci.rstrip().splitlines()[-1] == test_cmd  # CI's last command is the README's

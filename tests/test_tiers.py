@@ -1,0 +1,58 @@
+"""The default tier keeps, of every large parametrized matrix, cases that cover each token
+of the case ids; the rest is marked ``exhaustive`` and runs in CI's second tier."""
+
+from __future__ import annotations
+
+import itertools
+import subprocess
+import sys
+import textwrap
+import types
+from pathlib import Path
+
+import conftest
+
+
+def _fake(ids):
+    return [types.SimpleNamespace(callspec=types.SimpleNamespace(id=i)) for i in ids]
+
+
+def test_the_subset_covers_every_token_of_a_full_product():
+    ids = ["-".join(p) for p in itertools.product(
+        ["csrmv", "binary_csrmv", "csrmm"], ["pallas", "cuda_raw", "numba"],
+        ["float32", "float64"], ["T", "N"])]
+    items = _fake(ids)
+    chosen = conftest._covering_subset(items)
+    every = set().union(*(conftest._tokens(i) for i in items))
+    assert set().union(*(conftest._tokens(i) for i in chosen)) == every
+    assert len(chosen) < len(items) // 4    # the point of the tier: far fewer cases
+    assert chosen == conftest._covering_subset(items)   # deterministic
+
+
+def test_cases_with_one_token_each_are_all_kept():
+    items = _fake([f"case{i}" for i in range(10)])
+    assert len(conftest._covering_subset(items)) == 10
+
+
+def _run(tmp_path, *args):
+    proc = subprocess.run([sys.executable, "-m", "pytest", "-q", "-p", "no:cacheprovider",
+                           "-p", "no:xdist", *args], cwd=tmp_path, capture_output=True,
+                          text=True, timeout=120)
+    return proc.stdout.strip().splitlines()[-1]
+
+
+def test_collection_marks_only_the_rest_of_large_matrices(tmp_path):
+    (tmp_path / "conftest.py").write_text(Path(conftest.__file__).read_text())
+    (tmp_path / "test_m.py").write_text(textwrap.dedent("""
+        import pytest
+        @pytest.mark.parametrize("a", ["x", "y", "z"])
+        @pytest.mark.parametrize("b", ["p", "q", "r"])
+        def test_big(a, b): pass
+        @pytest.mark.parametrize("a", [1, 2])
+        def test_small(a): pass
+        def test_plain(): pass
+    """))
+    # 3 cases cover x, y, z and p, q, r; the small matrix and the plain test stay whole.
+    assert _run(tmp_path, "-m", "not exhaustive").startswith("6 passed, 6 deselected")
+    assert _run(tmp_path, "-m", "exhaustive").startswith("6 passed, 6 deselected")
+    assert _run(tmp_path).startswith("12 passed")
