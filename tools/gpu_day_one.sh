@@ -1,0 +1,23 @@
+#!/usr/bin/env bash
+# The GPU acceptance run in one call, for a GPU machine that has a copy of this working tree
+# but no primforge installed (and no package index). Writes report.json, report.md and
+# logs/ into $OUT (or the folder given as the first argument) and prints a summary last.
+#
+# Usage: tools/gpu_day_one.sh [OUT_DIR] [extra options of python -m primforge.gpu_acceptance]
+#   PYTHON   interpreter to use (default python3)
+#   TOTAL    seconds for the whole run (default 470, just under 8 minutes)
+# Wheels in wheels/ (pure-Python packages the machine lacks, e.g. pytest-xdist or
+# hypothesis) are put on the path first; see docs/gpu.md.
+set -uo pipefail
+root="$(cd "$(dirname "$0")/.." && pwd)"
+out="${1:-${OUT:-$root/gpu-report}}"
+[ $# -gt 0 ] && shift
+python="${PYTHON:-python3}"
+path="$root"
+for whl in "$root"/wheels/*.whl; do
+  [ -e "$whl" ] && path="$path:$whl"
+done
+export PYTHONPATH="$path${PYTHONPATH:+:$PYTHONPATH}"
+mkdir -p "$out"
+cd "$root"
+exec "$python" -m primforge.gpu_acceptance --out "$out" --total "${TOTAL:-470}" "$@"
