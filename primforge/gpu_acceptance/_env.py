@@ -116,7 +116,8 @@ def collect(emit, *, platform: str, backends: list[str] | None) -> None:
     from primforge.kernel.backends import KNOWN_BACKENDS, get_backend
 
     x = np.linspace(-1, 1, 4096, dtype=np.float32)
-    for name in KNOWN_BACKENDS:
+    # cuda_raw last: its nvcc build is the slowest probe.
+    for name in sorted(KNOWN_BACKENDS, key=lambda b: b == "cuda_raw"):
         if name == "jax":
             continue
         module = get_backend(name)
