@@ -31,7 +31,7 @@ def rehearsal(tmp_path_factory):
            "--total", "280", "--budgets", "env=60,bench=60,gpu_tests=60,kernels=60,cpu_suite=60",
            "--kernels", "primforge.ops.binary_csrmv", "--backends", "numba",
            "--gpu-tests", "tests/test_ops_csr_cuda.py",
-           "--suite", "tests/test_registry.py -k tag_filtering"]
+           "--suite", "tests/test_registry.py -k tag_filtering", "--workers", "1"]
     proc = subprocess.run(cmd, cwd=ROOT, env=env, capture_output=True, text=True, timeout=320,
                           check=False)
     assert proc.returncode == 0, proc.stdout[-3000:] + proc.stderr[-3000:]

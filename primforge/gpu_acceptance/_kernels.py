@@ -22,6 +22,8 @@ from primforge.kernel.backends import get_backend
 from primforge.registry import list_kernels, load_modules
 
 REFERENCE = "jax"
+_UNTRACEABLE = (jax.errors.ConcretizationTypeError, jax.errors.TracerArrayConversionError,
+                jax.errors.TracerBoolConversionError, jax.errors.TracerIntegerConversionError)
 
 
 def _is_array(x) -> bool:
@@ -53,7 +55,10 @@ class _Case:
         f = self.fn(backend)
         with self.kernel.use_backend(self.platform, backend):
             if transform == "forward":
-                return jax.device_get(jax.jit(f)(*self.inputs))
+                try:
+                    return jax.device_get(jax.jit(f)(*self.inputs))
+                except _UNTRACEABLE:  # a call function that needs concrete values
+                    return jax.device_get(f(*self.inputs))
             if transform == "grad":
                 return jax.device_get(self._grad(f))
             return jax.device_get(self._vmap(f))
