@@ -3,15 +3,18 @@
 # but no primforge installed (and no package index). Writes report.json, report.md and
 # logs/ into $OUT (or the folder given as the first argument) and prints a summary last.
 #
-# Usage: tools/gpu_day_one.sh [OUT_DIR] [extra options of python -m primforge.gpu_acceptance]
+# Usage: tools/gpu_day_one.sh [OUT_DIR] [further options of python -m primforge.gpu_acceptance]
 #   PYTHON   interpreter to use (default python3)
 #   TOTAL    seconds for the whole run (default 470, just under 8 minutes)
 # Wheels in wheels/ (pure-Python packages the machine lacks, e.g. pytest-xdist or
 # hypothesis) are put on the path first; see docs/gpu.md.
 set -uo pipefail
 root="$(cd "$(dirname "$0")/.." && pwd)"
-out="${1:-${OUT:-$root/gpu-report}}"
-[ $# -gt 0 ] && shift
+out="${OUT:-$root/gpu-report}"
+if [ $# -gt 0 ] && [ "${1#-}" = "$1" ]; then  # a first argument that is not an option
+  out="$1"
+  shift
+fi
 python="${PYTHON:-python3}"
 path="$root"
 for whl in "$root"/wheels/*.whl; do
