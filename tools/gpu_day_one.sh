@@ -23,4 +23,12 @@ done
 export PYTHONPATH="$path${PYTHONPATH:+:$PYTHONPATH}"
 mkdir -p "$out"
 cd "$root"
+# If primforge cannot even be imported here (a JAX it does not know), say so in the folder
+# that comes back instead of failing without a trace.
+if ! "$python" -c "import primforge" > "$out/import_error.txt" 2>&1; then
+  echo "primforge does not import on this machine ($python):"
+  tail -n 30 "$out/import_error.txt"
+  exit 0
+fi
+rm -f "$out/import_error.txt"
 exec "$python" -m primforge.gpu_acceptance --out "$out" --total "${TOTAL:-470}" "$@"
