@@ -13,8 +13,7 @@ import time
 import jax
 import pytest
 
-from primforge.gpu_acceptance import STEPS
-from primforge.gpu_acceptance import _driver
+from primforge.gpu_acceptance import STEPS, _driver
 from primforge.gpu_acceptance._pytest_plugin import GPU_SKIP_REASON
 from primforge.kernel.backends import KNOWN_BACKENDS
 
