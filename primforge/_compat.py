@@ -9,6 +9,25 @@ module imports ``jax._src``, ``jax.core``, ``jax.interpreters`` or jaxlib's inte
 
 Supported: JAX ``MIN_JAX_VERSION`` (0.8.0) and newer. Each shim for an older release says
 which releases take which path.
+
+Newer JAX, checked against JAX's changelog and source up to 0.11.0 and its unreleased
+changes (no 0.12 notes yet); ``python -m primforge.gpu_acceptance`` runs the suite on
+whatever JAX a machine has. Nothing primforge uses is removed or deprecated there:
+
+API (what primforge does)                          in 0.11.0 / unreleased
+-------------------------------------------------  ---------------------------------------
+jax.core.CallPrimitive and the other removals      removed in 0.11.0 (primforge: unused)
+jax.core.ShapedArray, jax.core.Tracer (used)       kept
+primal_dtype_to_tangent_dtype (jax.extend.core)    kept (jax.core's: removed in 0.11.0)
+jax.extend.core Primitive, Jaxpr, ClosedJaxpr      kept
+jax.interpreters ad / batching / mlir names used   kept, none deprecated
+jax._src.interpreters.mlir.custom_call (keywords)  kept; adds keyword result_tilings
+jax._src.lib.triton.dialect                        kept
+__gpu$xla.gpu.triton (the triton backend's call)   still Pallas's route on GPU
+jax._src.tree_util registries                      kept
+sharding_impls.ShardingContext, dispatch set       kept
+make_user_context, shard_map, typeof, ffi          kept
+jnp.empty (primforge: unused)                      uninitialised from 0.11.0
 """
 
 from __future__ import annotations

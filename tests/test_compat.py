@@ -143,6 +143,26 @@ def test_only_compat_reaches_into_jax_internals():
 
 
 # ------------------------------------------------------------------- supported range
+#: What ``jax.core`` still exports in JAX 0.11 (the rest was removed there).
+JAX_CORE_KEPT = {"AbstractValue", "Atom", "ParamDict", "ShapedArray", "Trace", "Tracer", "Value",
+                 "ensure_compile_time_eval", "eval_context", "eval_jaxpr", "max_dim", "min_dim"}
+
+
+def test_compat_takes_from_jax_core_only_what_jax_011_keeps():
+    tree = ast.parse(COMPAT.read_text())
+    taken = {a.name for node in ast.walk(tree) if isinstance(node, ast.ImportFrom)
+             and node.module == "jax.core" for a in node.names}
+    assert taken and taken <= JAX_CORE_KEPT, taken - JAX_CORE_KEPT
+
+
+def test_no_module_relies_on_jnp_empty():
+    """``jnp.empty``/``empty_like`` return uninitialised memory from JAX 0.11 (zeros before)."""
+    found = [f"{p.relative_to(ROOT)}:{n}" for p in sorted(PACKAGE.rglob("*.py"))
+             for n, line in enumerate(p.read_text().splitlines(), 1)
+             if re.search(r"\bjnp\.empty(_like)?\(|\bjax\.numpy\.empty", line)]
+    assert not found, found
+
+
 def _version(text: str) -> tuple[int, ...]:
     return tuple(int(p) for p in text.split("."))
 

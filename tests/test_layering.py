@@ -36,7 +36,8 @@ LAYERS: list[tuple[str, list[str]]] = [
     ("kernel", ["primforge.kernel"]),
     ("autotune", ["primforge.autotune"]),
     ("library", ["primforge.ops", "primforge.testing", "primforge._gpu_compile"]),
-    ("entry points", ["primforge.cli", "primforge.__main__", "primforge"]),
+    ("entry points", ["primforge.cli", "primforge.__main__", "primforge",
+                      "primforge.gpu_acceptance"]),
 ]
 
 #: Prefixes that match only the module itself, not its submodules: the top package's

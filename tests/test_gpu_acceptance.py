@@ -1,0 +1,113 @@
+"""The GPU acceptance command, rehearsed on the CPU: every step runs (small selections) and
+is reported with a status; report.json has the structure the docs describe."""
+
+from __future__ import annotations
+
+import json
+import os
+import pathlib
+import subprocess
+import sys
+import time
+
+import jax
+import pytest
+
+from primforge.gpu_acceptance import STEPS, _driver
+from primforge.gpu_acceptance._pytest_plugin import GPU_SKIP_REASON
+from primforge.kernel.backends import KNOWN_BACKENDS
+
+ROOT = pathlib.Path(__file__).resolve().parents[1]
+STATUSES = {"passed", "failed", "timeout", "error", "skipped"}
+
+
+@pytest.fixture(scope="module")
+def rehearsal(tmp_path_factory):
+    out = tmp_path_factory.mktemp("acceptance")
+    env = {**os.environ, "JAX_PLATFORMS": "cpu",
+           "PYTHONPATH": os.pathsep.join(filter(None, [str(ROOT), os.environ.get("PYTHONPATH")]))}
+    cmd = [sys.executable, "-m", "primforge.gpu_acceptance", "--out", str(out), "--rehearse",
+           "--total", "280", "--budgets", "env=60,bench=60,gpu_tests=60,kernels=60,cpu_suite=60",
+           "--kernels", "primforge.ops.binary_csrmv", "--backends", "numba",
+           "--gpu-tests", "tests/test_ops_csr_cuda.py",
+           "--suite", "tests/test_registry.py -k tag_filtering", "--workers", "1"]
+    proc = subprocess.run(cmd, cwd=ROOT, env=env, capture_output=True, text=True, timeout=320,
+                          check=False)
+    assert proc.returncode == 0, proc.stdout[-3000:] + proc.stderr[-3000:]
+    return out, proc.stdout, json.loads((out / "report.json").read_text())
+
+
+def test_every_step_is_reported_with_a_status(rehearsal):
+    out, stdout, report = rehearsal
+    assert report["mode"] == "rehearsal" and report["platform"] == "cpu"
+    assert tuple(report["steps"]) == STEPS
+    for name, step in report["steps"].items():
+        assert step["status"] in STATUSES, (name, step)
+    # the summary comes last, one line per step; the files stay few and shallow
+    tail = stdout.strip().splitlines()[-len(STEPS) - 2:]
+    assert [line.split()[0] for line in tail[:-1][-len(STEPS):]] == list(STEPS)
+    files = [p for p in out.rglob("*") if p.is_file()]
+    assert {"report.json", "report.md"} <= {p.name for p in files} and len(files) <= 8
+    assert all(len(p.relative_to(out).parts) <= 2 for p in files)
+    md = (out / "report.md").read_text()
+    assert all(f"## {name}:" in md for name in STEPS)
+
+
+def test_environment_lists_every_backend_with_a_reason(rehearsal):
+    env = rehearsal[2]["steps"]["env"]
+    assert env["status"] == "passed"
+    assert env["info"]["versions"]["jax"] == jax.__version__
+    named = {b["name"]: b for b in env["backends"]}
+    assert set(named) == set(KNOWN_BACKENDS) - {"jax"}
+    for b in named.values():  # never silently skipped: ran, or says why not
+        assert b["ran"] is True or b["reason"], b
+    assert named["numba"]["ran"] is True
+
+
+def test_gpu_tests_are_found_and_skip_for_want_of_a_gpu(rehearsal):
+    step = rehearsal[2]["steps"]["gpu_tests"]
+    assert step["status"] == "skipped" and step["tests"]
+    assert all(t["outcome"] == "skipped" and GPU_SKIP_REASON in t["message"]
+               for t in step["tests"])
+
+
+def test_kernel_checks_cover_forward_grad_and_vmap(rehearsal):
+    step = rehearsal[2]["steps"]["kernels"]
+    got = {(c["kernel"], c["backend"], c["check"]): c["status"] for c in step["checks"]}
+    assert got == {("primforge.ops.binary_csrmv", "numba", t): "pass"
+                   for t in ("forward", "grad", "vmap")}
+
+
+def test_benchmarks_time_every_group(rehearsal):
+    rows = rehearsal[2]["steps"]["bench"]["rows"]
+    ew = {r["contender"]: r for r in rows if r["group"] == "elementwise"}
+    assert {"device copy", "jnp 2x+1", "numba"} <= set(ew)
+    assert all(r["gbps"] > 0 for r in ew.values())
+    csr = {r["contender"] for r in rows if r["group"] == "csr" and "time_s" in r}
+    assert {"jax", "numba", "BCOO"} <= csr
+    coba = [r for r in rows if r["group"] == "coba"]
+    assert coba and all(r.get("s_per_sim_s", 0) > 0 for r in coba), coba
+
+
+def test_cpu_suite_records_each_test(rehearsal):
+    step = rehearsal[2]["steps"]["cpu_suite"]
+    assert step["status"] == "passed" and step["counts"]["passed"] >= 1
+
+
+def test_a_step_over_its_budget_is_stopped_and_recorded(tmp_path):
+    step = _driver._Step("bench", [sys.executable, "-c", "import time; time.sleep(120)"],
+                         dict(os.environ), 1.0, tmp_path, tmp_path)
+    while not step.poll():
+        time.sleep(0.1)
+    assert step.timed_out and step.proc.returncode is not None
+    from primforge.gpu_acceptance import _report
+
+    result = _report.summarize("bench", step.read(), step)
+    assert result["status"] == "timeout" and "budget" in result["reason"]
+
+
+def test_bad_budget_names_the_step():
+    with pytest.raises(SystemExit):
+        _driver.parser().parse_args(["--out", "x", "--budgets", "gpu=5"])
+    with pytest.raises(Exception, match="unknown step 'gpu'"):
+        _driver._parse_budgets("gpu=5")
