@@ -34,7 +34,8 @@ DEFAULT_TOTAL = 470
 RESERVE_S = 8  # kept back from the total for writing the report
 LOG_TAIL = 2 << 20  # bytes of each step's output kept under logs/
 
-_GPU_TEST_ARGS = "tests"
+# Every GPU test, the exhaustive tier included (the suite's default deselects it).
+_GPU_TEST_ARGS = "tests -m 'exhaustive or not exhaustive'"
 # The suite without this command's own test and the XLA:GPU compile sweeps (CI runs those;
 # here the GPU itself runs the kernels).
 _SUITE_ARGS = ("tests primforge --ignore=tests/test_gpu_acceptance.py "
