@@ -233,11 +233,9 @@ def _free_name(base: str, kernel) -> str:
 def _kernel_to_compile(kernel, debug: bool):
     if not debug:
         return kernel
-    import numba
+    from primforge.kernel.backends._numba_boundscheck import bounds_checked
 
-    skip = ("boundscheck", "cache", "nopython")  # njit sets nopython itself (and warns)
-    opts = {k: v for k, v in kernel.targetoptions.items() if k not in skip}
-    return numba.njit(boundscheck=True, **opts)(kernel.py_func)
+    return bounds_checked(kernel)  # the helpers it calls are checked too
 
 
 def _build_entry(target: _Target, kernel) -> None:

@@ -1,0 +1,253 @@
+"""Debug mode against seeded kernel bugs: every registration path, every transformation.
+
+One kernel, ``o0 = 2 * x`` and ``o1 = x + 1``, whose per-element work is an ``@njit``
+helper. Each bug lives in the helper (so bounds checking must reach helpers) and the
+helper is reached through a global, a closure cell or a module attribute depending on the
+path. Each seeded bug must be reported under eager, ``jit``, ``vmap`` and ``grad``, on the
+first line of the error the user sees, naming the kernel, the output and the index (an
+out-of-bounds access is Numba's ``IndexError``, naming the kernel). Kernels are built
+once per (path, bug) and reused by every transformation.
+
+Out-of-bounds writes run in a child process: without bounds checking they corrupt memory.
+"""
+
+from __future__ import annotations
+
+import re
+import types
+
+import jax
+import jax.numpy as jnp
+import numpy as np
+import pytest
+
+import primforge
+
+numba = pytest.importorskip("numba")
+
+N = 8
+S = jax.ShapeDtypeStruct((N,), jnp.float32)
+
+
+# ----------------------------------------------------------------- the seeded helpers
+@numba.njit
+def _elem_ok(x, o0, o1, i):
+    o0[i] = 2 * x[i]
+    o1[i] = x[i] + 1
+
+
+@numba.njit
+def _elem_oob_read(x, o0, o1, i):
+    o0[i] = 2 * x[i + 2]  # reads two past the end for the last two elements
+    o1[i] = x[i] + 1
+
+
+@numba.njit
+def _elem_oob_write(x, o0, o1, i):
+    o0[i] = 2 * x[i]
+    o1[i] = x[i] + 1
+    if i == x.size - 1:
+        o0[x.size + 3] = 0.0
+
+
+@numba.njit
+def _elem_unwritten(x, o0, o1, i):
+    if i != x.size - 1:
+        o0[i] = 2 * x[i]
+    o1[i] = x[i] + 1
+
+
+@numba.njit
+def _elem_accumulate(x, o0, o1, i):
+    o0[i] += 2 * x[i]  # assumes a zeroed buffer
+    o1[i] = x[i] + 1
+
+
+@numba.njit
+def _elem_wrong(x, o0, o1, i):
+    o0[i] = 2 * x[i] + (1.0 if i == 4 else 0.0)
+    o1[i] = x[i] + 1
+
+
+@numba.njit
+def _elem_second(x, o0, o1, i):
+    o0[i] = 2 * x[i]
+    o1[i] = x[i] + (3.0 if i == 5 else 1.0)
+
+
+HELPERS = {
+    "ok": _elem_ok, "oob_read": _elem_oob_read, "oob_write": _elem_oob_write,
+    "unwritten": _elem_unwritten, "accumulate": _elem_accumulate, "wrong": _elem_wrong,
+    "second": _elem_second,
+}
+
+# What each bug's report says (unbatched index; under vmap batch index 0 comes first).
+EXPECTED = {
+    "oob_read": r"primforge numba kernel '{name}' \(.*\) raised IndexError: index is out of "
+                r"bounds",
+    "oob_write": r"primforge numba kernel '{name}' \(.*\) raised IndexError: index is out of "
+                 r"bounds",
+    "unwritten": r"kernel '{name}' \(backend '{backend}'\), debug mode: output 0 "
+                 r"\(float32\[{shape}\]\) element \({idx}\) was never written",
+    "accumulate": r"kernel '{name}' \(backend '{backend}'\), debug mode: output 0 "
+                  r"\(float32\[{shape}\]\) element \({idx}\) was never written",
+    "wrong": r"kernel '{name}' \(backend '{backend}'\), debug mode: output 0 "
+             r"\(float32\[{shape}\]\) differs from the 'jax' reference backend; first "
+             r"differing index \({idx}\): got 11\.0, reference 10\.0",
+    "second": r"kernel '{name}' \(backend '{backend}'\), debug mode: output 1 "
+              r"\(float32\[{shape}\]\) differs from the 'jax' reference backend; first "
+              r"differing index \({idx}\): got 9\.0, reference 7\.0",
+}
+
+# The first bad element of output 0 (output 1 for "second") per bug.
+ELEMENT = {"oob_read": 0, "oob_write": 0, "unwritten": 7, "accumulate": 0, "wrong": 4,
+           "second": 5}
+
+_LOOP = "def kernel(x, o0, o1):\n    for i in {loop}(x.size):\n        elem(x, o0, o1, i)\n"
+
+
+def _global_kernel(elem, parallel=False):
+    """An njit kernel reaching ``elem`` as a global."""
+    ns = {"numba": numba, "elem": elem, "__name__": __name__}
+    exec(_LOOP.format(loop="numba.prange" if parallel else "range"), ns)  # noqa: S102
+    return numba.njit(parallel=parallel)(ns["kernel"])
+
+
+def _closure_kernel(elem):
+    """A plain Python kernel reaching ``elem`` through a closure cell (jitted by primforge)."""
+    def kernel(x, o0, o1):
+        for i in range(x.size):
+            elem(x, o0, o1, i)
+    return kernel
+
+
+def _module_kernel(elem):
+    """An njit kernel reaching ``elem`` as an attribute of a module global."""
+    helpers = types.ModuleType("seeded_helpers")
+    helpers.elem = elem
+    ns = {"numba": numba, "helpers": helpers, "__name__": __name__}
+    src = "def kernel(x, o0, o1):\n    for i in range(x.size):\n        helpers.elem(x, o0, o1, i)\n"
+    exec(src, ns)  # noqa: S102
+    return numba.njit(ns["kernel"])
+
+
+PATHS = ("def_numba_kernel", "numba_kernel", "generated", "module_attr", "numba_parallel")
+
+
+def make(path: str, bug: str):
+    """An XLACustomKernel with the seeded kernel on ``path``, a 'jax' reference, a JVP."""
+    from primforge.kernel.backends.numba import numba_kernel
+
+    elem = HELPERS[bug]
+    k = primforge.XLACustomKernel(f"seeded_{path}_{bug}")
+    if path == "def_numba_kernel":
+        kern = _global_kernel(elem)
+        k.def_numba_kernel(lambda **kw: kern)
+    elif path == "numba_kernel":
+        kern = _global_kernel(elem)
+        k.def_numba_kernel(lambda *, outs, **kw: numba_kernel(kern, outs=list(outs)))
+    elif path == "generated":  # a new plain-function kernel per signature
+        k.def_numba_kernel(lambda **kw: _closure_kernel(elem))
+    elif path == "module_attr":
+        kern = _module_kernel(elem)
+        k.def_numba_kernel(lambda **kw: kern)
+    else:
+        kern = _global_kernel(elem, parallel=True)
+        k.def_kernel("numba_parallel", "cpu",
+                     lambda *, outs, **kw: numba_kernel(kern, outs=list(outs)))
+    k.def_kernel("jax", "cpu", lambda **kw: lambda x: (2 * x, x + 1))
+    k.def_jvp_rule2(lambda t, x, **kw: [2 * t, t])
+    backend = "numba_parallel" if path == "numba_parallel" else "numba"
+    return k, backend
+
+
+def run(k, backend: str, transform: str):
+    """Call ``k`` in debug mode under ``transform``; the error the user sees, or None."""
+    call = lambda x: k(x, outs=[S, S], backend=backend)
+    x = jnp.arange(1.0, N + 1, dtype=jnp.float32)
+    with primforge.debug_mode():
+        try:
+            if transform == "eager":
+                out = call(x)
+            elif transform == "jit":
+                out = jax.jit(call)(x)
+            elif transform == "vmap":
+                out = jax.vmap(call)(jnp.stack([x, x + 1]))
+            else:
+                out = jax.grad(lambda v: call(v)[0].sum() + call(v)[1].sum())(x)
+            jax.block_until_ready(out)
+        except Exception as e:  # noqa: BLE001 - the error is what is checked
+            return e
+    return out
+
+
+def expected(path: str, bug: str, transform: str, element: int | None = None,
+             name: str | None = None) -> str:
+    """The first line's pattern for ``bug`` (``name``: the kernel's bug, if another)."""
+    element = ELEMENT[bug] if element is None else element
+    backend = "numba_parallel" if path == "numba_parallel" else "numba"
+    batched = transform == "vmap"
+    return EXPECTED[bug].format(name=f"seeded_{path}_{name or bug}", backend=backend,
+                                shape=f"2, {N}" if batched else str(N),
+                                idx=f"0, {element}" if batched else f"{element},")
+
+
+def first_line(error: BaseException) -> str:
+    text = str(error)
+    return text.removeprefix("INTERNAL: ").splitlines()[0] if text else ""
+
+
+@pytest.fixture(scope="module")
+def kernels():
+    built = {}
+
+    def get(path, bug):
+        if (path, bug) not in built:
+            built[path, bug] = make(path, bug)
+        return built[path, bug]
+
+    return get
+
+
+TRANSFORMS = ("eager", "jit", "vmap", "grad")
+
+
+# Whether a bug is caught depends on the path for bounds checks (the helper must be
+# reached) and output coverage (the product must be recognised as a Numba kernel); the
+# reference comparison does not: every path gets those two bugs, one path gets them all.
+CASES = [(path, bug) for path in PATHS for bug in ("oob_read", "unwritten")] + [
+    ("def_numba_kernel", bug) for bug in ("accumulate", "wrong", "second")]
+
+
+@pytest.mark.parametrize("path, bug", CASES)
+def test_seeded_bug_is_reported_on_the_first_line(kernels, path, bug):
+    k, backend = kernels(path, bug)
+    for transform in TRANSFORMS:
+        err = run(k, backend, transform)
+        assert isinstance(err, Exception), f"{transform}: no error, returned {err}"
+        pattern = expected(path, bug, transform)
+        if path == "numba_parallel" and bug == "oob_read":
+            # Numba drops an exception raised on a worker thread; the checked index stops
+            # that thread's rows, so the first element past the bad read is unwritten.
+            unwritten = expected(path, "unwritten", transform, element=6, name=bug)
+            pattern = f"(?:{pattern}|{unwritten})"
+        assert re.match(pattern, first_line(err)), (
+            f"{transform}: first line {first_line(err)!r} does not match {pattern!r}\n"
+            f"full error: {err}")
+
+
+@pytest.mark.parametrize("path", PATHS)
+def test_correct_kernel_passes_on_every_path(kernels, path):
+    k, backend = kernels(path, "ok")
+    x = np.arange(1.0, N + 1, dtype=np.float32)
+    for transform in TRANSFORMS:
+        out = run(k, backend, transform)
+        assert not isinstance(out, Exception), f"{transform}: {out}"
+        if transform == "vmap":
+            np.testing.assert_array_equal(out[0], 2 * np.stack([x, x + 1]))
+            np.testing.assert_array_equal(out[1], np.stack([x, x + 1]) + 1)
+        elif transform == "grad":
+            np.testing.assert_array_equal(out, np.full(N, 3.0))
+        else:
+            np.testing.assert_array_equal(out[0], 2 * x)
+            np.testing.assert_array_equal(out[1], x + 1)
