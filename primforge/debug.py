@@ -12,6 +12,8 @@ What a kernel call checks in debug mode:
   ``@njit`` function they call (reached through globals, closure cells or a module's
   attributes): an out-of-range index raises ``IndexError`` instead of reading or writing
   over memory. ``NUMBA_BOUNDSCHECK=0`` turns that off everywhere (debug mode warns).
+  A ``parallel=True`` kernel runs serially (Numba drops an exception raised on a worker
+  thread).
 * Output coverage (Numba kernels, also those of a backend whose generator returns
   ``numba_kernel(...)``): the output buffers a kernel receives are pre-filled,
   and the kernel runs twice with two different fill patterns (NaN-like, then another bit

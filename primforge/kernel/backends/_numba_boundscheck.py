@@ -8,6 +8,10 @@ hold replaced by its own bounds-checked copy (recursively, and through a module 
 the code reads an attribute of, ``helpers.f``), compiled with the kernel's other options
 and ``boundscheck=True``. Copies are made once per dispatcher and kept while it lives.
 
+A copy runs serially (``parallel=True`` is dropped, ``prange`` is ``range``): Numba drops
+an exception raised on a worker thread, so a threaded copy would stop at a bad index
+without saying so.
+
 ``NUMBA_BOUNDSCHECK=0`` turns Numba's bounds checking off everywhere, these copies
 included: :func:`bounds_checked` then warns once.
 """
@@ -25,7 +29,8 @@ __all__ = ["bounds_checked", "forget"]
 # dispatcher -> its bounds-checked copy.
 _COPIES: weakref.WeakKeyDictionary = weakref.WeakKeyDictionary()
 _LOCK = threading.RLock()
-_SKIP_OPTIONS = ("boundscheck", "cache", "nopython")  # njit sets nopython itself (and warns)
+# njit sets nopython itself (and warns); "parallel": see the module docstring.
+_SKIP_OPTIONS = ("boundscheck", "cache", "nopython", "parallel")
 _warned_env = False
 
 
