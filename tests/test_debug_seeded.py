@@ -301,3 +301,39 @@ def test_out_of_bounds_writes_are_caught_in_debug_mode(tmp_path):
     for transform in ("eager", "jit"):
         assert re.match(r"primforge numba kernel 'seeded_small_outs' \(.*too_long\) raised "
                         r"IndexError", got[f"small/{transform}"]), got[f"small/{transform}"]
+
+
+def _reachable(dispatcher, seen):
+    """Every njit dispatcher reachable from ``dispatcher`` (globals, closure cells)."""
+    from primforge.kernel.backends._numba_boundscheck import _global_names
+
+    if id(dispatcher) in seen:
+        return
+    seen[id(dispatcher)] = dispatcher
+    py = dispatcher.py_func
+    values = [py.__globals__.get(n) for n in _global_names(py.__code__)]
+    values += [c.cell_contents for c in py.__closure__ or ()]
+    for v in values:
+        if isinstance(v, numba.core.registry.CPUDispatcher):
+            _reachable(v, seen)
+
+
+def test_the_ops_kernels_and_their_helpers_are_bounds_checked_in_debug_mode():
+    import primforge.ops
+    from primforge.kernel.backends import _numba_boundscheck
+
+    dense = jnp.array([[1.0, 0.0, 2.0], [0.0, 3.0, 0.0]], jnp.float32)
+    w = primforge.ops.CSR.from_dense(dense)
+    x = jnp.array([1.0, 2.0, 3.0], jnp.float32)
+    _numba_boundscheck.forget()
+    with primforge.debug_mode():
+        np.testing.assert_allclose(w @ x, dense @ x, rtol=1e-6)
+        np.testing.assert_allclose(w.T @ jnp.ones(2), dense.T @ jnp.ones(2), rtol=1e-6)
+    copies = list(_numba_boundscheck._COPIES.values())
+    assert copies
+    seen = {}
+    for c in copies:
+        _reachable(c, seen)
+    assert len(seen) > 1  # helpers reached too
+    assert all(d.targetoptions.get("boundscheck") is True for d in seen.values()), [
+        d.py_func.__qualname__ for d in seen.values() if not d.targetoptions.get("boundscheck")]

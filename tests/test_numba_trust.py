@@ -288,3 +288,20 @@ def test_a_debug_mode_loader_runs_an_artifact_exported_in_normal_mode(tmp_path):
     loaded = check(run_python(script, args=["load", blob],
                               env=child_env(None, extra={"PRIMFORGE_DEBUG": "1"})), "load")
     np.testing.assert_allclose(loaded.results()["value"], 3 * np.arange(4.0))
+
+
+def test_debug_mode_warns_when_numba_boundscheck_is_off(monkeypatch):
+    from numba.core import config
+
+    from primforge.kernel.backends import _numba_boundscheck
+
+    @numba.njit
+    def copy(x, out):
+        for i in range(x.size):
+            out[i] = x[i]
+
+    monkeypatch.setattr(config, "BOUNDSCHECK", 0)
+    monkeypatch.setattr(_numba_boundscheck, "_warned_env", False)
+    with pytest.warns(RuntimeWarning, match="NUMBA_BOUNDSCHECK=0"):
+        checked = _numba_boundscheck.bounds_checked(copy)
+    assert checked.targetoptions["boundscheck"] is True
