@@ -10,8 +10,8 @@ What a kernel call checks in debug mode:
 
 * Numba kernels, however registered, are compiled with bounds checking, and so is every
   ``@njit`` function they call (reached through globals, closure cells or a module's
-  attributes): an out-of-range index raises ``IndexError`` instead of reading or writing
-  over memory. ``NUMBA_BOUNDSCHECK=0`` turns that off everywhere (debug mode warns).
+  attributes): an out-of-range index raises an ``IndexError`` naming the index, the axis
+  and its size, instead of reading or writing over memory. ``NUMBA_BOUNDSCHECK=0`` turns that off everywhere (debug mode warns).
   A ``parallel=True`` kernel runs serially (Numba drops an exception raised on a worker
   thread).
 * Output coverage (Numba kernels, also those of a backend whose generator returns

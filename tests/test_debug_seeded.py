@@ -83,10 +83,10 @@ HELPERS = {
 
 # What each bug's report says (unbatched index; under vmap batch index 0 comes first).
 EXPECTED = {
-    "oob_read": r"primforge numba kernel '{name}' \(.*\) raised IndexError: index is out of "
-                r"bounds",
-    "oob_write": r"primforge numba kernel '{name}' \(.*\) raised IndexError: index is out of "
-                 r"bounds",
+    "oob_read": r"primforge numba kernel '{name}' \(.*\) raised BoundsCheckIndexError: index "
+                r"8 is out of bounds for axis 0 with size 8",
+    "oob_write": r"primforge numba kernel '{name}' \(.*\) raised BoundsCheckIndexError: index "
+                 r"11 is out of bounds for axis 0 with size 8",
     "unwritten": r"kernel '{name}' \(backend '{backend}'\), debug mode: output 0 "
                  r"\(float32\[{shape}\]\) element \({idx}\) was never written",
     "accumulate": r"kernel '{name}' \(backend '{backend}'\), debug mode: output 0 "
@@ -300,7 +300,8 @@ def test_out_of_bounds_writes_are_caught_in_debug_mode(tmp_path):
                 f"{path}/{transform}: {line}"
     for transform in ("eager", "jit"):
         assert re.match(r"primforge numba kernel 'seeded_small_outs' \(.*too_long\) raised "
-                        r"IndexError", got[f"small/{transform}"]), got[f"small/{transform}"]
+                        r"BoundsCheckIndexError: index 8 is out of bounds for axis 0 with size 8",
+                        got[f"small/{transform}"]), got[f"small/{transform}"]
 
 
 def _reachable(dispatcher, seen):

@@ -12,19 +12,24 @@ A copy runs serially (``parallel=True`` is dropped, ``prange`` is ``range``): Nu
 an exception raised on a worker thread, so a threaded copy would stop at a bad index
 without saying so.
 
+While primforge compiles a debug entry (:func:`index_messages`), a failed check raises
+:class:`BoundsCheckIndexError`, an ``IndexError`` naming the index, the axis and its size, where
+Numba's own says only "index is out of bounds".
+
 ``NUMBA_BOUNDSCHECK=0`` turns Numba's bounds checking off everywhere, these copies
 included: :func:`bounds_checked` then warns once.
 """
 
 from __future__ import annotations
 
+import contextlib
 import threading
 import types as _pytypes
 import warnings
 import weakref
 from typing import Any
 
-__all__ = ["bounds_checked", "forget"]
+__all__ = ["BoundsCheckIndexError", "bounds_checked", "forget", "index_messages"]
 
 # dispatcher -> its bounds-checked copy.
 _COPIES: weakref.WeakKeyDictionary = weakref.WeakKeyDictionary()
@@ -57,6 +62,63 @@ def bounds_checked(kernel: Any) -> Any:
     _warn_if_disabled()
     with _LOCK:
         return _copy(kernel, {})
+
+
+class BoundsCheckIndexError(IndexError):
+    """An out-of-bounds index found by a debug-mode kernel: ``(index, axis, size)``.
+
+    Example:
+        >>> str(BoundsCheckIndexError(9, 0, 8))
+        'index 9 is out of bounds for axis 0 with size 8'
+    """
+
+    def __str__(self) -> str:
+        if len(self.args) != 3:
+            return super().__str__()
+        index, axis, size = self.args
+        return f"index {index} is out of bounds for axis {axis} with size {size}"
+
+
+@contextlib.contextmanager
+def index_messages():
+    """Within: Numba's bounds checks raise :class:`BoundsCheckIndexError` with the index's values.
+
+    Use it around compiling bounds-checked code (Numba's compiler lock is held within).
+
+    Example:
+        >>> with index_messages():
+        ...     pass
+    """
+    from numba.core import cgutils
+    from numba.core.compiler_lock import global_compiler_lock
+
+    with global_compiler_lock:
+        original = cgutils.do_boundscheck
+        cgutils.do_boundscheck = _do_boundscheck
+        try:
+            yield
+        finally:
+            cgutils.do_boundscheck = original
+
+
+def _do_boundscheck(context, builder, ind, dimlen, axis=None):
+    """Numba's bounds check, raising :class:`BoundsCheckIndexError` with the run-time values."""
+    from llvmlite import ir
+    from numba.core import cgutils, types
+
+    i64 = ir.IntType(64)
+
+    def wide(v):
+        if isinstance(v, int):
+            return i64(v)
+        return builder.sext(v, i64) if v.type.width < 64 else v
+
+    axis_v = wide(-1 if axis is None else axis)
+    bad = builder.or_(builder.icmp_signed(">=", ind, dimlen),
+                      builder.icmp_signed("<", ind, ind.type(0)))
+    with cgutils.if_unlikely(builder, bad):
+        context.call_conv.return_dynamic_user_exc(
+            builder, BoundsCheckIndexError, (wide(ind), axis_v, wide(dimlen)), (types.int64,) * 3)
 
 
 def forget(kernel: Any = None) -> None:

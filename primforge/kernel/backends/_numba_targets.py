@@ -242,7 +242,13 @@ def _kernel_to_compile(kernel, debug: bool):
 def _build_entry(target: _Target, kernel) -> None:
     limit = max_kernels()  # a bad setting fails before anything is built or held
     compiled = _kernel_to_compile(kernel, target.debug)
-    entry = _numba_entry.compile_entry(compiled, target.views, target.label)
+    if target.debug:
+        from primforge.kernel.backends._numba_boundscheck import index_messages
+
+        with index_messages():  # debug: the error names the index, axis and size
+            entry = _numba_entry.compile_entry(compiled, target.views, target.label)
+    else:
+        entry = _numba_entry.compile_entry(compiled, target.views, target.label)
     target.entry = entry
     target.slot.value = entry.address
     _HELD[target.name] = target
