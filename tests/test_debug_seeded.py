@@ -126,7 +126,8 @@ def _module_kernel(elem):
     helpers = types.ModuleType("seeded_helpers")
     helpers.elem = elem
     ns = {"numba": numba, "helpers": helpers, "__name__": __name__}
-    src = "def kernel(x, o0, o1):\n    for i in range(x.size):\n        helpers.elem(x, o0, o1, i)\n"
+    src = ("def kernel(x, o0, o1):\n    for i in range(x.size):\n"
+           "        helpers.elem(x, o0, o1, i)\n")
     exec(src, ns)  # noqa: S102
     return numba.njit(ns["kernel"])
 
