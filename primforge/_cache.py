@@ -80,15 +80,25 @@ def enabled() -> bool:
     return os.environ.get(ENV_SWITCH, "1").strip().lower() not in ("0", "false", "no", "off")
 
 
+# A relative PRIMFORGE_CACHE_DIR -> the absolute path it named when first used.
+_RESOLVED: dict[str, str] = {}
+
+
 def root() -> str:
     """The cache root: ``$PRIMFORGE_CACHE_DIR``, else ``$XDG_CACHE_HOME/primforge``.
 
+    A relative ``PRIMFORGE_CACHE_DIR`` (or one starting with ``~``) is made absolute once,
+    when first used, against the working directory of that moment: a later ``os.chdir``
+    does not move the cache.
+
     Example:
-        >>> os.path.isabs(root()) or root() == os.environ.get(ENV_DIR)
+        >>> os.path.isabs(root())
         True
     """
     env = os.environ.get(ENV_DIR)
     if env:
+        if not os.path.isabs(env):
+            env = _RESOLVED.setdefault(env, os.path.abspath(os.path.expanduser(env)))
         return env
     xdg = os.environ.get("XDG_CACHE_HOME") or os.path.join(os.path.expanduser("~"), ".cache")
     return os.path.join(xdg, "primforge")

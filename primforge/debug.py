@@ -8,9 +8,14 @@ a function already compiled by ``jax.jit`` keeps the mode it was traced in.
 
 What a kernel call checks in debug mode:
 
-* Numba kernels are compiled with bounds checking: an out-of-range index raises instead of
-  writing over memory.
-* Output coverage (Numba kernels): the output buffers a kernel receives are pre-filled,
+* Numba kernels, however registered, are compiled with bounds checking, and so is every
+  ``@njit`` function they call (reached through globals, closure cells or a module's
+  attributes): an out-of-range index raises an ``IndexError`` naming the index, the axis
+  and its size, instead of reading or writing over memory. ``NUMBA_BOUNDSCHECK=0`` turns that off everywhere (debug mode warns).
+  A ``parallel=True`` kernel runs serially (Numba drops an exception raised on a worker
+  thread).
+* Output coverage (Numba kernels, also those of a backend whose generator returns
+  ``numba_kernel(...)``): the output buffers a kernel receives are pre-filled,
   and the kernel runs twice with two different fill patterns (NaN-like, then another bit
   pattern). An element that differs between the two runs was never written by the
   kernel, or its value depended on what the buffer held before (for example ``out[i] +=
@@ -25,7 +30,7 @@ What a kernel call checks in debug mode:
 * Failures raise :class:`primforge.KernelError` naming the kernel, the backend, the output
   and the first bad index (batch dimensions first under ``vmap``), with the values for a
   mismatch. Eager calls raise the ``KernelError`` itself; inside a function compiled with
-  ``jax.jit`` the error arrives as a ``jax.errors.JaxRuntimeError`` whose message ends
+  ``jax.jit`` the error arrives as a ``jax.errors.JaxRuntimeError`` whose message starts
   with the ``KernelError``'s.
 
 The price: a Numba call runs twice and the reference once more, values travel to the host

@@ -133,3 +133,18 @@ def test_verified_path(root):
     assert _cache.verified_path(d, "lib.so") is None
     _cache.write_bytes(d, "lib.so", b"\x7fELF...")
     assert _cache.verified_path(d, "lib.so") == os.path.join(d, "lib.so")
+
+
+def test_relative_cache_dir_is_resolved_once(tmp_path, monkeypatch):
+    first, second = tmp_path / "first", tmp_path / "second"
+    first.mkdir()
+    second.mkdir()
+    monkeypatch.setenv(_cache.ENV_DIR, "rel-cache")
+    monkeypatch.setattr(_cache, "_RESOLVED", {}, raising=False)
+    monkeypatch.chdir(first)
+    assert _cache.root() == str(first / "rel-cache")
+    folder = _cache.directory("sub")
+    monkeypatch.chdir(second)  # the cache does not follow the working directory
+    assert _cache.root() == str(first / "rel-cache")
+    assert _cache.directory("sub") == folder
+    assert not (second / "rel-cache").exists()

@@ -65,3 +65,30 @@ def test_clear_cache_drops_compiled_code_and_calls_still_work():
     # both a function jitted before the drop and a fresh call give the right answer
     np.testing.assert_array_equal(np.asarray(f(x)), 2 * np.arange(5.0) + 1)
     np.testing.assert_array_equal(np.asarray(_call(k, x)), 2 * np.arange(5.0))
+
+
+def test_scratch_folders_of_killed_processes_are_removed(tmp_path, monkeypatch):
+    import os
+    import tempfile
+
+    from subproc_utils import child_env, run_python
+
+    from primforge.kernel.backends import _common
+
+    code = ("import os, signal\nfrom primforge.kernel.backends import _common\n"
+            "print(_common.scratch_dir('primforge-cuda-'), flush=True)\n"
+            "os.kill(os.getpid(), signal.SIGKILL)\n")
+    killed = run_python(code=code, env=child_env(None, extra={"TMPDIR": str(tmp_path)}))
+    assert killed.signal_name == "SIGKILL", killed.describe()
+    stale = killed.stdout.strip()
+    assert os.path.isdir(stale) and os.path.dirname(stale) == str(tmp_path)
+    live = tmp_path / f"primforge-cuda-{os.getppid()}-keep"  # a live process's folder
+    other = tmp_path / "primforge-cuda-keep"  # no process id in the name: not ours to judge
+    live.mkdir()
+    other.mkdir()
+    monkeypatch.setattr(tempfile, "tempdir", str(tmp_path))
+    monkeypatch.setattr(_common, "_SCRATCH", {})
+    mine = _common.scratch_dir("primforge-cuda-")
+    assert os.path.basename(mine).startswith(f"primforge-cuda-{os.getpid()}-")
+    assert not os.path.exists(stale)
+    assert live.is_dir() and other.is_dir() and os.path.isdir(mine)

@@ -124,7 +124,8 @@ def test_debug_mode_checks_bounds_under_its_own_target():
     with primforge.debug_mode():
         (checked,) = nb.prepare(k, n_ok)
         np.testing.assert_allclose(k(n_ok), np.ones(4))
-        with pytest.raises(Exception, match="IndexError"):
+        oob = "IndexError: index 4 is out of bounds for axis 0 with size 4"
+        with pytest.raises(Exception, match=oob):
             jax.block_until_ready(k(jnp.array([5], jnp.int32)))
     assert checked != plain
     np.testing.assert_allclose(k(n_ok), np.ones(4))
@@ -236,3 +237,72 @@ def test_explicit_signatures_and_narrow_status_types():
         jax.block_until_ready(nb.numba_kernel(_bool_status, one)(-jnp.ones(1)))
     with pytest.raises(Exception, match="non-zero status -3"):
         jax.block_until_ready(nb.numba_kernel(_int8_status, one)(-jnp.ones(1)))
+
+
+def test_a_bad_max_kernels_setting_at_rebuild_is_named(monkeypatch):
+    spec = S((3,), jnp.float32)
+    k = _adder(7.0)
+    f = jax.jit(nb.numba_kernel(k, spec, name="rebuild_env"))
+    np.testing.assert_allclose(f(jnp.ones(3)), np.full(3, 8.0))
+    nb.clear(k)
+    monkeypatch.setenv(nb.ENV_MAX_KERNELS, "zero")
+    with pytest.raises(Exception, match=f"rebuild_env.*rebuilding it failed.*{nb.ENV_MAX_KERNELS}"
+                                        f" must be a positive integer, got 'zero'") as info:
+        jax.block_until_ready(f(jnp.ones(3)))
+    assert "no longer exists" not in str(info.value)
+    monkeypatch.setenv(nb.ENV_MAX_KERNELS, "4")  # fixed: the next call rebuilds it
+    np.testing.assert_allclose(f(jnp.ones(3)), np.full(3, 8.0))
+
+
+_EXPORT_SCRIPT = """
+import sys
+import jax, jax.numpy as jnp, numba, numpy as np
+import primforge
+from primforge.kernel.backends import numba as nb
+
+@numba.njit
+def triple(x, out):
+    for i in range(x.size):
+        out[i] = 3 * x[i]
+
+op = primforge.XLACustomKernel("export_modes")
+op.def_numba_kernel(lambda **kw: triple)
+x = jnp.arange(4.0, dtype=jnp.float32)
+f = lambda v: op(v, outs=jax.ShapeDtypeStruct(v.shape, v.dtype))
+if sys.argv[1] == "export":
+    exp = jax.export.export(jax.jit(f), disabled_checks=nb.disabled_checks(nb.prepare(f, x)))(x)
+    open(sys.argv[2], "wb").write(exp.serialize())
+else:  # the loader runs in debug mode (PRIMFORGE_DEBUG=1)
+    imported = jax.export.deserialize(bytearray(open(sys.argv[2], "rb").read()))
+    nb.prepare(f, x)
+    emit("value", imported.call(x))
+"""
+
+
+def test_a_debug_mode_loader_runs_an_artifact_exported_in_normal_mode(tmp_path):
+    pytest.importorskip("flatbuffers", reason="jax.export serialization needs flatbuffers")
+    from subproc_utils import check, child_env, run_python, write_script
+
+    script = write_script(str(tmp_path), "export_modes.py", _EXPORT_SCRIPT)
+    blob = str(tmp_path / "exported.bin")
+    check(run_python(script, args=["export", blob], env=child_env(None)), "export")
+    loaded = check(run_python(script, args=["load", blob],
+                              env=child_env(None, extra={"PRIMFORGE_DEBUG": "1"})), "load")
+    np.testing.assert_allclose(loaded.results()["value"], 3 * np.arange(4.0))
+
+
+def test_debug_mode_warns_when_numba_boundscheck_is_off(monkeypatch):
+    from numba.core import config
+
+    from primforge.kernel.backends import _numba_boundscheck
+
+    @numba.njit
+    def copy(x, out):
+        for i in range(x.size):
+            out[i] = x[i]
+
+    monkeypatch.setattr(config, "BOUNDSCHECK", 0)
+    monkeypatch.setattr(_numba_boundscheck, "_warned_env", False)
+    with pytest.warns(RuntimeWarning, match="NUMBA_BOUNDSCHECK=0"):
+        checked = _numba_boundscheck.bounds_checked(copy)
+    assert checked.targetoptions["boundscheck"] is True

@@ -9,17 +9,19 @@ Design:
       before: both are bugs the default (uninitialised) buffers would hide.
     * Reference comparison: the kernel's ``jax`` backend, when it has one on the platform,
       runs on the same inputs and every output is compared with a tolerance by dtype.
-    * Failures reach Python through one ``jax.debug.callback`` per call that raises
-      :class:`~primforge.KernelError`. Eager calls re-raise that error itself; under a
-      user's ``jax.jit`` it arrives as a ``JaxRuntimeError`` whose message ends with it.
+    * Failures: a host callback words the first failure as a
+      :class:`~primforge.KernelError` and returns its id; a small Numba *gate* kernel
+      passes the outputs through and raises :class:`DebugReport` for a non-zero id, so the
+      report is the kernel error XLA raises (its first line, also under a user's
+      ``jax.jit``). Eager calls re-raise the ``KernelError`` itself.
 """
 
 from __future__ import annotations
 
 import itertools
 import linecache
-import logging
 import re
+import sys
 import threading
 from collections.abc import Callable, Sequence
 from typing import Any
@@ -30,7 +32,7 @@ import numpy as np
 
 from primforge.kernel.errors import KernelError
 
-__all__ = ["checked_call", "prefilled_numba", "reraise"]
+__all__ = ["checked_call", "is_numba_product", "prefilled_numba", "reraise"]
 
 _LOW_PRECISION = (1e-1, 1e-1)  # 8-bit float formats
 
@@ -85,13 +87,37 @@ def prefilled_numba(product: Any, n_in: int, outs: Sequence[Any], name: str):
     )
     filename = f"<primforge-debug-shim-{next(_SHIM_IDS)}>"
     linecache.cache[filename] = (len(src), None, src.splitlines(True), filename)
-    namespace: dict[str, Any] = {"kernel": fn}
+    py = fn.py_func
+    # The shim carries the kernel's module and name: errors name the user's function.
+    namespace: dict[str, Any] = {"kernel": fn, "__name__": py.__module__}
     exec(compile(src, filename, "exec"), namespace)  # noqa: S102 - generated, fixed shape
-    shim = numba.njit(namespace[f"debug_prefilled_{_safe(name)}"])
+    shim_py = namespace[f"debug_prefilled_{_safe(name)}"]
+    shim_py.__qualname__ = py.__qualname__
+    shim = numba.njit(shim_py)
     aliases.update({n_in + k: j for k, j in enumerate(prefilled)})
     new = NumbaKernel(shim, tuple(outs), input_output_aliases=aliases, name=name,
                       half_as=half_as)
     return new, prefilled
+
+
+def is_numba_product(backend: str, module, product, ins, outs, name: str, route) -> bool:
+    """Whether ``product`` (made for ``backend``) is a Numba CPU kernel the coverage check
+    can wrap: one the ``numba`` backend serves, or a :class:`NumbaKernel` or Numba
+    dispatcher another backend returned (e.g. a threaded variant).
+
+    Example:
+        >>> from primforge.kernel.lowering import _route
+        >>> is_numba_product('jax', None, lambda x: x, (), (), 'k', _route)
+        False
+    """
+    from primforge.kernel.backends.numba import NumbaKernel
+
+    if backend == "numba":
+        return route(module, product, ins, outs, name) is module
+    if isinstance(product, NumbaKernel):
+        return True
+    registry = sys.modules.get("numba.core.registry")  # not imported: not a dispatcher
+    return registry is not None and isinstance(product, registry.CPUDispatcher)
 
 
 def _safe(name: str) -> str:
@@ -217,22 +243,22 @@ def checked_call(
             idd = jnp.argmax(flat_d)
             report.append((flat_u.any(), iu, flat_d.any(), idd, jnp.ravel(r)[idd], ref_flat[idd]))
         shapes = [tuple(r.shape) for r in results]
-        jax.debug.callback(
-            _make_reporter(name, backend, shapes, [np.dtype(o.dtype).name for o in outs]),
-            report,
-        )
-        return results
+        host = _make_reporter(name, backend, shapes, [np.dtype(o.dtype).name for o in outs])
+        code = jax.pure_callback(host, jax.ShapeDtypeStruct((1,), jnp.int32), report)
+        return _gate(len(results), results)(code, *results)
 
     return call
 
 
 def _make_reporter(name, backend, shapes, dtypes):
+    """The host side: 0 when every check passed, else the id of the recorded error."""
+
     def host(report):
         for j, (any_u, iu, any_d, idd, got, ref) in enumerate(report):
             where = f"output {j} ({dtypes[j]}{list(shapes[j])})"
             if bool(any_u):
                 index = tuple(int(i) for i in np.unravel_index(int(iu), shapes[j]))
-                _raise(
+                return _record(
                     f"kernel {name!r} (backend {backend!r}), debug mode: {where} element "
                     f"{index} was never written by the kernel (or its value depended on the "
                     f"output buffer's prior contents); a kernel must write every element of "
@@ -241,43 +267,78 @@ def _make_reporter(name, backend, shapes, dtypes):
             if bool(any_d):
                 index = tuple(int(i) for i in np.unravel_index(int(idd), shapes[j]))
                 rtol, atol = tolerance(dtypes[j])
-                _raise(
+                return _record(
                     f"kernel {name!r} (backend {backend!r}), debug mode: {where} differs from "
                     f"the 'jax' reference backend; first differing index {index}: got "
                     f"{np.asarray(got).item()!r}, reference {np.asarray(ref).item()!r} "
                     f"(rtol={rtol}, atol={atol})"
                 )
+        return np.zeros((1,), np.int32)
 
     return host
 
 
-class _QuietReports(logging.Filter):
-    """Drop JAX's log of a failed debug callback when the failure is one of our reports.
-
-    The report is raised to the caller anyway; the log would print it a second time with
-    a traceback into primforge's internals.
-    """
-
-    def filter(self, record: logging.LogRecord) -> bool:
-        exc = record.exc_info[1] if record.exc_info else None
-        return not (exc is not None and _MARK_RE.search(str(exc)))
-
-
-_FILTER = _QuietReports()
-
-
-def _raise(message: str) -> None:
-    logger = logging.getLogger("jax._src.debugging")  # where jax.debug.callback logs
-    if _FILTER not in logger.filters:
-        logger.addFilter(_FILTER)
-
+def _record(message: str) -> np.ndarray:
     with _ERRORS_LOCK:
         n = next(_ERROR_IDS)
-        err = KernelError(f"{message} {_MARK.format(n)}")
-        _ERRORS[n] = err
+        _ERRORS[n] = KernelError(f"{message} {_MARK.format(n)}")
         while len(_ERRORS) > 64:  # errors raised under a user's jit are never collected
             _ERRORS.pop(next(iter(_ERRORS)))
-    raise err
+    return np.full((1,), n, np.int32)
+
+
+class DebugReport(Exception):
+    """What the gate kernel raises: its text is the recorded report's, whole.
+
+    The Numba backend words an exception carrying ``primforge_report`` as its text alone,
+    so the report is the first line of the error XLA raises, also under ``jax.jit``.
+
+    Example:
+        >>> str(DebugReport(0))
+        'primforge debug report #0'
+    """
+
+    primforge_report = True
+
+    def __str__(self) -> str:
+        n = int(self.args[0]) if self.args else 0
+        with _ERRORS_LOCK:
+            found = _ERRORS.get(n)
+        return str(found) if found is not None else f"primforge debug report #{n}"
+
+
+_GATES: dict[int, Any] = {}
+
+
+def _gate(n_outs: int, results: Sequence[jax.Array]):
+    """A Numba kernel passing ``results`` through (aliased) that raises the report whose
+    id it is given (0: none): the failure travels as the kernel's own error."""
+    from primforge.kernel.backends.numba import _require_numba, numba_kernel
+
+    numba = _require_numba()
+    fn = _GATES.get(n_outs)
+    if fn is None:
+        rs = [f"r{j}" for j in range(n_outs)]
+        os_ = [f"o{j}" for j in range(n_outs)]
+        src = (
+            f"def primforge_debug_report({', '.join(['code', *rs, *os_])}):\n"
+            f"    if code[0] != 0:\n"
+            f"        raise DebugReport(code[0])\n"
+        )
+        filename = f"<primforge-debug-report-{n_outs}>"
+        linecache.cache[filename] = (len(src), None, src.splitlines(True), filename)
+        namespace: dict[str, Any] = {"DebugReport": DebugReport, "__name__": __name__}
+        exec(compile(src, filename, "exec"), namespace)  # noqa: S102 - generated, fixed shape
+        fn = _GATES[n_outs] = numba.njit(namespace["primforge_debug_report"])
+    outs = [jax.ShapeDtypeStruct(r.shape, r.dtype) for r in results]
+    kernel = numba_kernel(fn, outs, input_output_aliases={1 + j: j for j in range(n_outs)},
+                          name="primforge_debug_report", half_as="bits")
+
+    def run(code, *arrays):
+        out = kernel(code, *arrays)
+        return tuple(out) if isinstance(out, tuple) else (out,)
+
+    return run
 
 
 def reraise(error: BaseException) -> None:

@@ -161,12 +161,16 @@ class LoweringMixin(KernelState):
     def _debug_checked(self, entry, module, platform, ins, outs, batch, context, params, fn):
         """``fn`` with debug mode's output-coverage and reference checks around it."""
         prefilled_run, prefilled = None, []
-        if entry.backend == "numba" and not (batch and entry.wants_batch_shape):
+        if platform == "cpu" and not (batch and entry.wants_batch_shape):
             extra = {"batch_shape": ()} if entry.wants_batch_shape else {}
             product = self._generate(entry, ins=ins, outs=outs, platform=platform, **extra,
                                      **params)
             wrapped = None
-            if _route(module, product, ins, outs, self.name) is module:
+            # A Numba kernel, whatever the backend's name (e.g. a threaded variant whose
+            # generator returns numba_kernel(...)), gets the output-coverage check.
+            if _debug_checks.is_numba_product(entry.backend, module, product, ins, outs,
+                                              self.name, _route):
+                module = get_backend("numba")
                 wrapped = _debug_checks.prefilled_numba(product, len(ins), outs, self.name)
             if wrapped is not None:
                 new, prefilled = wrapped

@@ -15,7 +15,10 @@ from __future__ import annotations
 
 import atexit
 import importlib.util
+import os
+import re
 import shutil
+import stat
 import tempfile
 import threading
 from collections.abc import Iterable, Mapping, Sequence
@@ -221,7 +224,10 @@ _SCRATCH_LOCK = threading.Lock()
 def scratch_dir(prefix: str) -> str:
     """A private (0700) folder of this process for artifacts that are not cached.
 
-    One folder per ``prefix`` for the life of the process, removed at exit.
+    One folder per ``prefix`` for the life of the process, removed at exit. Its name
+    carries the process id (``<prefix><pid>-<random>``); the first call also removes the
+    folders of ``prefix`` left by processes that are gone (killed before their exit
+    handlers ran), never one whose process is alive or that another user owns.
 
     Example:
         >>> import os
@@ -232,6 +238,39 @@ def scratch_dir(prefix: str) -> str:
     with _SCRATCH_LOCK:
         path = _SCRATCH.get(prefix)
         if path is None:
-            path = _SCRATCH[prefix] = tempfile.mkdtemp(prefix=prefix)
+            _remove_stale_scratch(prefix)
+            path = _SCRATCH[prefix] = tempfile.mkdtemp(prefix=f"{prefix}{os.getpid()}-")
             atexit.register(shutil.rmtree, path, True)
         return path
+
+
+def _remove_stale_scratch(prefix: str) -> None:
+    """Remove ``<tmp>/<prefix><pid>-*`` folders of this user whose process is gone."""
+    pattern = re.compile(re.escape(prefix) + r"(\d+)-")
+    tmp = tempfile.gettempdir()
+    try:
+        names = os.listdir(tmp)
+    except OSError:
+        return
+    for entry in names:
+        m = pattern.match(entry)
+        if m is None or int(m.group(1)) == os.getpid() or _process_alive(int(m.group(1))):
+            continue
+        path = os.path.join(tmp, entry)
+        try:
+            st = os.lstat(path)
+        except OSError:
+            continue
+        if not stat.S_ISDIR(st.st_mode) or (hasattr(os, "getuid") and st.st_uid != os.getuid()):
+            continue
+        shutil.rmtree(path, ignore_errors=True)
+
+
+def _process_alive(pid: int) -> bool:
+    try:
+        os.kill(pid, 0)
+    except ProcessLookupError:
+        return False
+    except OSError:  # e.g. another user's process: alive
+        return True
+    return True

@@ -329,7 +329,8 @@ def _library(source: str, wrapper: str, recipe: _Recipe, *, name: str,
         path = _cache.verified_path(folder, lib_name)
         if path is not None:
             return path, True
-    with tempfile.TemporaryDirectory(prefix="primforge-build-") as tmp:
+    # In this process's scratch folder: removed by a later process if this one is killed.
+    with tempfile.TemporaryDirectory(dir=_common.scratch_dir("primforge-cuda-")) as tmp:
         out = os.path.join(tmp, lib_name)
         _compile(source, wrapper, recipe, name=name, out=out, verbose=verbose)
         with open(out, "rb") as f:

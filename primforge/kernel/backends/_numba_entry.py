@@ -241,6 +241,8 @@ def describe_failure(label: str, kind: int, info: int) -> str:
                 exc = _exception_from(info)
             except Exception as e:  # noqa: BLE001  (still name the kernel)
                 return f"{label} raised an exception (its details could not be read: {e!r})"
+            if exc is not None and getattr(exc, "primforge_report", False):
+                return str(exc)  # a primforge debug-mode report: its own words, first
             if exc is not None:
                 text = str(exc)
                 name = type(exc).__name__

@@ -35,6 +35,7 @@ from typing import Any
 import jax
 import numpy as np
 
+from primforge import debug as _debug
 from primforge._compat import ffi as _ffi
 from primforge.kernel.backends import _ffi_handler, _numba_entry, _numba_identity, _xla_ffi
 
@@ -233,21 +234,25 @@ def _free_name(base: str, kernel) -> str:
 def _kernel_to_compile(kernel, debug: bool):
     if not debug:
         return kernel
-    import numba
+    from primforge.kernel.backends._numba_boundscheck import bounds_checked
 
-    skip = ("boundscheck", "cache", "nopython")  # njit sets nopython itself (and warns)
-    opts = {k: v for k, v in kernel.targetoptions.items() if k not in skip}
-    return numba.njit(boundscheck=True, **opts)(kernel.py_func)
+    return bounds_checked(kernel)  # the helpers it calls are checked too
 
 
 def _build_entry(target: _Target, kernel) -> None:
+    limit = max_kernels()  # a bad setting fails before anything is built or held
     compiled = _kernel_to_compile(kernel, target.debug)
-    entry = _numba_entry.compile_entry(compiled, target.views, target.label)
+    if target.debug:
+        from primforge.kernel.backends._numba_boundscheck import index_messages
+
+        with index_messages():  # debug: the error names the index, axis and size
+            entry = _numba_entry.compile_entry(compiled, target.views, target.label)
+    else:
+        entry = _numba_entry.compile_entry(compiled, target.views, target.label)
     target.entry = entry
     target.slot.value = entry.address
     _HELD[target.name] = target
     _HELD.move_to_end(target.name)
-    limit = max_kernels()
     while len(_HELD) > limit:
         _drop(next(iter(_HELD.values())))
 
@@ -307,8 +312,13 @@ def _revive(token: int) -> int:
                 return 0
             _build_entry(target, kernel)
             return target.slot.value
-    except BaseException:  # noqa: BLE001  (never raise into XLA; the handler reports it)
+    except BaseException as e:  # noqa: BLE001  (never raise into XLA; the handler reports it)
+        _REVIVE_FAILURES[token] = e
         return 0
+
+
+# token -> why the last rebuild of that target's entry failed (read by _report).
+_REVIVE_FAILURES: dict[int, BaseException] = {}
 
 
 def _report(token: int, kind: int, info: int, buf: int, size: int) -> None:
@@ -318,7 +328,12 @@ def _report(token: int, kind: int, info: int, buf: int, size: int) -> None:
     except Exception:  # noqa: BLE001
         label = "primforge numba kernel"
     try:
-        text = _numba_entry.describe_failure(label, kind, info)
+        failure = _REVIVE_FAILURES.pop(token, None)
+        if kind == _ffi_handler.KIND_DROPPED and failure is not None:
+            text = (f"{label}: its compiled code was dropped and rebuilding it failed: "
+                    f"{type(failure).__name__}: {failure}")
+        else:
+            text = _numba_entry.describe_failure(label, kind, info)
     except BaseException as e:  # noqa: BLE001  (never raise into XLA)
         text = f"{label} failed ({type(e).__name__} while describing the failure)"
     data = text.encode("utf-8", "replace")[: size - 1] + b"\0"
@@ -340,7 +355,9 @@ def prepare(fn: Callable, *args: Any) -> tuple[str, ...]:
     :func:`disabled_checks`) and in a fresh process before calling a deserialized
     artifact: lowering the same function with the same kernels registers the same target
     names (they depend only on the kernels' code, constants and signatures), so the
-    artifact finds its handlers. Nothing runs.
+    artifact finds its handlers. Nothing runs. In debug mode the targets of both modes are
+    registered (the debug ones are returned): an artifact runs as it was exported, checked
+    or not.
 
     Args:
         fn: a function of arrays (it may call :class:`primforge.NumbaKernel` objects and
@@ -365,6 +382,11 @@ def prepare(fn: Callable, *args: Any) -> tuple[str, ...]:
     """
     # A fresh wrapper each time: JAX must not reuse a trace made in another debug mode.
     text = jax.jit(lambda *a: fn(*a)).lower(*args).as_text()
+    if _debug.enabled():
+        # Debug mode names its targets apart; an artifact exported outside debug mode names
+        # the others, and runs as it was traced: register those too.
+        with _debug.debug_mode(False):
+            jax.jit(lambda *a: fn(*a)).lower(*args)
     known = set(exportable_targets())
     return tuple(sorted({w for w in _TARGET_WORD.findall(text) if w in known}))
 

@@ -38,8 +38,9 @@ artifact calls ``prepare`` with the same kernels first (an unregistered target i
 ``NOT_FOUND`` error naming it).
 
 Debug mode (:func:`primforge.debug_mode` or ``PRIMFORGE_DEBUG=1`` at trace time) compiles
-a bounds-checked copy of the kernel under its own target: an out-of-bounds index raises
-``IndexError``, whose text reaches the Python exception.
+a bounds-checked copy of the kernel, and of every ``@njit`` function it calls, under its
+own target (:mod:`._numba_boundscheck`): an out-of-bounds index raises ``IndexError``,
+whose text reaches the Python exception.
 
 What a kernel sees and may assume:
 
@@ -75,7 +76,13 @@ import numpy as np
 
 from primforge import debug as _debug
 from primforge._compat import ffi as _ffi
-from primforge.kernel.backends import _common, _numba_identity, _numba_signature, _numba_targets
+from primforge.kernel.backends import (
+    _common,
+    _numba_boundscheck,
+    _numba_identity,
+    _numba_signature,
+    _numba_targets,
+)
 from primforge.kernel.backends._numba_signature import HALF_MODES as _HALF_MODES
 from primforge.kernel.backends._numba_targets import (
     ENV_MAX_KERNELS,
@@ -501,7 +508,9 @@ def clear(kernel: Any = None) -> int:
     with _numba_targets.LOCK:
         if kernel is None:
             _numba_identity.forget_jitted()
+            _numba_boundscheck.forget()
             return _numba_targets.drop(None)
         if isinstance(kernel, NumbaKernel):
             kernel = kernel.fn
+        _numba_boundscheck.forget(_numba_identity.jitted(kernel))
         return _numba_targets.drop(_numba_identity.jitted(kernel))

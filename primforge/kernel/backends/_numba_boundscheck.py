@@ -1,0 +1,226 @@
+"""Bounds-checked copies of Numba kernels, helpers included (what debug mode runs).
+
+Design: ``numba.njit(boundscheck=True)`` on a kernel's ``py_func`` checks that function's
+own indexing only; every other ``@njit`` function it calls keeps the options it was
+compiled with. :func:`bounds_checked` therefore rebuilds the whole call graph: a copy of
+the kernel's Python function whose globals and closure cells have each dispatcher they
+hold replaced by its own bounds-checked copy (recursively, and through a module global
+the code reads an attribute of, ``helpers.f``), compiled with the kernel's other options
+and ``boundscheck=True``. Copies are made once per dispatcher and kept while it lives.
+
+A copy runs serially (``parallel=True`` is dropped, ``prange`` is ``range``): Numba drops
+an exception raised on a worker thread, so a threaded copy would stop at a bad index
+without saying so.
+
+While primforge compiles a debug entry (:func:`index_messages`), a failed check raises
+:class:`BoundsCheckIndexError`, an ``IndexError`` naming the index, the axis and its size, where
+Numba's own says only "index is out of bounds".
+
+``NUMBA_BOUNDSCHECK=0`` turns Numba's bounds checking off everywhere, these copies
+included: :func:`bounds_checked` then warns once.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import threading
+import types as _pytypes
+import warnings
+import weakref
+from typing import Any
+
+__all__ = ["BoundsCheckIndexError", "bounds_checked", "forget", "index_messages"]
+
+# dispatcher -> its bounds-checked copy.
+_COPIES: weakref.WeakKeyDictionary = weakref.WeakKeyDictionary()
+_LOCK = threading.RLock()
+# njit sets nopython itself (and warns); "parallel": see the module docstring.
+_SKIP_OPTIONS = ("boundscheck", "cache", "nopython", "parallel")
+_warned_env = False
+
+
+def bounds_checked(kernel: Any) -> Any:
+    """A copy of dispatcher ``kernel`` compiled with ``boundscheck=True``, and every njit
+    function it reaches through its globals and closure cells likewise.
+
+    Example:
+        >>> import numba, numpy as np
+        >>> @numba.njit
+        ... def get(a, i):
+        ...     return a[i]
+        >>> @numba.njit
+        ... def first_past_end(a):
+        ...     return get(a, a.size)
+        >>> checked = bounds_checked(first_past_end)
+        >>> checked(np.zeros(3))
+        Traceback (most recent call last):
+        ...
+        IndexError: index is out of bounds
+        >>> bounds_checked(first_past_end) is checked
+        True
+    """
+    _warn_if_disabled()
+    with _LOCK:
+        return _copy(kernel, {})
+
+
+class BoundsCheckIndexError(IndexError):
+    """An out-of-bounds index found by a debug-mode kernel: ``(index, axis, size)``.
+
+    Example:
+        >>> str(BoundsCheckIndexError(9, 0, 8))
+        'index 9 is out of bounds for axis 0 with size 8'
+    """
+
+    def __str__(self) -> str:
+        if len(self.args) != 3:
+            return super().__str__()
+        index, axis, size = self.args
+        return f"index {index} is out of bounds for axis {axis} with size {size}"
+
+
+@contextlib.contextmanager
+def index_messages():
+    """Within: Numba's bounds checks raise :class:`BoundsCheckIndexError` with the index's values.
+
+    Use it around compiling bounds-checked code (Numba's compiler lock is held within).
+
+    Example:
+        >>> with index_messages():
+        ...     pass
+    """
+    from numba.core import cgutils
+    from numba.core.compiler_lock import global_compiler_lock
+
+    with global_compiler_lock:
+        original = cgutils.do_boundscheck
+        cgutils.do_boundscheck = _do_boundscheck
+        try:
+            yield
+        finally:
+            cgutils.do_boundscheck = original
+
+
+def _do_boundscheck(context, builder, ind, dimlen, axis=None):
+    """Numba's bounds check, raising :class:`BoundsCheckIndexError` with the run-time values."""
+    from llvmlite import ir
+    from numba.core import cgutils, types
+
+    i64 = ir.IntType(64)
+
+    def wide(v):
+        if isinstance(v, int):
+            return i64(v)
+        return builder.sext(v, i64) if v.type.width < 64 else v
+
+    axis_v = wide(-1 if axis is None else axis)
+    bad = builder.or_(builder.icmp_signed(">=", ind, dimlen),
+                      builder.icmp_signed("<", ind, ind.type(0)))
+    with cgutils.if_unlikely(builder, bad):
+        context.call_conv.return_dynamic_user_exc(
+            builder, BoundsCheckIndexError, (wide(ind), axis_v, wide(dimlen)), (types.int64,) * 3)
+
+
+def forget(kernel: Any = None) -> None:
+    """Drop the bounds-checked copy made for ``kernel`` (every copy when ``None``).
+
+    Example:
+        >>> forget()
+    """
+    with _LOCK:
+        if kernel is None:
+            _COPIES.clear()
+        else:
+            try:
+                _COPIES.pop(kernel, None)
+            except TypeError:  # not weakly referenceable: never stored
+                pass
+
+
+def _warn_if_disabled() -> None:
+    global _warned_env
+    from numba.core import config
+
+    if config.BOUNDSCHECK == 0 and not _warned_env:
+        _warned_env = True
+        warnings.warn(
+            "NUMBA_BOUNDSCHECK=0 turns Numba's bounds checking off everywhere: primforge's "
+            "debug mode cannot check the indices of Numba kernels (unset it, or set it to 1)",
+            RuntimeWarning,
+            stacklevel=3,
+        )
+
+
+def _is_dispatcher(value: Any) -> bool:
+    from numba.core.registry import CPUDispatcher
+
+    return isinstance(value, CPUDispatcher)
+
+
+def _copy(kernel: Any, memo: dict[int, Any]) -> Any:
+    done = memo.get(id(kernel))
+    if done is not None:
+        return done
+    try:
+        cached = _COPIES.get(kernel)
+    except TypeError:
+        cached = None
+    if cached is not None:
+        return cached
+    import numba
+
+    py = kernel.py_func
+    new_globals = dict(py.__globals__)
+    cells = None
+    if py.__closure__ is not None:
+        cells = tuple(_pytypes.CellType() for _ in py.__closure__)
+    fn = _pytypes.FunctionType(py.__code__, new_globals, py.__name__, py.__defaults__, cells)
+    fn.__kwdefaults__ = py.__kwdefaults__
+    fn.__qualname__ = py.__qualname__
+    fn.__module__ = py.__module__
+    fn.__doc__ = py.__doc__
+    opts = {k: v for k, v in kernel.targetoptions.items() if k not in _SKIP_OPTIONS}
+    checked = numba.njit(boundscheck=True, **opts)(fn)
+    memo[id(kernel)] = checked  # before the helpers: a recursive call finds it
+    names = _global_names(py.__code__)
+    for name in names:
+        if name in py.__globals__:
+            value = py.__globals__[name]
+            new = _replacement(value, names, memo)
+            if new is not value:
+                new_globals[name] = new
+    for old, new_cell in zip(py.__closure__ or (), cells or ()):
+        try:
+            value = old.cell_contents
+        except ValueError:  # an empty cell stays empty
+            continue
+        new_cell.cell_contents = _replacement(value, names, memo)
+    try:
+        _COPIES[kernel] = checked
+    except TypeError:  # pragma: no cover - dispatchers support weak references
+        pass
+    return checked
+
+
+def _replacement(value: Any, names: set[str], memo: dict[int, Any]) -> Any:
+    """``value`` with the dispatchers it stands for replaced by bounds-checked copies."""
+    if _is_dispatcher(value):
+        return _copy(value, memo)
+    if isinstance(value, _pytypes.ModuleType):
+        hits = {a: getattr(value, a) for a in names
+                if _is_dispatcher(getattr(value, a, None))}
+        if hits:
+            proxy = _pytypes.ModuleType(value.__name__, getattr(value, "__doc__", None))
+            proxy.__dict__.update(vars(value))
+            for attr, disp in hits.items():
+                setattr(proxy, attr, _copy(disp, memo))
+            return proxy
+    return value
+
+
+def _global_names(code: _pytypes.CodeType) -> set[str]:
+    names = set(code.co_names)
+    for c in code.co_consts:
+        if isinstance(c, _pytypes.CodeType):
+            names |= _global_names(c)
+    return names
