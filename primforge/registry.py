@@ -37,7 +37,6 @@ __all__ = [
     "list_kernels",
     "load_modules",
     "matches_tags",
-    "notify_backend_defined",
     "register_kernel",
     "select_kernels",
     "unregister_kernel",
@@ -290,26 +289,3 @@ def kernel_summary(
         "has_call": kernel.has_call(),
         "has_benchmark_data": kernel.has_benchmark_data(),
     }
-
-
-def notify_backend_defined(kernel: XLACustomKernel, platform: str, backend: str) -> None:
-    """Deprecated, does nothing: ``def_kernel`` now announces new backends itself.
-
-    Subscribe to kernel events with :func:`primforge.kernel.hooks.on_kernel_event`
-    instead; autotuned choices are applied through that hook.
-
-    Example:
-        >>> import warnings
-        >>> with warnings.catch_warnings(record=True) as caught:
-        ...     warnings.simplefilter('always')
-        ...     notify_backend_defined(None, 'cpu', 'jax')
-        >>> caught[0].category.__name__
-        'DeprecationWarning'
-    """
-    warnings.warn(
-        "primforge.registry.notify_backend_defined is deprecated and does nothing: "
-        "XLACustomKernel.def_kernel announces each backend through "
-        "primforge.kernel.hooks (subscribe with hooks.on_kernel_event)",
-        DeprecationWarning,
-        stacklevel=2,
-    )

@@ -123,14 +123,3 @@ def test_public_call_and_benchmark_data_accessors():
         assert registry.kernel_summary(k, {"cpu": "jax"})["tuned"] == {"cpu": "jax"}
     finally:
         registry.unregister_kernel("hk_t_public")
-
-
-def test_notify_backend_defined_is_a_deprecated_no_op():
-    k = primforge.XLACustomKernel("hk_t_notify", replace=True)
-    try:
-        k.def_kernel("jax", "cpu", lambda **kw: lambda x: x)
-        with pytest.warns(DeprecationWarning, match="hooks"):
-            registry.notify_backend_defined(k, "cpu", "jax")
-        assert k.get_default("cpu") == "jax"
-    finally:
-        registry.unregister_kernel("hk_t_notify")

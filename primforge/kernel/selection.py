@@ -27,7 +27,6 @@ from primforge.kernel.backends._platforms import PLATFORM_ALIASES, canonical_pla
 
 __all__ = ["current_overrides", "restored", "use_backend"]
 
-Override = tuple  # (kernel_name | None, platform, backend)
 
 # Value: (generation, overrides); overrides is a tuple of (kernel_name | None, platform,
 # backend), innermost last. The generation changes whenever a default changes.

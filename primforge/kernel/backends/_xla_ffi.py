@@ -11,8 +11,7 @@ Numba-compiled code without a line of C we need three things, all derived here f
 * the ``XLA_FFI_DataType`` codes, mapped to NumPy dtypes.
 
 Pure Python over the header's text: nothing here imports Numba or llvmlite. The handler
-generator (:mod:`._ffi_handler`) and the Numba intrinsics (:mod:`._numba_intrinsics`)
-read every offset, code and version from here.
+generator (:mod:`._ffi_handler`) reads every offset, code and version from here.
 """
 
 from __future__ import annotations
