@@ -103,7 +103,7 @@ def run_config(n, p, rate, *, dense_limit_gb, nnz_limit_xla, host_numba, pool=16
     pool_np = [rng.random(n) < rate for _ in range(pool)]
     spike_pool = [jnp.asarray(s) for s in pool_np]
     row = {"n": n, "p": p, "rate": rate, "nnz": nnz,
-           "n_events": int(round(np.mean([s.sum() for s in pool_np]))), "pool": pool, "times": {},
+           "n_events": round(np.mean([s.sum() for s in pool_np])), "pool": pool, "times": {},
            "skipped": {}, "failed": {}}
     hetero = W.with_data(jnp.full((nnz,), 0.1, jnp.float32))
 

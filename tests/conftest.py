@@ -27,9 +27,9 @@ def pytest_terminal_summary(terminalreporter):
 # options deselect them (``-m "not exhaustive"``); ``-m exhaustive`` runs exactly those,
 # and ``-m "exhaustive or not exhaustive"`` runs everything. Files listed in
 # EXHAUSTIVE_FILES go to the exhaustive tier whole.
-import re  # noqa: E402
+import re
 
-import pytest  # noqa: E402
+import pytest
 
 #: Parametrized functions with at most this many cases keep all of them in the default run.
 SMALL_MATRIX = 6

@@ -322,6 +322,7 @@ def run_python(
             text=True,
             errors="replace",
             timeout=timeout,
+            check=False,
         )
     except subprocess.TimeoutExpired as e:
 
@@ -423,7 +424,7 @@ class Worker:
         import tempfile
         import threading
 
-        self.stderr = tempfile.TemporaryFile(mode="w+b")
+        self.stderr = tempfile.TemporaryFile(mode="w+b")  # noqa: SIM115 (closed by close())
         self.proc = subprocess.Popen(
             [sys.executable, self.script],
             stdin=subprocess.PIPE,

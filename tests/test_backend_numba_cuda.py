@@ -13,8 +13,13 @@ import pytest
 
 pytest.importorskip("numba_cuda", reason="optional backend: pip install 'primforge[numba-cuda]'")
 
-from gpu_utils import (GPU_TARGETS, compile_for_targets, lower_for_cuda, requires_gpu,
-                       requires_gpu_compiler)
+from gpu_utils import (
+    GPU_TARGETS,
+    compile_for_targets,
+    lower_for_cuda,
+    requires_gpu,
+    requires_gpu_compiler,
+)
 
 import primforge
 from primforge.kernel.backends import numba_cuda as nc

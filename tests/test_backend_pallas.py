@@ -5,8 +5,13 @@ import jax
 import jax.numpy as jnp
 import numpy as np
 import pytest
-from gpu_utils import (GPU_TARGETS, compile_for_targets, lower_for_cuda, requires_gpu,
-                       requires_gpu_compiler)
+from gpu_utils import (
+    GPU_TARGETS,
+    compile_for_targets,
+    lower_for_cuda,
+    requires_gpu,
+    requires_gpu_compiler,
+)
 from jax.experimental import pallas as pl
 from jax.experimental.pallas import triton as plgpu
 

@@ -221,7 +221,7 @@ def test_interpret_runs_in_process_when_this_process_interprets(tmp_path):
     env = dict(os.environ, TRITON_INTERPRET="1",
                PYTHONPATH=os.pathsep.join([str(pathlib.Path(__file__).parent), *sys.path]))
     done = subprocess.run([sys.executable, str(script)], env=env, capture_output=True,
-                          text=True, timeout=300)
+                          text=True, timeout=300, check=False)
     assert done.returncode == 0 and done.stdout.strip() == "ok", done.stderr[-2000:]
 
 

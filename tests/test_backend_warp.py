@@ -8,8 +8,13 @@ import pytest
 
 wp = pytest.importorskip("warp", reason="optional backend: pip install 'primforge[warp]'")
 
-from gpu_utils import (GPU_TARGETS, compile_for_targets, lower_for_cuda, requires_gpu,
-                       requires_gpu_compiler)
+from gpu_utils import (
+    GPU_TARGETS,
+    compile_for_targets,
+    lower_for_cuda,
+    requires_gpu,
+    requires_gpu_compiler,
+)
 
 import primforge
 from primforge.kernel.backends.warp import warp_kernel

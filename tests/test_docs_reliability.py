@@ -9,7 +9,7 @@ ROOT = pathlib.Path(__file__).resolve().parent.parent
 def _defined_tests():
     names = set()
     for path in (ROOT / "tests").glob("test_*.py"):
-        for m in re.finditer(r"^\s*def (test_\w+)", path.read_text(encoding="utf-8"), re.M):
+        for m in re.finditer(r"^\s*def (test_\w+)", path.read_text(encoding="utf-8"), re.MULTILINE):
             names.add((path.name, m.group(1)))
     return names
 

@@ -11,6 +11,7 @@ def test_quickstart_runs_and_matches_jax_numpy():
     out = subprocess.run(
         [sys.executable, str(ROOT / "examples" / "quickstart.py")],
         capture_output=True, text=True, timeout=600, cwd=ROOT,
+        check=False,
     )
     assert out.returncode == 0, out.stderr
     assert "all results match jax.numpy" in out.stdout

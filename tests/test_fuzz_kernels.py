@@ -17,7 +17,6 @@ import os
 import shutil
 
 import pytest
-
 from subproc_utils import Worker, WorkerCrashed, child_env
 
 pytest.importorskip("numba", reason="the numba backend needs primforge[cpu]")

@@ -254,7 +254,7 @@ def test_a_backend_is_registered_only_on_its_platforms():
 
 def test_an_unknown_platform_error_names_backend_platform_and_what_the_backend_serves():
     k = fresh("plat_unknown")
-    gen = lambda **kw: None  # noqa: E731
+    gen = lambda **kw: None
     cases = [
         (lambda: k.def_kernel("numba", "fpga", gen), "'numba'", "['cpu']"),
         (lambda: k.def_pallas_kernel("fpga", gen), "'pallas'", "['cpu', 'gpu', 'tpu']"),

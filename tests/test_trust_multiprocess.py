@@ -25,7 +25,6 @@ import subprocess
 
 import numpy as np
 import pytest
-
 from subproc_utils import check, child_env, edit_file, run_concurrently, run_python, write_script
 
 pytest.importorskip("numba", reason="the numba backend needs primforge[cpu]")
@@ -264,13 +263,13 @@ def test_four_processes_share_one_cache_each_its_own_constants(tmp_path):
     for i, (c, fs) in enumerate(zip(consts, orders)):
         env = child_env(str(cache), pythonpath=[str(src)])
         jobs.append(
-            dict(
-                script=path,
-                args=[str(c), *map(str, fs)],
-                env=env,
-                cwd=str(src),
-                label=f"process {i}",
-            )
+            {
+                "script": path,
+                "args": [str(c), *map(str, fs)],
+                "env": env,
+                "cwd": str(src),
+                "label": f"process {i}",
+            }
         )
     procs = run_concurrently(jobs)
     for p in procs:
@@ -877,7 +876,7 @@ def test_planted_library_is_not_loaded(tmp_path):
     src = _src(tmp_path)
     path = _write_backend_script(src, "cpp")
     cache, other = tmp_path / "cache", tmp_path / "other-cache"
-    common = dict(script=path, cwd=str(src))
+    common = {"script": path, "cwd": str(src)}
     p_good, p_other = run_concurrently(
         [
             dict(common, env=child_env(str(cache), pythonpath=[str(src)]), label="process 1"),
@@ -908,6 +907,7 @@ def _mount_tmpfs(path, size):
             ["mount", "-t", "tmpfs", "-o", f"size={size},mode=0700", "tmpfs", str(path)],
             capture_output=True,
             timeout=30,
+            check=False,
         )
     except (OSError, subprocess.SubprocessError):
         return False
@@ -951,7 +951,8 @@ def _prepare_scenario(scenario, tmp, mounts):
         finally:
             os.close(fd)
     else:  # read_only
-        r = subprocess.run(["mount", "-o", "remount,ro", str(disk)], capture_output=True)
+        r = subprocess.run(["mount", "-o", "remount,ro", str(disk)], capture_output=True,
+                           check=False)
         if r.returncode != 0:
             return None
     return cache, None
@@ -985,14 +986,14 @@ def folder_runs(tmp_path_factory):
                 env = child_env(str(cache), pythonpath=[str(src)], extra=extra)
                 runs[(scenario, backend)] = {"tmp": tmp, "src": src, "cache": cache}
                 label = f"{scenario}, {backend}"
-                jobs.append(dict(script=path, env=env, cwd=str(src), label=label))
+                jobs.append({"script": path, "env": env, "cwd": str(src), "label": label})
         for key, proc in zip(list(runs), run_concurrently(jobs)):
             runs[key]["proc"] = proc
             runs[key]["files"] = sorted(_files(str(runs[key]["cache"])))
         yield runs
     finally:
         for disk in mounts:
-            subprocess.run(["umount", "-l", str(disk)], capture_output=True)
+            subprocess.run(["umount", "-l", str(disk)], capture_output=True, check=False)
 
 
 @pytest.mark.parametrize("backend", list(BACKENDS))
