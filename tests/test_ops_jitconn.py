@@ -8,6 +8,7 @@ default), 'pallas' (the GPU kernels, interpreted on the CPU).
 
 from __future__ import annotations
 
+import fractions
 import functools
 import itertools
 import math
@@ -46,14 +47,22 @@ def make_input(rng, shape, binary, rate=0.4):
 
 
 # ----------------------------------------------------------------------------- the generator
-@pytest.mark.parametrize("prob", [0.5, 0.1, 0.003, 1.0])
-def test_threshold_table_is_the_float64_formula(prob):
-    t = jitconn.threshold_table(prob).astype(np.float64)
-    assert t[-1] == 0 and np.all(np.diff(t) <= 0)
-    k = np.arange(1, t.size)
-    want = np.floor((1 - prob) ** k * 2.0**32)
-    np.testing.assert_allclose(t[:-1], want, rtol=1e-12, atol=1.0)
-    assert (want.size == 0 or want[-1] >= 1) and math.floor((1 - prob) ** t.size * 2.0**32) == 0  # every non-zero one
+@pytest.mark.parametrize("prob", [0.5, 0.75, 0.1, 0.003, 1.0])
+def test_threshold_table_is_the_exact_formula(prob):
+    """Entry k - 1 is floor((1 - prob)**k * 2**32) in exact rational arithmetic (``prob`` is
+    a dyadic rational), including the powers of two where (1 - prob)**k * 2**32 is an
+    integer and a rounded float64 power falls one below."""
+    t = jitconn.threshold_table(prob)
+    assert t.dtype == np.uint32 and t[-1] == 0 and np.all(np.diff(t.astype(np.int64)) <= 0)
+    q = 1 - fractions.Fraction(prob)
+    ks = np.unique(np.r_[1:min(t.size, 300), np.linspace(1, t.size, 50).astype(int)])
+    want = [math.floor(q**int(k) * 2**32) for k in ks]
+    np.testing.assert_array_equal(t[ks - 1], want)
+    assert np.all(t[:-1] >= 1) and ks[-1] == t.size and want[-1] == 0  # every non-zero one
+    if prob in (0.5, 0.75):
+        np.testing.assert_array_equal(t[:-1], [2 ** (32 - k) for k in range(1, t.size)]
+                                      if prob == 0.5 else
+                                      [2 ** (32 - 2 * k) for k in range(1, t.size)])
 
 
 @pytest.mark.parametrize("prob", [0.05, 0.3])
