@@ -109,6 +109,16 @@ def test_no_row_is_a_shifted_copy_of_another(prob):
     assert (3, 9) in repeated_windows(planted, counts, w)
 
 
+def test_rows_that_were_shifted_copies_share_no_run_of_gaps():
+    """Two rows of a 4000 x 4000 matrix that a single shared stream made copies (1895 of
+    one row's 2026 gaps were the other's, shifted by 136) share no run of gaps now."""
+    prob = 0.5
+    a, b = jitc_todense(20261123, (4000, 4000), prob, rows=[3241, 3901])
+    gaps = np.concatenate([np.diff(np.r_[-1, np.flatnonzero(r)]) - 1 for r in (a, b)])
+    counts = np.array([np.count_nonzero(a), np.count_nonzero(b)])
+    assert repeated_windows(gaps, counts, window_for(prob, gaps.size)) == []
+
+
 # ----------------------------------------------------------------------------- connections
 @pytest.mark.parametrize("prob", [0.5, 0.1, 0.01])
 def test_row_and_column_counts_are_binomial(prob):

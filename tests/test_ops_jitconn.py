@@ -65,6 +65,31 @@ def test_threshold_table_is_the_exact_formula(prob):
                                       [2 ** (32 - 2 * k) for k in range(1, t.size)])
 
 
+def test_row_streams_are_their_definition():
+    """Start and increment of each row (the 'jax' and 'pallas' code) against the definition
+    in plain Python; the rows of the test matrix take both sides of the increment's fix."""
+    def mix(v):
+        v ^= v >> 16
+        v = (v * jitconn.MIX_1) % 2**32
+        v ^= v >> 15
+        v = (v * jitconn.MIX_2) % 2**32
+        return v ^ (v >> 16)
+
+    rows = np.r_[0:M, 99_999, 2**31 - 1]
+    for seed in (SEED, 0, 2**32 - 1):
+        start, gamma = jitconn.row_streams(jnp.uint32(seed), jnp.asarray(rows, jnp.int32))
+        flipped = []
+        for i, a, g in zip(rows, np.asarray(start), np.asarray(gamma)):
+            h = mix(int(i) ^ jitconn.ROW_SALT)
+            want_g = mix(h ^ mix(seed ^ jitconn.GAMMA_SALT)) | 1
+            flipped.append((want_g ^ (want_g >> 1)).bit_count() < jitconn.FEW_FLIPS)
+            want_g ^= jitconn.FLIP if flipped[-1] else 0
+            assert (int(a), int(g)) == (mix((h + mix(seed ^ jitconn.SEED_SALT)) % 2**32), want_g)
+            assert g % 2 == 1 and (int(g) ^ (int(g) >> 1)).bit_count() >= jitconn.FEW_FLIPS
+        if seed == SEED:
+            assert 0 < sum(flipped[:M]) < M
+
+
 @pytest.mark.parametrize("prob", [0.05, 0.3])
 def test_connections_are_independent_bernoulli_with_prob(prob):
     m, n = 300, 400

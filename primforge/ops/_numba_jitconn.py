@@ -48,7 +48,7 @@ def _helpers():
     import numba
 
     @numba.njit(inline="always", nogil=True)
-    def mul_m2(x):  # (x * 0x846CA68B) mod 2**32 without exceeding int64
+    def mul_m2(x):  # (x * MIX_2) mod 2**32 without exceeding int64
         return (x * _M2_LO + (((x * _M2_HI) & 0xFFFF) << 16)) & MASK
 
     @numba.njit(inline="always", nogil=True)
