@@ -13,9 +13,10 @@ Design:
       Weyl sequence: ``h = mix(i ^ ROW_SALT)``, start ``a_i = mix(h + mix(seed ^
       SEED_SALT))``, odd increment ``g_i = mix(h ^ mix(seed ^ GAMMA_SALT)) | 1`` (xor
       ``FLIP`` when it has fewer than ``FEW_FLIPS`` changes between adjacent bits); its
-      ``c``-th draw is ``d(i, c) = mix(a_i + c * g_i)``. Rows differ in their increment, so
-      no row's draws are a shifted window of another's (as they would be with one increment
-      shared by all rows). Synapse ``s`` of a row uses draws ``3s`` (its gap), ``3s + 1``
+      ``c``-th draw is ``d(i, c) = mix(a_i + c * g_i)``. ``mix`` is a bijection, so two rows
+      share two consecutive draws only if their increments are equal (probability 2**-31
+      per pair): no row is a shifted window of another, as rows of one shared Weyl
+      sequence would be. Synapse ``s`` of a row uses draws ``3s`` (its gap), ``3s + 1``
       and ``3s + 2`` (its weight). The gap is a geometric variate found without floating
       point: ``g = #{k >= 1 : d < T_k}`` with ``T_k = floor((1 - prob)^k * 2**32)`` (the
       threshold table, computed exactly once on the host), so ``P(g >= k) = (1 - prob)^k``
