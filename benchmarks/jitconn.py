@@ -53,38 +53,37 @@ POOL = 8  # different inputs cycled through
 
 
 def jitc_csr(seed: int, shape, prob: float):
-    """The CSR arrays (data = 1) of the matrix ``seed`` describes, vectorised over rows."""
+    """The CSR arrays (data = 1) of the matrix ``seed`` describes, row by row with the
+    products' own generator (:func:`primforge.ops.jitc_numba_columns`)."""
+    import numba
+
     m, n = shape
-    full = np.uint64(0xFFFFFFFF)
+    columns = ops.jitc_numba_columns(prob)
 
-    def mix(v):
-        v = v ^ (v >> np.uint64(16))
-        v = (v * np.uint64(jitconn.MIX_1)) & full
-        v = v ^ (v >> np.uint64(15))
-        v = (v * np.uint64(jitconn.MIX_2)) & full
-        return v ^ (v >> np.uint64(16))
+    @numba.njit
+    def fill(seed, m, n, counts, cols):
+        buf = np.empty(n, np.int64)
+        pos = 0
+        for i in range(m):
+            c = columns(seed, i, n, buf)
+            if pos + c > cols.size:
+                return -1
+            cols[pos:pos + c] = buf[:c]
+            counts[i] = c
+            pos += c
+        return pos
 
-    neg = -jitconn.threshold_table(prob)[:-1].astype(np.int64)
-    key = mix(np.uint64((seed % 2**32) ^ jitconn.SEED_SALT))
-    keys = mix((key + mix(np.arange(m, dtype=np.uint64) ^ np.uint64(jitconn.ROW_SALT))) & full)
-    j = np.full(m, -1, np.int64)
-    alive = np.ones(m, bool)
-    rows, cols = [], []
-    s = 0
-    while alive.any():
-        c = np.uint64(((3 * s + 1) * jitconn.GOLDEN) & 0xFFFFFFFF)
-        u = mix((keys + c) & full).astype(np.int64)
-        g = np.searchsorted(neg, -u, side="left")
-        alive &= g < n - 1 - j
-        j = np.where(alive, j + 1 + g, j)
-        rows.append(np.nonzero(alive)[0])
-        cols.append(j[alive])
-        s += 1
-    rows, cols = np.concatenate(rows), np.concatenate(cols)
-    order = np.lexsort((cols, rows))
+    counts = np.zeros(m, np.int64)
+    size = int(m * n * prob * 1.1) + 10 * n
+    while True:
+        cols = np.empty(size, np.int32)
+        total = fill(seed % 2**32, m, n, counts, cols)
+        if total >= 0:
+            break
+        size *= 2
     indptr = np.zeros(m + 1, np.int32)
-    np.cumsum(np.bincount(rows, minlength=m), out=indptr[1:])
-    return cols[order].astype(np.int32), indptr
+    np.cumsum(counts, out=indptr[1:])
+    return cols[:total], indptr
 
 
 def make_inputs(rs, n, rate, direction):

@@ -8,6 +8,7 @@ default), 'pallas' (the GPU kernels, interpreted on the CPU).
 
 from __future__ import annotations
 
+import fractions
 import functools
 import itertools
 import math
@@ -46,14 +47,47 @@ def make_input(rng, shape, binary, rate=0.4):
 
 
 # ----------------------------------------------------------------------------- the generator
-@pytest.mark.parametrize("prob", [0.5, 0.1, 0.003, 1.0])
-def test_threshold_table_is_the_float64_formula(prob):
-    t = jitconn.threshold_table(prob).astype(np.float64)
-    assert t[-1] == 0 and np.all(np.diff(t) <= 0)
-    k = np.arange(1, t.size)
-    want = np.floor((1 - prob) ** k * 2.0**32)
-    np.testing.assert_allclose(t[:-1], want, rtol=1e-12, atol=1.0)
-    assert (want.size == 0 or want[-1] >= 1) and math.floor((1 - prob) ** t.size * 2.0**32) == 0  # every non-zero one
+@pytest.mark.parametrize("prob", [0.5, 0.75, 0.1, 0.003, 1.0])
+def test_threshold_table_is_the_exact_formula(prob):
+    """Entry k - 1 is floor((1 - prob)**k * 2**32) in exact rational arithmetic (``prob`` is
+    a dyadic rational), including the powers of two where (1 - prob)**k * 2**32 is an
+    integer and a rounded float64 power falls one below."""
+    t = jitconn.threshold_table(prob)
+    assert t.dtype == np.uint32 and t[-1] == 0 and np.all(np.diff(t.astype(np.int64)) <= 0)
+    q = 1 - fractions.Fraction(prob)
+    ks = np.unique(np.r_[1:min(t.size, 300), np.linspace(1, t.size, 50).astype(int)])
+    want = [math.floor(q**int(k) * 2**32) for k in ks]
+    np.testing.assert_array_equal(t[ks - 1], want)
+    assert np.all(t[:-1] >= 1) and ks[-1] == t.size and want[-1] == 0  # every non-zero one
+    if prob in (0.5, 0.75):
+        np.testing.assert_array_equal(t[:-1], [2 ** (32 - k) for k in range(1, t.size)]
+                                      if prob == 0.5 else
+                                      [2 ** (32 - 2 * k) for k in range(1, t.size)])
+
+
+def test_row_streams_are_their_definition():
+    """Start and increment of each row (the 'jax' and 'pallas' code) against the definition
+    in plain Python; the rows of the test matrix take both sides of the increment's fix."""
+    def mix(v):
+        v ^= v >> 16
+        v = (v * jitconn.MIX_1) % 2**32
+        v ^= v >> 15
+        v = (v * jitconn.MIX_2) % 2**32
+        return v ^ (v >> 16)
+
+    rows = np.r_[0:M, 99_999, 2**31 - 1]
+    for seed in (SEED, 0, 2**32 - 1):
+        start, gamma = jitconn.row_streams(jnp.uint32(seed), jnp.asarray(rows, jnp.int32))
+        flipped = []
+        for i, a, g in zip(rows, np.asarray(start), np.asarray(gamma)):
+            h = mix(int(i) ^ jitconn.ROW_SALT)
+            want_g = mix(h ^ mix(seed ^ jitconn.GAMMA_SALT)) | 1
+            flipped.append((want_g ^ (want_g >> 1)).bit_count() < jitconn.FEW_FLIPS)
+            want_g ^= jitconn.FLIP if flipped[-1] else 0
+            assert (int(a), int(g)) == (mix((h + mix(seed ^ jitconn.SEED_SALT)) % 2**32), want_g)
+            assert g % 2 == 1 and (int(g) ^ (int(g) >> 1)).bit_count() >= jitconn.FEW_FLIPS
+        if seed == SEED:
+            assert 0 < sum(flipped[:M]) < M
 
 
 @pytest.mark.parametrize("prob", [0.05, 0.3])

@@ -2,16 +2,19 @@
 
 Design:
     * The generator is stated exactly in the design note of :mod:`primforge.ops.jitconn`:
-      a 32-bit integer hash of the seed, the row and a counter; gaps between columns read
-      off a threshold table with integer comparisons only; weights as float functions of
-      the same draws.
-    * Everything here is plain ``jax.numpy`` on uint32 (the ``jax`` and ``pallas``
-      backends trace these functions); :func:`primforge.ops.jitconn.jitc_todense` is the
-      independent NumPy loop over the same definition.
+      every row is its own Weyl sequence (a start and an odd increment, both hashed from
+      the seed and the row) passed through a 32-bit integer finaliser; gaps between columns
+      read off a threshold table with integer comparisons only; weights as float functions
+      of the same draws.
+    * Its constants are defined here once; the ``jax`` and ``pallas`` backends trace the
+      ``jax.numpy`` functions below (uint32, wrapping), the Numba kernels
+      (:mod:`primforge.ops._numba_jitconn`) and :func:`primforge.ops.jitconn.jitc_todense`
+      (a plain NumPy loop) compute the same integers from the same constants.
 """
 
 from __future__ import annotations
 
+import fractions
 import functools
 import math
 from typing import Any
@@ -20,7 +23,9 @@ import jax.numpy as jnp
 import numpy as np
 
 __all__ = [
-    "GOLDEN",
+    "FEW_FLIPS",
+    "FLIP",
+    "GAMMA_SALT",
     "MAX_TABLE",
     "MIX_1",
     "MIX_2",
@@ -34,18 +39,22 @@ __all__ = [
     "gap",
     "mix32",
     "next_column",
-    "row_keys",
+    "popcount32",
+    "row_streams",
     "threshold_table",
     "unit",
     "weights",
 ]
 
 WEIGHT_KINDS = {"homo": 1, "uniform": 2, "normal": 2}  # kind -> number of parameters
-SEED_SALT = 0x3C6EF372
-ROW_SALT = 0x85EBCA6B
-GOLDEN = 0x9E3779B9
-MIX_1 = 0x7FEB352D
+# The generator's constants (the only place they are written).
+SEED_SALT = 0x3C6EF372  # seed -> key of the rows' starts
+GAMMA_SALT = 0xA54FF53A  # seed -> key of the rows' increments
+ROW_SALT = 0x85EBCA6B  # row index -> its hash
+MIX_1 = 0x7FEB352D  # the finaliser's two multipliers
 MIX_2 = 0x846CA68B
+FLIP = 0xAAAAAAAA  # toggles every other bit of an increment with few bit flips ...
+FEW_FLIPS = 12  # ... i.e. fewer than this many adjacent-bit changes
 MAX_TABLE = 2**23  # thresholds; prob >= ~2.7e-6
 
 
@@ -66,6 +75,29 @@ def check_prob(prob: Any, who: str) -> float:
     return p
 
 
+def _floor_power(p: float, k: int) -> int:
+    """``floor((1 - p)**k * 2**32)`` exactly, for the float ``p`` (a dyadic rational)."""
+    q = 1 - fractions.Fraction(p)
+    num, b = q.numerator, q.denominator.bit_length() - 1  # 1 - p = num / 2**b
+    if b * k <= 4096:  # small enough to compute the rational itself
+        return (num**k << 32) >> (b * k)
+    prec = max(256, 2 * b)
+    while True:  # q**k * 2**prec bracketed by powers rounded down and up
+        lo = hi = 1 << prec
+        base_lo = base_hi = num << (prec - b)
+        e = k
+        while e:
+            if e & 1:
+                lo, hi = (lo * base_lo) >> prec, -((-hi * base_hi) >> prec)
+            e >>= 1
+            if e:
+                base_lo, base_hi = (base_lo * base_lo) >> prec, -((-base_hi * base_hi) >> prec)
+        lo, hi = lo >> (prec - 32), hi >> (prec - 32)
+        if lo == hi:
+            return lo
+        prec *= 2
+
+
 @functools.lru_cache(maxsize=64)
 def cached_table(p: float) -> np.ndarray:
     """The threshold table of ``prob = p`` (checked), cached; see :func:`threshold_table`."""
@@ -80,7 +112,12 @@ def cached_table(p: float) -> np.ndarray:
             f"CSR instead"
         )
     ks = np.arange(1, k_max + 1, dtype=np.float64)
-    t = np.floor(np.exp(ks * logq) * 2.0**32)
+    # Within about 5e-5 of (1 - p)**k * 2**32 (|k log(1 - p)| <= 22.2): the floor is right
+    # unless the value lies that close to an integer; those few are computed exactly.
+    t = np.exp(ks * logq) * 2.0**32
+    near = np.flatnonzero(np.abs(t - np.round(t)) < 2e-4)
+    t = np.floor(t)
+    t[near] = [float(_floor_power(p, int(k) + 1)) for k in near]
     t = t[t >= 1.0]
     out = np.zeros(t.size + 1, np.uint32)  # the trailing 0 ends every search
     out[:-1] = np.minimum(t, 2.0**32 - 1).astype(np.uint32)
@@ -92,13 +129,14 @@ def threshold_table(prob: float) -> np.ndarray:
     """The gap thresholds of connection probability ``prob`` (read-only uint32 array).
 
     Entry ``k - 1`` is ``floor((1 - prob)**k * 2**32)`` for ``k = 1 .. K`` (every
-    non-zero one), followed by a 0. A gap of ``g`` columns follows a draw ``d`` when
-    exactly ``g`` entries exceed ``d``.
+    non-zero one), followed by a 0; ``1 - prob`` is exact (``prob`` is a float, i.e. a
+    dyadic rational) and so is every entry. A gap of ``g`` columns follows a draw ``d``
+    when exactly ``g`` entries exceed ``d``.
 
     Example:
         >>> t = threshold_table(0.5)
-        >>> [int(v) for v in t[:3]], int(t[-1]), t.size
-        ([2147483648, 1073741824, 536870912], 0, 33)
+        >>> [int(v) for v in t[:3]], int(t[10]), int(t[-2]), int(t[-1]), t.size
+        ([2147483648, 1073741824, 536870912], 2097152, 1, 0, 33)
     """
     return cached_table(check_prob(prob, "threshold_table"))
 
@@ -112,15 +150,33 @@ def mix32(x):
     return x ^ (x >> 16)
 
 
-def row_keys(seed, rows):
-    """Per-row keys ``r_i`` for uint32 ``seed`` (scalar) and int ``rows``."""
-    key = mix32(seed ^ jnp.uint32(SEED_SALT))
-    return mix32(key + mix32(rows.astype(jnp.uint32) ^ jnp.uint32(ROW_SALT)))
+def popcount32(x):
+    """The number of set bits of each uint32 (plain shifts, masks and one multiplication)."""
+    x = x - ((x >> 1) & jnp.uint32(0x55555555))
+    x = (x & jnp.uint32(0x33333333)) + ((x >> 2) & jnp.uint32(0x33333333))
+    x = (x + (x >> 4)) & jnp.uint32(0x0F0F0F0F)
+    return (x * jnp.uint32(0x01010101)) >> 24
 
 
-def draw(keys, c):
-    """Draw ``c`` (uint32 scalar) of every row key."""
-    return mix32(keys + (c + jnp.uint32(1)) * jnp.uint32(GOLDEN))
+def row_streams(seed, rows):
+    """The streams ``(start, gamma)`` of ``rows`` (int) for the uint32 ``seed`` (scalar).
+
+    ``h = mix(row ^ ROW_SALT)``; ``start = mix(h + mix(seed ^ SEED_SALT))``; ``gamma =
+    mix(h ^ mix(seed ^ GAMMA_SALT)) | 1``, xor ``FLIP`` when it has fewer than
+    ``FEW_FLIPS`` adjacent-bit changes (an increment with long runs of equal bits would
+    feed the finaliser inputs that differ in few bits).
+    """
+    h = mix32(rows.astype(jnp.uint32) ^ jnp.uint32(ROW_SALT))
+    start = mix32(h + mix32(seed ^ jnp.uint32(SEED_SALT)))
+    gamma = mix32(h ^ mix32(seed ^ jnp.uint32(GAMMA_SALT))) | jnp.uint32(1)
+    few = popcount32(gamma ^ (gamma >> 1)) < jnp.uint32(FEW_FLIPS)
+    return start, jnp.where(few, gamma ^ jnp.uint32(FLIP), gamma)
+
+
+def draw(stream, c):
+    """Draw ``c`` (uint32 scalar) of every row of ``stream = (start, gamma)``."""
+    start, gamma = stream
+    return mix32(start + c * gamma)
 
 
 def unit(h):
@@ -148,14 +204,14 @@ def next_column(j, alive, u, load, k_max: int, n: int):
     return jnp.where(fits, j + 1 + g, j), fits
 
 
-def weights(theta, keys, s, kind: str, dtype):
-    """The weight of synapse ``s`` (uint32 scalar) of every row, in ``dtype``."""
+def weights(theta, stream, s, kind: str, dtype):
+    """The weight of synapse ``s`` (uint32 scalar) of every row of ``stream``, in ``dtype``."""
     if kind == "homo":
-        return jnp.broadcast_to(theta[0], keys.shape).astype(dtype)
+        return jnp.broadcast_to(theta[0], stream[0].shape).astype(dtype)
     three = jnp.uint32(3)
-    u1 = unit(draw(keys, three * s + jnp.uint32(1))).astype(dtype)
+    u1 = unit(draw(stream, three * s + jnp.uint32(1))).astype(dtype)
     if kind == "uniform":
         return theta[0] + (theta[1] - theta[0]) * u1
-    u2 = unit(draw(keys, three * s + jnp.uint32(2))).astype(dtype)
+    u2 = unit(draw(stream, three * s + jnp.uint32(2))).astype(dtype)
     z = jnp.sqrt(-2 * jnp.log(u1)) * jnp.cos((2 * np.pi) * u2)
     return theta[0] + theta[1] * z

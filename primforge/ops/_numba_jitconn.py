@@ -28,14 +28,19 @@ import math
 
 import numpy as np
 
+from primforge.ops._jitc_generator import (
+    FEW_FLIPS,
+    FLIP,
+    GAMMA_SALT,
+    MIX_1,
+    MIX_2,
+    ROW_SALT,
+    SEED_SALT,
+)
+
 MASK = 0xFFFFFFFF
-_M1 = 0x7FEB352D
-_M2 = 0x846CA68B
-_M2_LO = _M2 & 0xFFFF
-_M2_HI = _M2 >> 16
-_GOLDEN = 0x9E3779B9
-_GOLDEN_LO = _GOLDEN & 0xFFFF
-_GOLDEN_HI = _GOLDEN >> 16
+_M2_LO = MIX_2 & 0xFFFF  # MIX_1 < 2**31: x * MIX_1 fits in int64 for x < 2**32; MIX_2 does not
+_M2_HI = MIX_2 >> 16
 
 
 @functools.cache
@@ -43,28 +48,37 @@ def _helpers():
     import numba
 
     @numba.njit(inline="always", nogil=True)
-    def mul_m2(x):  # (x * 0x846CA68B) mod 2**32 without exceeding int64
+    def mul_m2(x):  # (x * MIX_2) mod 2**32 without exceeding int64
         return (x * _M2_LO + (((x * _M2_HI) & 0xFFFF) << 16)) & MASK
 
     @numba.njit(inline="always", nogil=True)
     def mix(x):
         x = x ^ (x >> 16)
-        x = (x * _M1) & MASK
+        x = (x * MIX_1) & MASK
         x = x ^ (x >> 15)
         x = mul_m2(x)
         return x ^ (x >> 16)
 
     @numba.njit(inline="always", nogil=True)
-    def golden_times(c):  # (c * 0x9E3779B9) mod 2**32, c < 2**32
-        return (c * _GOLDEN_LO + (((c * _GOLDEN_HI) & 0xFFFF) << 16)) & MASK
+    def popcount(x):  # set bits of a uint32 value
+        x = x - ((x >> 1) & 0x55555555)
+        x = (x & 0x33333333) + ((x >> 2) & 0x33333333)
+        x = (x + (x >> 4)) & 0x0F0F0F0F
+        return ((x * 0x01010101) & MASK) >> 24
 
     @numba.njit(inline="always", nogil=True)
-    def draw(key, c):
-        return mix((key + golden_times(c + 1)) & MASK)
+    def seed_keys(seed):  # the keys of the rows' starts and increments
+        return mix((seed & MASK) ^ SEED_SALT), mix((seed & MASK) ^ GAMMA_SALT)
 
     @numba.njit(inline="always", nogil=True)
-    def draw_at(ctr, offset):  # the draw whose counter is ``ctr`` advanced by ``offset``
-        return mix((ctr + offset) & MASK)
+    def row_stream(keys, i):
+        """Row ``i``'s first draw argument, increment and synapse step (3 increments)."""
+        h = mix(i ^ ROW_SALT)
+        start = mix((h + keys[0]) & MASK)
+        gamma = mix(h ^ keys[1]) | 1
+        if popcount(gamma ^ (gamma >> 1)) < FEW_FLIPS:
+            gamma ^= FLIP
+        return start, gamma, (3 * gamma) & MASK
 
     @numba.njit(inline="always", nogil=True)
     def unit(h):  # odd multiples of 2**-24 in (0, 1): exact in float32
@@ -77,7 +91,7 @@ def _helpers():
             g += 1
         return g
 
-    return mix, draw, draw_at, unit, skip
+    return mix, seed_keys, row_stream, unit, skip
 
 
 def guide_table(table: np.ndarray) -> tuple[np.ndarray, int]:
@@ -110,35 +124,25 @@ def kernel(binary: bool, matrix: bool, transpose: bool, kind: str, prob: float):
 
     GUIDE, SHIFT = guide_table(threshold_table(prob))
 
-    mix, _draw, draw_at, unit, skip = _helpers()
+    mix, seed_keys, row_stream, unit, skip = _helpers()
     BINARY = binary
     KIND = {"homo": 0, "uniform": 1, "normal": 2}[kind]
-    SEED_SALT, ROW_SALT = 0x3C6EF372, 0x85EBCA6B
     TWO_PI = 2.0 * math.pi
 
-    @numba.njit(inline="always", nogil=True)
-    def row_key(seedkey, i):
-        return mix((seedkey + mix(i ^ ROW_SALT)) & MASK)
-
     # Synapse ``s`` of a row uses the draws with counters 3s (its gap), 3s+1 and 3s+2 (its
-    # weight), i.e. ``key + GOLDEN * (c + 1)`` mod 2**32 for those c: the loops carry
-    # ``ctr = key + GOLDEN * (3s + 1)`` and advance it by one addition per synapse instead of
-    # a multiplication per draw.
-    START = _GOLDEN & MASK
-    STEP = (3 * _GOLDEN) & MASK
-    W1 = _GOLDEN & MASK
-    W2 = (2 * _GOLDEN) & MASK
-
+    # weight), i.e. ``mix(start + gamma * c)`` mod 2**32 for those c: the loops carry
+    # ``ctr = start + gamma * 3s`` and advance it by one addition per synapse instead of a
+    # multiplication per draw.
     @numba.njit(inline="always", nogil=True)
-    def weight(th, ctr):
+    def weight(th, ctr, gamma):
         # ``th``: the weight parameters as a tuple of float64 scalars, read once per call
         # (reading them from the array at every synapse cost several times more).
         if KIND == 0:
             return th[0]
-        u1 = unit(draw_at(ctr, W1))
+        u1 = unit(mix((ctr + gamma) & MASK))
         if KIND == 1:
             return th[0] + (th[1] - th[0]) * u1
-        u2 = unit(draw_at(ctr, W2))
+        u2 = unit(mix((ctr + 2 * gamma) & MASK))
         z = math.sqrt(-2.0 * math.log(u1)) * math.cos(TWO_PI * u2)
         return th[0] + th[1] * z
 
@@ -154,10 +158,10 @@ def kernel(binary: bool, matrix: bool, transpose: bool, kind: str, prob: float):
         def jitc_mv(theta, seed, table, x, out):
             m = out.shape[0]
             n = x.shape[0]
-            seedkey = mix((seed[0] & MASK) ^ SEED_SALT)
+            keys = seed_keys(seed[0])
             th = params(theta)
             for i in range(m):
-                ctr = (row_key(seedkey, i) + START) & MASK
+                ctr, gamma, step = row_stream(keys, i)
                 j = -1
                 count = 0  # shared weight, binary events: an exact integer count
                 acc = 0.0
@@ -173,9 +177,9 @@ def kernel(binary: bool, matrix: bool, transpose: bool, kind: str, prob: float):
                         else:
                             acc += xv
                     elif xv != 0:  # a random weight is drawn only where it is needed
-                        w = weight(th, ctr)
+                        w = weight(th, ctr, gamma)
                         acc += w if BINARY else w * xv
-                    ctr = (ctr + STEP) & MASK
+                    ctr = (ctr + step) & MASK
                 if KIND == 0 and BINARY:
                     acc = float(count)
                 out[i] = acc * theta[0] if KIND == 0 else acc
@@ -188,26 +192,26 @@ def kernel(binary: bool, matrix: bool, transpose: bool, kind: str, prob: float):
         def jitc_t_mv(theta, seed, table, x, out):
             m = x.shape[0]
             n = out.shape[0]
-            seedkey = mix((seed[0] & MASK) ^ SEED_SALT)
+            keys = seed_keys(seed[0])
             th = params(theta)
             out[:] = 0
             for i in range(m):
                 xi = x[i]
                 if xi == 0:
                     continue
-                ctr = (row_key(seedkey, i) + START) & MASK
+                ctr, gamma, step = row_stream(keys, i)
                 j = -1
                 while True:
                     g = skip(mix(ctr), table, GUIDE, SHIFT)
                     if g >= n - 1 - j:
                         break
                     j += 1 + g
-                    w = weight(th, ctr)
+                    w = weight(th, ctr, gamma)
                     if BINARY:
                         out[j] += w
                     else:
                         out[j] += w * xi
-                    ctr = (ctr + STEP) & MASK
+                    ctr = (ctr + step) & MASK
 
         return jitc_t_mv
 
@@ -217,18 +221,18 @@ def kernel(binary: bool, matrix: bool, transpose: bool, kind: str, prob: float):
         def jitc_mm(theta, seed, table, x, out):
             m = out.shape[0]
             n, kcols = x.shape
-            seedkey = mix((seed[0] & MASK) ^ SEED_SALT)
+            keys = seed_keys(seed[0])
             th = params(theta)
             out[:] = 0
             for i in range(m):
-                ctr = (row_key(seedkey, i) + START) & MASK
+                ctr, gamma, step = row_stream(keys, i)
                 j = -1
                 while True:
                     g = skip(mix(ctr), table, GUIDE, SHIFT)
                     if g >= n - 1 - j:
                         break
                     j += 1 + g
-                    w = weight(th, ctr)
+                    w = weight(th, ctr, gamma)
                     for c in range(kcols):
                         xv = x[j, c]
                         if BINARY:
@@ -236,7 +240,7 @@ def kernel(binary: bool, matrix: bool, transpose: bool, kind: str, prob: float):
                                 out[i, c] += w
                         else:
                             out[i, c] += w * xv
-                    ctr = (ctr + STEP) & MASK
+                    ctr = (ctr + step) & MASK
 
         return jitc_mm
 
@@ -244,7 +248,7 @@ def kernel(binary: bool, matrix: bool, transpose: bool, kind: str, prob: float):
     def jitc_t_mm(theta, seed, table, x, out):
         m, kcols = x.shape
         n = out.shape[0]
-        seedkey = mix((seed[0] & MASK) ^ SEED_SALT)
+        keys = seed_keys(seed[0])
         th = params(theta)
         out[:] = 0
         act = np.empty(kcols, np.int64)  # the columns of x that fire in row i
@@ -256,20 +260,20 @@ def kernel(binary: bool, matrix: bool, transpose: bool, kind: str, prob: float):
                     na += 1
             if na == 0:
                 continue
-            ctr = (row_key(seedkey, i) + START) & MASK
+            ctr, gamma, step = row_stream(keys, i)
             j = -1
             while True:
                 g = skip(mix(ctr), table, GUIDE, SHIFT)
                 if g >= n - 1 - j:
                     break
                 j += 1 + g
-                w = weight(th, ctr)
+                w = weight(th, ctr, gamma)
                 for t in range(na):
                     c = act[t]
                     if BINARY:
                         out[j, c] += w
                     else:
                         out[j, c] += w * x[i, c]
-                ctr = (ctr + STEP) & MASK
+                ctr = (ctr + step) & MASK
 
     return jitc_t_mm

@@ -4,7 +4,7 @@ Design:
     * One program per block of ``BLOCK_ROWS`` rows of ``W`` (times one per block of
       ``BLOCK_COLS`` input columns for a matmat). The rows of a block advance together, one
       synapse per step of a ``while_loop`` that ends when every row of the block has passed
-      its last column; the generator (row keys, draws, the binary search through the
+      its last column; the generator (row streams, draws, the binary search through the
       threshold table, the weights) is the same code as the 'jax' reference
       (:mod:`primforge.ops.jitconn`), so the connectivity is bitwise the same.
     * ``W @ x`` (gather): each program accumulates its rows in registers and writes them: no
@@ -76,7 +76,7 @@ def _build(binary, matrix, transpose, kind, *, m, n, k, k_max, dtype, platform):
     def body(t_ref, s_ref, tab_ref, x_ref, y_ref):
         rows = pl.program_id(0) * br + jnp.arange(br, dtype=jnp.int32)
         valid = rows < m
-        keys = _jc.row_keys(s_ref[0], rows)
+        stream = _jc.row_streams(s_ref[0], rows)
         theta = tuple(t_ref[i] for i in range(n_theta))
 
         def load(idx):
@@ -106,9 +106,9 @@ def _build(binary, matrix, transpose, kind, *, m, n, k, k_max, dtype, platform):
 
         def step(state):
             s, j, alive, acc = state
-            j, alive = _jc.next_column(j, alive, _jc.draw(keys, jnp.uint32(3) * s), load,
+            j, alive = _jc.next_column(j, alive, _jc.draw(stream, jnp.uint32(3) * s), load,
                                        k_max, n)
-            w = _jc.weights(theta, keys, s, kind, dtype)
+            w = _jc.weights(theta, stream, s, kind, dtype)
             jc = jnp.where(alive, j, 0)
             if transpose:
                 if matrix:

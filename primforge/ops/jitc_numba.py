@@ -24,9 +24,7 @@ from primforge.ops._jitc_generator import check_prob, threshold_table
 
 __all__ = ["jitc_numba_columns"]
 
-_SEED_SALT, _ROW_SALT, _MASK = 0x3C6EF372, 0x85EBCA6B, 0xFFFFFFFF
-_GOLDEN = 0x9E3779B9
-_STEP = (3 * _GOLDEN) & _MASK
+_MASK = 0xFFFFFFFF
 
 
 def jitc_numba_columns(prob: float) -> Callable[..., int]:
@@ -89,16 +87,15 @@ def _compiled(prob: float) -> Any:
 
     from primforge.ops._numba_jitconn import _helpers
 
-    mix = _helpers()[0]  # the generator's 32-bit mixing function
+    mix, seed_keys, row_stream = _helpers()[:3]  # the generator's integer helpers
     table = threshold_table(prob)
     guide, shift = _guide(table)
 
     @numba.njit(inline="always", nogil=True)
     def columns(seed, row, n, out):
-        key = mix((mix((seed & _MASK) ^ _SEED_SALT) + mix(row ^ _ROW_SALT)) & _MASK)
-        # Synapse s's gap is the draw with counter 3s: mix(key + GOLDEN * (3s + 1)); the
+        # Synapse s's gap is the draw with counter 3s: mix(start + gamma * 3s); the
         # argument is carried along and advanced by one addition per synapse.
-        ctr = (key + _GOLDEN) & _MASK
+        ctr, _, step = row_stream(seed_keys(seed), row)
         j = -1
         s = 0
         while True:
@@ -112,6 +109,6 @@ def _compiled(prob: float) -> Any:
             j += 1 + g
             out[s] = j
             s += 1
-            ctr = (ctr + _STEP) & _MASK
+            ctr = (ctr + step) & _MASK
 
     return columns

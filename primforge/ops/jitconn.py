@@ -8,16 +8,22 @@ Design:
       on every backend, in both directions (``W @ x`` and ``W.T @ x`` use the same rows) and
       for every weight kind. Memory: the output plus a table of about ``22 / prob`` uint32
       thresholds (depends on ``prob`` only, never on the matrix size or nnz).
-    * The generator (all arithmetic on uint32, wrapping):
-      ``mix`` is a 32-bit integer finaliser (xor-shift, multiply, xor-shift, multiply,
-      xor-shift); ``key = mix(seed ^ SEED_SALT)``; row ``i`` has ``r_i = mix(key +
-      mix(i ^ ROW_SALT))``; its ``c``-th draw is ``d(i, c) = mix(r_i + (c + 1) * GOLDEN)``.
-      Synapse ``s`` of a row uses draws ``3s`` (its gap), ``3s + 1`` and ``3s + 2`` (its
-      weight). The gap is a geometric variate found without floating point: ``g = #{k >= 1 :
-      d < T_k}`` with ``T_k = floor((1 - prob)^k * 2**32)`` (the threshold table, computed
-      once on the host in float64), so ``P(g >= k) = (1 - prob)^k``; the next column is
-      ``previous + 1 + g``, and the row ends at the first column ``>= n``: every entry is
-      present independently with probability ``prob`` and the work is O(nnz).
+    * The generator (all arithmetic on uint32, wrapping): ``mix`` is a 32-bit integer
+      finaliser (xor-shift, multiply, xor-shift, multiply, xor-shift). Row ``i`` is its own
+      Weyl sequence: ``h = mix(i ^ ROW_SALT)``, start ``a_i = mix(h + mix(seed ^
+      SEED_SALT))``, odd increment ``g_i = mix(h ^ mix(seed ^ GAMMA_SALT)) | 1`` (xor
+      ``FLIP`` when it has fewer than ``FEW_FLIPS`` changes between adjacent bits); its
+      ``c``-th draw is ``d(i, c) = mix(a_i + c * g_i)``. ``mix`` is a bijection, so two rows
+      share two consecutive draws only if their increments are equal (probability 2**-31
+      per pair): no row is a shifted window of another, as rows of one shared Weyl
+      sequence would be. Synapse ``s`` of a row uses draws ``3s`` (its gap), ``3s + 1``
+      and ``3s + 2`` (its weight). The gap is a geometric variate found without floating
+      point: ``g = #{k >= 1 : d < T_k}`` with ``T_k = floor((1 - prob)^k * 2**32)`` (the
+      threshold table, computed exactly once on the host), so ``P(g >= k) = (1 - prob)^k``
+      up to 2**-32; the next column is ``previous + 1 + g``, and the row ends at the first
+      column ``>= n``: every entry is present independently with probability ``prob`` and
+      the work is O(nnz). A row's draws repeat only after 2**32 of them (rows longer than
+      about 1.4e9 entries).
       ``unit(d) = (2 * (d >> 9) + 1) * 2**-24`` (exact in float32, in ``(0, 1)``) gives the
       weights: ``'homo'`` one shared weight; ``'uniform'`` ``low + (high - low) * unit(d1)``;
       ``'normal'`` ``mean + std * sqrt(-2 log unit(d1)) * cos(2 pi unit(d2))``. Weights are
@@ -53,7 +59,9 @@ import numpy as np
 
 from primforge.ops import _jitc_generator, _scaffold, _sharding
 from primforge.ops._jitc_generator import (  # the generator; these names stay importable here
-    GOLDEN,
+    FEW_FLIPS,
+    FLIP,
+    GAMMA_SALT,
     MIX_1,
     MIX_2,
     ROW_SALT,
@@ -64,7 +72,7 @@ from primforge.ops._jitc_generator import (  # the generator; these names stay i
     check_prob,
     draw,
     next_column,
-    row_keys,
+    row_streams,
     threshold_table,
     weights,
 )
@@ -109,7 +117,7 @@ def _jax_generator(binary: bool, matrix: bool):
             if min(m, n) == 0:
                 return jnp.zeros(outs[0].shape, dtype)
             ev = (x != 0).astype(dtype) if binary else x.astype(dtype)
-            keys = row_keys(seed[0], jnp.arange(m, dtype=jnp.int32))
+            stream = row_streams(seed[0], jnp.arange(m, dtype=jnp.int32))
 
             def load(idx):
                 return table[idx]
@@ -125,8 +133,9 @@ def _jax_generator(binary: bool, matrix: bool):
 
             def body(state):
                 s, j, alive, y = state
-                j, alive = next_column(j, alive, draw(keys, jnp.uint32(3) * s), load, k_max, n)
-                w = weights(theta, keys, s, weight_kind, dtype)
+                j, alive = next_column(j, alive, draw(stream, jnp.uint32(3) * s), load, k_max,
+                                       n)
+                w = weights(theta, stream, s, weight_kind, dtype)
                 if transpose:  # y[j_i] += w_i x[i], only rows still alive
                     contrib = w[:, None] * ev if matrix else w * ev
                     y = y.at[jnp.where(alive, j, n)].add(contrib, mode="drop")
@@ -352,8 +361,8 @@ def jitc_todense(seed: int, shape: tuple[int, int], prob: float, weight: Any = 1
 
     Example:
         >>> jitc_todense(7, (2, 6), 0.5, 0.5)
-        array([[0. , 0. , 0. , 0.5, 0.5, 0.5],
-               [0. , 0.5, 0.5, 0. , 0.5, 0. ]])
+        array([[0.5, 0.5, 0.5, 0. , 0.5, 0.5],
+               [0.5, 0.5, 0.5, 0.5, 0. , 0. ]])
     """
     m, n = _scaffold.check_shape(shape, "jitc_todense", int32=True)
     p = check_prob(prob, "jitc_todense")
@@ -372,30 +381,36 @@ def jitc_todense(seed: int, shape: tuple[int, int], prob: float, weight: Any = 1
         v = (v * MIX_2) & full
         return v ^ (v >> 16)
 
-    def dr(r, c):
-        return mix((r + (c + 1) * GOLDEN) & full)
-
     def uni(h):
         return ((h >> 9) * 2 + 1) * 2.0**-24
 
-    key = mix((int(seed) & full) ^ SEED_SALT)
+    start_key = mix((int(seed) & full) ^ SEED_SALT)
+    gamma_key = mix((int(seed) & full) ^ GAMMA_SALT)
     rows = range(m) if rows is None else [int(i) for i in np.ravel(rows)]
     out = np.zeros((len(rows), n))
     for a, i in enumerate(rows):
-        r = mix((key + mix(i ^ ROW_SALT)) & full)
+        h = mix(i ^ ROW_SALT)
+        start = mix((h + start_key) & full)
+        gamma = mix(h ^ gamma_key) | 1
+        if (gamma ^ (gamma >> 1)).bit_count() < FEW_FLIPS:
+            gamma ^= FLIP
+
+        def dr(c, start=start, gamma=gamma):  # draw c of this row
+            return mix((start + c * gamma) & full)
+
         j, s = -1, 0
         while True:
-            g = int(np.searchsorted(neg, -dr(r, 3 * s), side="left"))  # thresholds > draw
+            g = int(np.searchsorted(neg, -dr(3 * s), side="left"))  # thresholds > draw
             j += 1 + g
             if j >= n:
                 break
             if weight_kind == "homo":
                 w = theta[0]
             elif weight_kind == "uniform":
-                w = theta[0] + (theta[1] - theta[0]) * uni(dr(r, 3 * s + 1))
+                w = theta[0] + (theta[1] - theta[0]) * uni(dr(3 * s + 1))
             else:
-                z = math.sqrt(-2 * math.log(uni(dr(r, 3 * s + 1)))) * math.cos(
-                    2 * math.pi * uni(dr(r, 3 * s + 2)))
+                z = math.sqrt(-2 * math.log(uni(dr(3 * s + 1)))) * math.cos(
+                    2 * math.pi * uni(dr(3 * s + 2)))
                 w = theta[0] + theta[1] * z
             out[a, j] = w
             s += 1
