@@ -166,3 +166,36 @@ def test_memory_per_kernel_is_close_to_numba_and_jax_jit_alone(tmp_path):
     # What primforge itself adds (entry and handler code) is a few percent of Numba's
     # compile (one LLVM module each, kept without its IR; about 11% when the IR was kept).
     assert own_kb < 0.06 * numba_kb, report
+
+
+def test_debug_mode_rebuilds_reuse_the_checked_copy(monkeypatch):
+    # In debug mode an entry calls a bounds-checked copy of the kernel; rebuilding a dropped
+    # entry must reuse that copy's code, not compile another copy (Numba keeps every one).
+    import jax
+    import jax.numpy as jnp
+    import numba
+    import numpy as np
+
+    import primforge
+    from primforge.kernel.backends import _numba_entry
+    from primforge.kernel.backends import numba as nb
+
+    def adder(c):
+        @numba.njit
+        def add(x, out):
+            for i in range(x.size):
+                out[i] = x[i] + c
+
+        return add
+
+    monkeypatch.setenv(nb.ENV_MAX_KERNELS, "1")
+    spec = jax.ShapeDtypeStruct((4,), jnp.float32)
+    x = np.arange(4, dtype=np.float32)
+    before = _numba_entry.compiled_entries()
+    with primforge.debug_mode():
+        fa = jax.jit(nb.numba_kernel(adder(1.0), spec, name="dbg_alt"))
+        fb = jax.jit(nb.numba_kernel(adder(2.0), spec, name="dbg_alt"))
+        for _ in range(4):
+            np.testing.assert_array_equal(fa(x), x + 1)
+            np.testing.assert_array_equal(fb(x), x + 2)
+    assert _numba_entry.compiled_entries() - before == 2

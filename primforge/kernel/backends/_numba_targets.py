@@ -230,14 +230,21 @@ def _free_name(base: str, kernel) -> str:
         target_name = f"{base}_{n}"
 
 
+# kernel dispatcher -> its bounds-checked copy (made once: a rebuild reuses its code).
+_CHECKED: weakref.WeakKeyDictionary = weakref.WeakKeyDictionary()
+
+
 def _kernel_to_compile(kernel, debug: bool):
     if not debug:
         return kernel
-    import numba
+    checked = _CHECKED.get(kernel)
+    if checked is None:
+        import numba
 
-    skip = ("boundscheck", "cache", "nopython")  # njit sets nopython itself (and warns)
-    opts = {k: v for k, v in kernel.targetoptions.items() if k not in skip}
-    return numba.njit(boundscheck=True, **opts)(kernel.py_func)
+        skip = ("boundscheck", "cache", "nopython")  # njit sets nopython itself (and warns)
+        opts = {k: v for k, v in kernel.targetoptions.items() if k not in skip}
+        checked = _CHECKED[kernel] = numba.njit(boundscheck=True, **opts)(kernel.py_func)
+    return checked
 
 
 def _build_entry(target: _Target, kernel) -> None:
