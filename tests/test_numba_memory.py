@@ -199,3 +199,41 @@ def test_debug_mode_rebuilds_reuse_the_checked_copy(monkeypatch):
             np.testing.assert_array_equal(fa(x), x + 1)
             np.testing.assert_array_equal(fb(x), x + 2)
     assert _numba_entry.compiled_entries() - before == 2
+
+
+def test_a_plain_function_kernel_is_freed_once_nothing_uses_it(monkeypatch):
+    # A plain function is jitted here once (its dispatcher lives as long as the function);
+    # past the bound, a generated kernel nobody references any more must be freed.
+    import gc
+    import weakref
+
+    import jax
+    import jax.numpy as jnp
+    import numpy as np
+
+    from primforge.kernel.backends import numba as nb
+
+    def plain(c):
+        def add(x, out):
+            for i in range(x.size):
+                out[i] = x[i] + c
+
+        return add
+
+    monkeypatch.setenv(nb.ENV_MAX_KERNELS, "1")
+    spec = jax.ShapeDtypeStruct((4,), jnp.float32)
+    x = jnp.arange(4, dtype=jnp.float32)
+
+    def run(fn):
+        (y,) = nb.make_callable(fn, ins=(spec,), outs=(spec,), platform="cpu", name="plain")(x)
+        return np.asarray(y)
+
+    first = plain(1.0)
+    np.testing.assert_array_equal(run(first), np.arange(4) + 1)
+    fn_ref = weakref.ref(first)
+    disp_ref = weakref.ref(nb._numba_identity.as_dispatcher(first))
+    assert nb._numba_identity.as_dispatcher(first) is disp_ref()  # jitted once
+    np.testing.assert_array_equal(run(plain(2.0)), np.arange(4) + 2)  # drops the first
+    del first
+    gc.collect()
+    assert fn_ref() is None and disp_ref() is None
