@@ -1,10 +1,11 @@
-"""What compiled Numba kernels cost in memory, measured as resident memory in fresh processes.
+"""What compiled Numba kernels cost in memory.
 
 Rebuilding a dropped kernel entry must not add machine code (a process that keeps
-alternating kernels under a small ``PRIMFORGE_NUMBA_MAX_KERNELS`` stays flat), and what
-primforge builds per kernel must stay small next to what Numba and ``jax.jit`` take for
-the same kernel anyway. Each figure is a difference of resident memory (``/proc/self/statm``)
-in a child that does only that work, after a warm-up.
+alternating kernels under a small ``PRIMFORGE_NUMBA_MAX_KERNELS`` stays flat, debug mode
+included), what primforge builds per kernel must stay small next to what Numba and
+``jax.jit`` take for the same kernel anyway, and a kernel nobody uses must be freed. The
+figures are differences of resident memory (``/proc/self/statm``) in a fresh process that
+does only that work, after a warm-up.
 """
 
 from __future__ import annotations
