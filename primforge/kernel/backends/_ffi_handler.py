@@ -379,10 +379,11 @@ _JIT_LOCK = threading.Lock()
 def jit_module(text: str, symbol: str) -> int:
     """Compile LLVM IR ``text`` and return the address of its function ``symbol``.
 
-    One llvmlite MCJIT engine, made on first use, holds every module primforge compiles
-    this way; modules are never removed, so an address stays valid for the process. The
-    code calls nothing by name (only addresses baked in as constants), so no symbol has to
-    be resolved, and LLVM's code generator at ``-O2`` is all it needs: a few milliseconds.
+    One llvmlite MCJIT engine, made on first use, holds the machine code of every module
+    primforge compiles this way, and never frees it, so an address stays valid for the
+    process. The module's LLVM IR is released once its code is made: only the code stays.
+    The code calls nothing by name (only addresses baked in as constants), so no symbol has
+    to be resolved, and LLVM's code generator at ``-O2`` is all it needs: a few milliseconds.
 
     Example:
         >>> import ctypes
@@ -411,6 +412,9 @@ def jit_module(text: str, symbol: str) -> int:
         engine.add_module(module)
         engine.finalize_object()
         address = engine.get_function_address(symbol)
+        # MCJIT keeps a finalized module's IR until it is removed; its loaded code stays.
+        engine.remove_module(module)
+        module.close()
     if not address:
         raise RuntimeError(f"LLVM did not produce the function {symbol}")
     return address

@@ -15,7 +15,9 @@ Numba's CPU calling convention, without propagating errors, so it never raises:
 * ``2`` (``info``: Numba's exception record, or 0): the kernel raised.
 
 :func:`describe_failure` turns the last two into text, from Python, on the error path
-only. Compiling the entry takes milliseconds: the kernel is not compiled twice.
+only. Compiling the entry takes milliseconds: the kernel is not compiled twice. Its code
+is kept for the process and keyed on what decides it (the kernel's native address and the
+signatures), so rebuilding a dropped entry of the same kernel code compiles nothing.
 """
 
 from __future__ import annotations
@@ -32,7 +34,13 @@ from primforge.kernel.backends._ffi_handler import (
     unique_symbol,
 )
 
-__all__ = ["Entry", "compile_entry", "describe_failure"]
+__all__ = ["Entry", "compile_entry", "compiled_entries", "describe_failure"]
+
+
+# (kernel's native address, argument types, kernel signature) -> the entry's address. An
+# entry's code is never freed (see ``jit_module``), so an entry compiled once serves every
+# later build of the same kernel code: dropping and rebuilding costs no new machine code.
+_CODE: dict[tuple, int] = {}
 
 
 class Entry:
@@ -90,10 +98,25 @@ def compile_entry(kernel: Any, views: Sequence[tuple[str, int]], label: str) -> 
         kernel_addr = cres.library.get_pointer_to_function(cres.fndesc.llvm_func_name)
         if not kernel_addr:
             raise RuntimeError(f"{label}: Numba did not expose the kernel's native function")
-        symbol = unique_symbol("primforge_entry")
-        text = _entry_ir(symbol, cres, kernel_addr, argtys)
-    address = jit_module(text, symbol)
+        # What decides the entry's machine code: the kernel's address and the two signatures.
+        key = (kernel_addr, argtys, cres.signature)
+        address = _CODE.get(key)
+        if address is None:
+            symbol = unique_symbol("primforge_entry")
+            text = _entry_ir(symbol, cres, kernel_addr, argtys)
+    if address is None:
+        address = _CODE.setdefault(key, jit_module(text, symbol))
     return Entry(address, cres)
+
+
+def compiled_entries() -> int:
+    """How many distinct entries this process compiled (each is kept for the process).
+
+    Example:
+        >>> compiled_entries() >= 0
+        True
+    """
+    return len(_CODE)
 
 
 def _entry_ir(symbol: str, cres: Any, kernel_addr: int, argtys: tuple) -> str:

@@ -24,18 +24,35 @@ import hashlib
 import pickle
 import re
 import types as _pytypes
+import weakref
 from typing import Any
 
 import numpy as np
 
 __all__ = ["as_dispatcher", "forget_jitted", "identity", "jitted", "target_name"]
 
-# plain Python function -> the numba.njit dispatcher made for it here.
-_JITTED: dict[Any, Any] = {}
+# plain Python function (held weakly) -> the numba.njit dispatcher made here for a copy of
+# it. The copy (same code, globals, closure, defaults and names) is what the dispatcher
+# holds, so the dispatcher does not keep the function alive: both go once the function
+# is no longer used (a dispatcher can't be freed by the cycle collector).
+_JITTED: weakref.WeakKeyDictionary = weakref.WeakKeyDictionary()
+
+
+def _copy(fn: _pytypes.FunctionType) -> _pytypes.FunctionType:
+    twin = _pytypes.FunctionType(
+        fn.__code__, fn.__globals__, fn.__name__, fn.__defaults__, fn.__closure__
+    )
+    twin.__kwdefaults__ = fn.__kwdefaults__
+    twin.__qualname__, twin.__module__, twin.__doc__ = fn.__qualname__, fn.__module__, fn.__doc__
+    twin.__annotations__ = dict(fn.__annotations__)
+    twin.__dict__.update(fn.__dict__)  # e.g. __wrapped__, which signatures follow
+    return twin
 
 
 def as_dispatcher(fn: Any) -> Any:
     """``fn`` as a Numba CPU dispatcher: itself, or (a plain function) jitted once here.
+
+    The dispatcher made for a plain function lives as long as the function does.
 
     Raises:
         TypeError: for anything else, naming the forms a numba kernel may take.
@@ -52,9 +69,10 @@ def as_dispatcher(fn: Any) -> Any:
     if isinstance(fn, CPUDispatcher):
         return fn
     if isinstance(fn, _pytypes.FunctionType):
-        if fn not in _JITTED:
-            _JITTED[fn] = numba.njit(fn)
-        return _JITTED[fn]
+        dispatcher = _JITTED.get(fn)
+        if dispatcher is None:
+            dispatcher = _JITTED[fn] = numba.njit(_copy(fn))
+        return dispatcher
     raise TypeError(
         "the numba backend expects a numba.njit function (or a plain Python function, or a "
         "NumbaKernel from numba_kernel), or a kernel generator may return a traceable JAX "
@@ -69,7 +87,9 @@ def jitted(fn: Any) -> Any:
         >>> jitted(len) is len
         True
     """
-    return _JITTED.get(fn, fn)
+    if isinstance(fn, _pytypes.FunctionType):
+        return _JITTED.get(fn, fn)
+    return fn
 
 
 def forget_jitted() -> None:

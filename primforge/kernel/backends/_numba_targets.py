@@ -8,12 +8,15 @@ Nothing is written to disk: every process compiles what it imported.
 
 A registered target can't be removed from XLA, so its (small) handler stays for the
 process and reads the entry's address from a *slot*. At most :func:`max_kernels` entries
-are held, least recently used dropped first, and :func:`drop` drops them on request: the
-slot is zeroed, and a handler finding it empty calls back into Python (:func:`_revive`)
-to rebuild the entry while the kernel object lives, or fails with an error naming the
-kernel (:func:`_report`); never a jump into freed code. Two different live kernels never
-share a target: the second gets a numbered name; a target whose kernel is gone is taken
-over. Everything here runs under one lock.
+are held (each keeps its kernel's compile result alive), least recently used dropped
+first, and :func:`drop` drops them on request: the slot is zeroed, and a handler finding
+it empty calls back into Python (:func:`_revive`) to rebuild the entry while the kernel
+object lives, or fails with an error naming the kernel (:func:`_report`); never a jump
+into freed code. Machine code is never freed, so a rebuild reuses the entry's code
+(:func:`._numba_entry.compile_entry`) and, in debug mode, the kernel's bounds-checked
+copy: it costs no memory. Two different live kernels never share a target: the second
+gets a numbered name; a target whose kernel is gone is taken over. Everything here runs
+under one lock.
 
 Export (:func:`prepare`, :func:`disabled_checks`): an artifact made by ``jax.export``
 names these targets; a process that loads it lowers the same functions first, which
@@ -93,10 +96,11 @@ _HELD: collections.OrderedDict[str, _Target] = collections.OrderedDict()
 
 
 def max_kernels() -> int:
-    """How many compiled kernel entries are held in memory (``PRIMFORGE_NUMBA_MAX_KERNELS``).
+    """How many kernel entries are held (``PRIMFORGE_NUMBA_MAX_KERNELS``; default 256).
 
-    Beyond it, the least recently used entry is dropped (see
-    :func:`primforge.kernel.backends.numba.clear`); default 256.
+    A held entry keeps its kernel's Numba compile result alive. Beyond the bound, the least
+    recently used entry is dropped (see :func:`primforge.kernel.backends.numba.clear`) and
+    rebuilt from the same machine code when it is called again.
 
     Example:
         >>> max_kernels() >= 1

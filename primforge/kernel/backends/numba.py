@@ -24,10 +24,14 @@ milliseconds. (``PRIMFORGE_CACHE``/``PRIMFORGE_CACHE_DIR`` govern the other back
 disk caches; this one reads neither.) Within one process Numba freezes the globals a
 kernel reads when it compiles it: edit a module constant, then build a new kernel.
 
-In memory, at most ``PRIMFORGE_NUMBA_MAX_KERNELS`` (default 256) compiled entries are held,
-least recently used dropped first; :func:`clear` drops them on request. A dropped entry is
-rebuilt on the next call, or the call fails with an error naming the kernel if the kernel
-object is gone; never a jump into freed code (:mod:`._numba_targets`).
+In memory, ``PRIMFORGE_NUMBA_MAX_KERNELS`` (default 256) bounds how many kernels primforge
+keeps alive (a held entry references its kernel's Numba compile result), least recently
+used dropped first; :func:`clear` drops them on request. A dropped entry is rebuilt on the
+next call from the machine code it had (no compile, no new memory), or the call fails with
+an error naming the kernel if the kernel object is gone; never a jump into freed code
+(:mod:`._numba_targets`). Machine code is never freed: Numba keeps every kernel it
+compiles (about 1 MB for a small one); primforge adds a few percent to it (a handler per
+target, an entry per kernel code).
 
 Target names depend only on the primitive name, the kernel's code, constants, closure,
 the globals it reads, its options and the signature, so they are the same in every
@@ -473,19 +477,20 @@ def clear(kernel: Any = None) -> int:
     """Drop the compiled code primforge holds for ``kernel`` (every kernel when ``None``).
 
     ``kernel`` is a ``numba.njit`` dispatcher, a plain function given to this backend, or a
-    :class:`NumbaKernel`. What is dropped is primforge's compiled *entry* for each of its
-    signatures (the wrapper Numba compiled around the kernel, with its own copy of the
-    kernel's machine code) and the debug-mode copies of the kernel; the kernel object and
-    whatever Numba itself holds for it are the caller's.
+    :class:`NumbaKernel`. What is dropped is primforge's *entry* for each of its signatures
+    (the reference to the kernel's Numba compile result, and the slot its handler calls
+    through) and the bounds-checked copy debug mode made of it; once the program no longer
+    references the kernel, Python frees what Numba can free of it. Machine code is never freed (neither Numba's nor primforge's), so the
+    entry's code is kept and a rebuild of the same kernel code compiles nothing.
 
     Dropping never leaves XLA a dangling pointer: a registered FFI target can't be removed,
     so its handler stays, and reads the entry's address from a slot that is zeroed here.
     A computation that still calls the target (one already compiled by ``jax.jit``)
     rebuilds the entry on its next call while the kernel object is alive, and otherwise
-    fails with an error naming the kernel; it never jumps into freed code. (Numba's JIT
-    engine never unmaps machine code, so even an entry dropped mid-call stays valid.)
-    The same happens automatically to the least recently used entry once more than
-    :func:`max_kernels` are held.
+    fails with an error naming the kernel; it never jumps into freed code. (Machine code
+    is never unmapped, so even an entry dropped mid-call stays valid.) The same happens
+    automatically to the least recently used entry once more than :func:`max_kernels` are
+    held.
 
     Returns:
         How many compiled entries were dropped.
