@@ -180,6 +180,27 @@ def test_dense_reference_skips_silent_nonfinite_weights():
         np.testing.assert_array_equal(y, [1., 1., np.inf, 1.])
 
 
+# ----------------------------------------------------------------------------- column index
+def _stale_pair():
+    ptr = np.array([0, 2, 4, 6], np.int32)
+    d = np.arange(1, 7, dtype=np.float32)
+    A = ops.CSR(d, np.array([0, 1, 1, 2, 0, 2], np.int32), ptr, shape=(3, 4))
+    B = ops.CSR(d, np.array([2, 3, 0, 3, 1, 3], np.int32), ptr, shape=(3, 4))
+    leaves, tdef = jax.tree.flatten(ops.with_column_index(A))
+    return B, jax.tree.unflatten(tdef, jax.tree.leaves(B) + leaves[3:])
+
+
+@pytest.mark.parametrize("backend", ["numba", "jax"])
+def test_stale_column_index_never_updates_the_wrong_synapses(backend):
+    B, stale = _stale_pair()
+    spikes, trace = np.array([1, 0, 0, 0], bool), np.array([10., 20., 30.], np.float32)
+    got = ops.update_on_post(stale, spikes, trace, backend=backend).matrix
+    want = ops.update_on_post(B, spikes, trace, backend="jax")
+    np.testing.assert_array_equal(want.todense(), [[0, 0, 1, 2], [23, 0, 0, 4], [0, 5, 0, 6]])
+    # The correct update, or the weights all NaN (detected): never other synapses changed.
+    assert np.isnan(got.data).all() or np.array_equal(got.data, want.data), got.data
+
+
 # ----------------------------------------------------------------------------- adversarial
 _TRANSFORMS = ("eager", "jit", "vmap", "grad")
 
