@@ -201,6 +201,62 @@ def test_stale_column_index_never_updates_the_wrong_synapses(backend):
     assert np.isnan(got.data).all() or np.array_equal(got.data, want.data), got.data
 
 
+# ----------------------------------------------------------------------------- bad indices
+BIG = 2**32 + 1
+X3 = np.array([1., 10., 100.], np.float32)
+
+
+@pytest.mark.parametrize("call,name", [
+    (lambda: ops.csrmv(np.ones(2, np.float32), np.array([0, BIG]), np.array([0, 1, 2]), X3,
+                       shape=(2, 3)), "indices"),
+    (lambda: ops.binary_csrmm(np.ones(2, np.float32), np.array([0, 1]),
+                              np.array([0, 1, BIG + 1]), np.ones((3, 2), bool), shape=(2, 3)),
+     "indptr"),
+    (lambda: jax.jit(lambda x: ops.csrmv(np.ones(2, np.float32), np.array([0, BIG]),
+                                         np.array([0, 1, 2]), x, shape=(2, 3)))(X3), "indices"),
+    (lambda: ops.fixed_num_mv(np.ones((2, 1), np.float32), np.array([[0], [BIG]]), X3,
+                              shape=(2, 3)), "indices"),
+])
+def test_int64_indices_beyond_int32_raise(call, name):
+    with pytest.raises(ValueError, match=f"'{name}' holds"):
+        call()
+
+
+def test_int64_indices_through_a_pytree_raise():
+    W = ops.CSR(np.ones(2, np.float32), np.array([0, 1]), np.array([0, 1, 2]), shape=(2, 3))
+    leaves, tdef = jax.tree.flatten(W)
+    bad = jax.tree.unflatten(tdef, [leaves[0], np.array([0, BIG]), leaves[2]])
+    with pytest.raises(ValueError, match="'indices' holds"):
+        bad @ X3
+    with pytest.raises(ValueError, match="'indices' holds"):
+        ops.update_on_pre(bad, np.array([True, True]), X3)
+
+
+@pytest.mark.parametrize("call", [
+    lambda s: ops.csrmv(np.ones(2, np.float32), np.array([0, 1]), np.array([0, 1, 2]), X3,
+                        shape=s),
+    lambda s: ops.fixed_num_mv(np.ones((2, 1), np.float32), np.zeros((2, 1), np.int32), X3,
+                               shape=s),
+    lambda s: ops.jitc_matvec(1.0, 0, X3, shape=s, prob=0.5),
+    lambda s: ops.CSR(np.ones(2, np.float32), np.array([0, 1]), np.array([0, 1, 2]), shape=s),
+])
+def test_float_shape_is_an_error(call):
+    with pytest.raises(TypeError, match="'shape'"):
+        call((2.5, 3))
+    with pytest.raises(TypeError, match="'shape'"):
+        call((2.0, 3))
+
+
+def test_packed_events_with_extra_words_raise():
+    p = ops.pack_events(np.array([True, False, True]))
+    with pytest.raises(ValueError, match="'words'"):
+        ops.PackedEvents(jnp.concatenate([p.words, p.words]), p.n)
+    _leaves, tdef = jax.tree.flatten(p)
+    with pytest.raises(ValueError, match="'words'"):
+        ops.binary_densemv(np.ones((2, 3), np.float32),
+                           jax.tree.unflatten(tdef, [jnp.zeros(2, jnp.uint32)]))
+
+
 # ----------------------------------------------------------------------------- adversarial
 _TRANSFORMS = ("eager", "jit", "vmap", "grad")
 
