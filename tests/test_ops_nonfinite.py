@@ -180,6 +180,60 @@ def test_dense_reference_skips_silent_nonfinite_weights():
         np.testing.assert_array_equal(y, [1., 1., np.inf, 1.])
 
 
+@pytest.mark.parametrize("kind", ["dense", "csr", "csc", "fixed", "csr_indexed"])
+def test_plasticity_propagates_nonfinite(kind):
+    """NaN spikes are active, NaN/inf traces reach the synapses they update, on 'numba'
+    as on 'jax' and as in a per-synapse NumPy reference (dense weights)."""
+    rng = np.random.default_rng(3)
+    mask = rng.random((M, 7)) < 0.5
+    rows, cols = np.nonzero(mask)
+    ptr = np.concatenate([[0], np.cumsum(mask.sum(1))]).astype(np.int32)
+    d = rng.random(rows.size).astype(np.float32)
+    W = {"dense": rng.random((M, 7)).astype(np.float32),
+         "csr": ops.CSR(d, cols.astype(np.int32), ptr, shape=(M, 7)),
+         "csc": ops.CSC(d, cols.astype(np.int32), ptr, shape=(7, M)),
+         "fixed": ops.FixedNum(rng.random((M, 3)).astype(np.float32),
+                               rng.integers(0, 7, (M, 3)).astype(np.int32), shape=(M, 7)),
+         "csr_indexed": ops.with_column_index(ops.CSR(d, cols.astype(np.int32), ptr,
+                                                      shape=(M, 7)))}[kind]
+
+    def dense(W):
+        return np.asarray(W.todense() if hasattr(W, "todense") else W)
+
+    for update, pre in ((ops.update_on_pre, True), (ops.update_on_post, False)):
+        n_s, n_t = (W.shape[0], W.shape[1]) if pre else (W.shape[1], W.shape[0])
+        spikes = np.zeros(n_s, np.float32)
+        spikes[0], spikes[-1] = np.nan, 1.0  # a NaN spike fires
+        trace = rng.random(n_t).astype(np.float32)
+        trace[0], trace[-1] = np.nan, np.inf
+        for lo, hi in ((None, None), (0.0, 1.0)):
+            want = dense(update(W, spikes, trace, w_min=lo, w_max=hi, backend="jax"))
+            got = dense(update(W, spikes, trace, w_min=lo, w_max=hi, backend="numba"))
+            np.testing.assert_array_equal(got, want)
+            if kind == "dense":
+                fire = (spikes != 0)[:, None] if pre else (spikes != 0)[None, :]
+                add = trace[None, :] if pre else trace[:, None]
+                with np.errstate(all="ignore"):
+                    ref = np.where(fire, W + add, W)
+                    ref = ref if lo is None else np.clip(ref, lo, hi)
+                np.testing.assert_array_equal(got, ref.astype(np.float32))
+
+
+@pytest.mark.parametrize("backend", ["jax", "numba", "pallas"])
+def test_packed_events_meet_nonfinite_weights_as_bool_events(backend):
+    rng = np.random.default_rng(4)
+    e = rng.random(N) < 0.3
+    w = rng.normal(size=(M, N)).astype(np.float32)
+    w[0, np.flatnonzero(~e)[0]] = np.nan  # met by an inactive event only: skipped
+    w[1, np.flatnonzero(e)[0]] = np.inf  # met by an active event
+    packed = ops.pack_events(e)
+    for transpose in (False, True):
+        ww = w.T.copy() if transpose else w
+        got = ops.binary_densemv(ww, packed, transpose=transpose, backend=backend)
+        want = np.where(e[None, :], w, 0).astype(np.float64).sum(axis=1)
+        np.testing.assert_allclose(got, want, rtol=1e-5, atol=1e-5)
+
+
 # ----------------------------------------------------------------------------- column index
 def _stale_pair():
     ptr = np.array([0, 2, 4, 6], np.int32)
