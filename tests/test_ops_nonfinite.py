@@ -284,6 +284,11 @@ def test_int64_indices_through_a_pytree_raise():
         bad @ X3
     with pytest.raises(ValueError, match="'indices' holds"):
         ops.update_on_pre(bad, np.array([True, True]), X3)
+    leaves, tdef = jax.tree.flatten(ops.with_column_index(W))
+    perm = np.asarray(leaves[4]).astype(np.int64) + 2**32  # wraps onto the same positions
+    bad_index = jax.tree.unflatten(tdef, leaves[:4] + [perm] + leaves[5:])
+    with pytest.raises(ValueError, match="'perm' holds"):
+        ops.update_on_post(bad_index, np.array([True, True, True]), np.ones(2, np.float32))
 
 
 @pytest.mark.parametrize("call", [

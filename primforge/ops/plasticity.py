@@ -338,8 +338,10 @@ def _shared_error(who):
 
 def _update(W, spikes, trace, *, pre: bool, w_min, w_max, backend, who):
     if isinstance(W, ColumnIndexed):
+        index = tuple(_scaffold.index_array(a, who, name)
+                      for a, name in zip(W.index, ("colptr", "perm", "rows")))
         new = _update_matrix(W.matrix, spikes, trace, pre=pre, w_min=w_min, w_max=w_max,
-                             backend=backend, who=who, index=W.index)
+                             backend=backend, who=who, index=index)
         return W._rewrap(new)
     return _update_matrix(W, spikes, trace, pre=pre, w_min=w_min, w_max=w_max,
                           backend=backend, who=who)
