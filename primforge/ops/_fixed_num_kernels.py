@@ -60,14 +60,21 @@ def _jax_generator(binary: bool, matrix: bool):
             ev = (x != 0).astype(dtype) if binary else x.astype(dtype)
             w = weights.astype(dtype)
             w = w[0] if shared else (w[..., None] if matrix else w)
+            # A.T @ x adds w_ij x_i for the active sources only, binary A @ e sums the
+            # weights of active events only (a weight, even NaN or inf, of an inactive
+            # input never enters); float A @ x multiplies every stored weight by its input,
+            # and a shared weight multiplies each row's summed input once.
             if transpose:  # out[indices[i, j]] += w_ij x[i]
                 safe, _ = safe_indices(indices, outs[0].shape[0])
                 src = ev[:, None, :] if matrix else ev[:, None]
-                contrib = jnp.broadcast_to(w * src, indices.shape + tuple(ev.shape[1:]))
+                contrib = jnp.where(src != 0, w * src, 0)
+                contrib = jnp.broadcast_to(contrib, indices.shape + tuple(ev.shape[1:]))
                 return jnp.zeros(outs[0].shape, dtype).at[safe].add(contrib, mode="drop")
             safe, _ = safe_indices(indices, n)  # out[i] = sum_j w_ij x[indices[i, j]]
             got = ev.at[safe].get(mode="fill", fill_value=0)
-            return jnp.sum(w * got, axis=1).astype(dtype)
+            if shared:
+                return (jnp.sum(got, axis=1) * w).astype(dtype)
+            return jnp.sum(jnp.where(got != 0, w, 0) if binary else w * got, axis=1).astype(dtype)
 
         return kernel
 
@@ -183,7 +190,8 @@ def _public(binary: bool, matrix: bool):
     def call(weights, indices, x, *, shape, transpose=False, backend=None):
         shape = _scaffold.check_shape(shape, who)
         weights, x = _scaffold.promote_input(_scaffold.float_weights(weights), x, binary)
-        return FAMILY.call(binary, matrix, weights, jnp.asarray(indices), x, shape=shape,
+        indices = _scaffold.index_array(indices, who, "indices")
+        return FAMILY.call(binary, matrix, weights, indices, x, shape=shape,
                            transpose=bool(transpose), backend=backend)
 
     return call

@@ -67,17 +67,21 @@ def _jax_generator(binary: bool, matrix: bool):
             ev = (x != 0).astype(dtype) if binary else x.astype(dtype)
             rows = _common.row_ids(indptr, nnz)
             w = data[0] if homo else (data[:, None] if matrix else data)
+            # x @ W adds w_k x_i for the active sources only, binary W @ e sums the weights
+            # of active events only (a weight, even NaN or inf, of an inactive input never
+            # enters); float W @ x multiplies every stored weight by its input, and a
+            # shared weight multiplies each row's summed input once.
             if transpose:
                 # out[indices[k]] += w_k * x[row_k]
-                contrib = ev[rows] if homo else w * ev[rows]
+                got = ev[rows]
+                contrib = jnp.where(got != 0, w * got, 0)
                 y = jnp.zeros(outs[0].shape, dtype).at[indices].add(contrib, mode="drop")
             else:
                 # out[row_k] += w_k * x[indices[k]]
                 got = ev.at[indices].get(mode="fill", fill_value=0)
-                contrib = got if homo else w * got
+                contrib = got if homo else (jnp.where(got != 0, w, 0) if binary else w * got)
                 y = jax.ops.segment_sum(contrib, rows, num_segments=m)
-            if homo:
-                y = y * w
+                y = y * w if homo else y
             ok = _common.structure_ok(indices, indptr, n)
             return jnp.where(ok, y, jnp.nan).astype(dtype)
 
@@ -159,7 +163,9 @@ def _public(binary: bool, matrix: bool):
         who = FAMILY.name(binary, matrix)
         shape = _scaffold.check_shape(shape, who)
         data, x = _scaffold.promote_input(_scaffold.float_weights(data), x, binary)
-        return FAMILY.call(binary, matrix, data, jnp.asarray(indices), jnp.asarray(indptr), x,
+        indices = _scaffold.index_array(indices, who, "indices")
+        indptr = _scaffold.index_array(indptr, who, "indptr")
+        return FAMILY.call(binary, matrix, data, indices, indptr, x,
                            shape=shape, transpose=bool(transpose), backend=backend)
 
     return call

@@ -270,7 +270,7 @@ def _gather_mv(binary: bool, homo: bool, parallel: bool, wide: bool = False):
     """
     import numba
 
-    HOMO = homo
+    BINARY, HOMO = binary, homo
     U = _unsigned(wide)
     indptr_ok = _indptr_checker()
     table = _event_table(binary, False)
@@ -302,6 +302,8 @@ def _gather_mv(binary: bool, homo: bool, parallel: bool, wide: bool = False):
                 j = min(u, un)
                 if HOMO:
                     s += t[j]
+                elif BINARY:  # a select, not a multiply: an inactive event's weight,
+                    s += vals[k] if t[j] != 0 else 0.0  # even NaN or inf, never enters
                 else:
                     s += vals[k] * t[j]
             nbad += bad
@@ -443,7 +445,7 @@ def _gather_mm(binary: bool, homo: bool, parallel: bool, wide: bool = False):
     """
     import numba
 
-    HOMO = homo
+    BINARY, HOMO = binary, homo
     U = _unsigned(wide)
     indptr_ok = _indptr_checker()
     table = _event_table(binary, True)
@@ -472,6 +474,10 @@ def _gather_mm(binary: bool, homo: bool, parallel: bool, wide: bool = False):
                 if HOMO:
                     for c in range(kcols):
                         out[i, c] += t[j, c]
+                elif BINARY:  # a select: an inactive event's weight never enters
+                    w = data[k]
+                    for c in range(kcols):
+                        out[i, c] += w if t[j, c] != 0 else 0.0
                 else:
                     w = data[k]
                     for c in range(kcols):

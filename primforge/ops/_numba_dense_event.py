@@ -20,6 +20,10 @@ from __future__ import annotations
 
 import functools
 
+# Reassociation and contraction only: no flag that assumes finite values, so NaN and inf
+# inputs and weights propagate as in the 'jax' reference (and x != 0 holds for NaN).
+_FAST = {"reassoc", "contract", "nsz", "arcp"}
+
 
 @functools.cache
 def mv_kernel(binary: bool, transpose: bool):
@@ -31,7 +35,7 @@ def mv_kernel(binary: bool, transpose: bool):
 
     if transpose:
 
-        @numba.njit(nogil=True, fastmath=True)
+        @numba.njit(nogil=True, fastmath=_FAST)
         def dense_t_mv(weights, x, out):
             m, n = weights.shape
             out[:] = 0
@@ -47,7 +51,7 @@ def mv_kernel(binary: bool, transpose: bool):
 
         return dense_t_mv
 
-    @numba.njit(nogil=True, fastmath=True)
+    @numba.njit(nogil=True, fastmath=_FAST)
     def dense_mv(weights, x, out):
         m, n = weights.shape
         active = np.empty(n, np.int64)
@@ -63,9 +67,10 @@ def mv_kernel(binary: bool, transpose: bool):
             for j in range(n):
                 v[j] = (1.0 if x[j] != 0 else 0.0) if BINARY else x[j]
             for i in range(m):
-                s = v[0] * 0  # accumulate in the weights' dtype: packed SIMD FMAs
-                for j in range(n):
-                    s += weights[i, j] * v[j]
+                z = out.dtype.type(0)
+                s = z  # accumulate in the weights' dtype: packed SIMD FMAs
+                for j in range(n):  # a select: an inactive input's weight never enters
+                    s += weights[i, j] * v[j] if v[j] != 0 else z
                 out[i] = s
             return
         for i in range(m):
@@ -91,7 +96,7 @@ def mm_kernel(binary: bool, transpose: bool):
 
     if transpose:
 
-        @numba.njit(nogil=True, fastmath=True)
+        @numba.njit(nogil=True, fastmath=_FAST)
         def dense_t_mm(weights, x, out):
             m, n = weights.shape
             cols = x.shape[1]
@@ -115,7 +120,7 @@ def mm_kernel(binary: bool, transpose: bool):
 
         return dense_t_mm
 
-    @numba.njit(nogil=True, fastmath=True)
+    @numba.njit(nogil=True, fastmath=_FAST)
     def dense_mm(weights, x, out):
         m, n = weights.shape
         cols = x.shape[1]
@@ -140,9 +145,10 @@ def mm_kernel(binary: bool, transpose: bool):
         for i in range(m):
             for c in range(cols):
                 if dense[c]:
-                    s = vt[c, 0] * 0 if n else out[i, c] * 0  # weights' dtype: packed FMAs
-                    for j in range(n):
-                        s += weights[i, j] * vt[c, j]
+                    z = out.dtype.type(0)
+                    s = z  # the weights' dtype: packed FMAs
+                    for j in range(n):  # a select, as in the vector kernel
+                        s += weights[i, j] * vt[c, j] if vt[c, j] != 0 else z
                     out[i, c] = s
                 else:
                     t = 0.0

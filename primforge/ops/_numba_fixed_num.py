@@ -25,6 +25,10 @@ from __future__ import annotations
 
 import functools
 
+# Reassociation and contraction only: no flag that assumes finite values, so NaN and inf
+# inputs and weights propagate as in the 'jax' reference (and x != 0 holds for NaN).
+_FAST = {"reassoc", "contract", "nsz", "arcp"}
+
 
 @functools.cache
 def mv_kernel(binary: bool, transpose: bool, homo: bool, parallel: bool = False):
@@ -42,7 +46,7 @@ def mv_kernel(binary: bool, transpose: bool, homo: bool, parallel: bool = False)
 
     if transpose:
 
-        @numba.njit(nogil=True, fastmath=True)
+        @numba.njit(nogil=True, fastmath=_FAST)
         def fixed_t_mv(weights, indices, x, out):
             m, k = indices.shape
             n = out.shape[0]
@@ -79,7 +83,7 @@ def mv_kernel(binary: bool, transpose: bool, homo: bool, parallel: bool = False)
 
         return fixed_t_mv
 
-    @numba.njit(nogil=True, fastmath=True, parallel=parallel)
+    @numba.njit(nogil=True, fastmath=_FAST, parallel=parallel)
     def fixed_mv(weights, indices, x, out):
         m, k = indices.shape
         n = x.shape[0]
@@ -104,7 +108,10 @@ def mv_kernel(binary: bool, transpose: bool, homo: bool, parallel: bool = False)
             else:
                 ws = weights[i]
                 for j in range(k):
-                    s += ws[j] * pad[min(np.uint64(row[j]), un)]
+                    if BINARY:  # a select: an inactive event's weight never enters
+                        s += ws[j] if pad[min(np.uint64(row[j]), un)] != 0 else 0.0
+                    else:
+                        s += ws[j] * pad[min(np.uint64(row[j]), un)]
                 out[i] = s
 
     return fixed_mv
@@ -120,7 +127,7 @@ def mm_kernel(binary: bool, transpose: bool, homo: bool):
 
     if transpose:
 
-        @numba.njit(nogil=True, fastmath=True)
+        @numba.njit(nogil=True, fastmath=_FAST)
         def fixed_t_mm(weights, indices, x, out):
             m, k = indices.shape
             n = out.shape[0]
@@ -149,7 +156,7 @@ def mm_kernel(binary: bool, transpose: bool, homo: bool):
 
         return fixed_t_mm
 
-    @numba.njit(nogil=True, fastmath=True)
+    @numba.njit(nogil=True, fastmath=_FAST)
     def fixed_mm(weights, indices, x, out):
         m, k = indices.shape
         n, cols = x.shape
@@ -159,13 +166,16 @@ def mm_kernel(binary: bool, transpose: bool, homo: bool):
             for j in range(k):
                 t = indices[i, j]
                 if t >= 0 and t < n:
-                    w = w0 if HOMO else weights[i, j]
+                    w = 1 if HOMO else weights[i, j]  # a shared weight: applied per row
                     for c in range(cols):
                         if BINARY:
                             if x[t, c] != 0:
                                 out[i, c] += w
                         else:
                             out[i, c] += w * x[t, c]
+            if HOMO:
+                for c in range(cols):
+                    out[i, c] *= w0
 
     return fixed_mm
 
@@ -190,7 +200,7 @@ def weight_grad_kernel(binary: bool, transpose: bool, matrix: bool, parallel: bo
         parallel = False
     rows_of = numba.prange if parallel else range
 
-    @numba.njit(nogil=True, fastmath=True, parallel=parallel)
+    @numba.njit(nogil=True, fastmath=_FAST, parallel=parallel)
     def fixed_weight_grad(indices, ct, x, out):
         by_row, by_col = (x, ct) if TRANSPOSE else (ct, x)
         m, k = indices.shape

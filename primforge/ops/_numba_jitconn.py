@@ -232,7 +232,7 @@ def kernel(binary: bool, matrix: bool, transpose: bool, kind: str, prob: float):
                     if g >= n - 1 - j:
                         break
                     j += 1 + g
-                    w = weight(th, ctr, gamma)
+                    w = 1.0 if KIND == 0 else weight(th, ctr, gamma)  # shared: once per row
                     for c in range(kcols):
                         xv = x[j, c]
                         if BINARY:
@@ -241,6 +241,9 @@ def kernel(binary: bool, matrix: bool, transpose: bool, kind: str, prob: float):
                         else:
                             out[i, c] += w * xv
                     ctr = (ctr + step) & MASK
+                if KIND == 0:
+                    for c in range(kcols):
+                        out[i, c] *= theta[0]
 
         return jitc_mm
 

@@ -19,10 +19,10 @@ error) is fixed by closure constants.
   (event-driven: no pass over the stored column indices). Every visited
   entry is checked in the cache-resident arrays only (``colptr`` running from 0 and
   non-decreasing, the position in range and increasing within the column, the row in range
-  and ``indptr[r] <= p < indptr[r + 1]``): a malformed index gives NaN, never an
-  out-of-bounds access. Whether the entry's column is ``j`` is not read back (that would be
-  a second random access per synapse): :class:`~primforge.ops.ColumnIndexed` guarantees it
-  by construction, and debug mode compares the result with the reference.
+  and ``indptr[r] <= p < indptr[r + 1]``, and the stored column ``indices[p]`` read back
+  as ``j``): an index that is malformed, or that belongs to another structure (e.g. after
+  a pytree edit swapped the matrix), gives NaN, never a wrong update or an out-of-bounds
+  access. The read-back is one more load per visited synapse only.
 * Dense ``(m, n)`` weights: ``on_rows`` adds the trace to the rows of active events
   (unit stride); ``on_cols`` first lists the active columns, then updates them row by row.
 * A structural error (``indptr`` not running from 0 to nnz non-decreasingly, or, when
@@ -195,7 +195,7 @@ def indexed_kernel(masked: bool, lo, hi):
                     r = rows[q]
                     # p > prev >= -1 also rules out a negative position.
                     if (p <= prev or np.uint64(p) >= unnz or np.uint64(r) >= um
-                            or p < indptr[r] or p >= indptr[r + 1]):
+                            or p < indptr[r] or p >= indptr[r + 1] or indices[p] != j):
                         ok = False
                         break
                     prev = p

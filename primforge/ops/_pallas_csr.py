@@ -80,6 +80,12 @@ def _entry_chunk(i_ref, d_ref, start, end, c, *, block, n, homo, w0):
     return jnp.where(ok, cols, 0), ok, w, bad
 
 
+def _term(w, xv, binary):
+    """One gathered summand: the weight of an active binary event (a select, so that an
+    inactive event's weight, even NaN or inf, never enters), else weight times input."""
+    return jnp.where(xv != 0, w, 0) if binary else w * xv
+
+
 def _values(v, *, binary, dtype):
     """Input entries as summands: 1/0 for binary events, else the value in ``dtype``."""
     return (v != 0).astype(dtype) if binary else v.astype(dtype)
@@ -112,18 +118,18 @@ def _matvec(binary, transpose, homo, *, m, n, nnz, dtype, platform):
         def gather(d_ref, i_ref, p_ref, x_ref, y_ref, bad_ref):
             i = pl.program_id(0)
             start, end = _row_range(p_ref, i, nnz)
-            w0 = d_ref[0] if homo else None
+            one = jnp.ones((), dtype)  # a shared weight multiplies the row's sum once
 
             def step(c, carry):
                 acc, bad = carry
                 cols, ok, w, b = _entry_chunk(i_ref, d_ref, start, end, c, block=block, n=n,
-                                              homo=homo, w0=w0)
+                                              homo=homo, w0=one)
                 xv = value(plgpu.load(x_ref.at[cols], mask=ok, other=0))
-                return acc + jnp.where(ok, w * xv, 0), bad + b
+                return acc + jnp.where(ok, _term(w, xv, binary), 0), bad + b
 
             init = (jnp.zeros((block,), dtype), jnp.int32(0))
             acc, bad = jax.lax.fori_loop(0, _chunks(start, end, block), step, init)
-            y_ref[i] = jnp.sum(acc)
+            y_ref[i] = jnp.sum(acc) * d_ref[0] if homo else jnp.sum(acc)
             bad_ref[i] = bad
 
         def call(data, indices, indptr, x):
@@ -190,20 +196,21 @@ def _matmat(binary, transpose, homo, *, m, n, nnz, k, dtype, platform, wide):
             i = pl.program_id(0)
             start, end = _row_range(p_ref, i, nnz)
             cvec, cmask = col_vector()
-            w0 = d_ref[0] if homo else None
+            one = jnp.ones((), dtype)  # a shared weight multiplies the row's sums once
 
             def step(c, carry):
                 acc, bad = carry
                 cols, ok, w, b = _entry_chunk(i_ref, d_ref, start, end, c, block=block, n=n,
-                                              homo=homo, w0=w0)
+                                              homo=homo, w0=one)
                 both = ok[:, None] & cmask[None, :]
                 offs = jnp.where(both, flat(cols[:, None], cvec[None, :]), 0)
                 xv = value(plgpu.load(x_ref.at[offs], mask=both, other=0))
-                acc = acc + jnp.sum(jnp.where(both, w[:, None] * xv, 0), axis=0)
+                acc = acc + jnp.sum(jnp.where(both, _term(w[:, None], xv, binary), 0), axis=0)
                 return acc, bad + b
 
             init = (jnp.zeros((bcols,), dtype), jnp.int32(0))
             acc, bad = jax.lax.fori_loop(0, _chunks(start, end, block), step, init)
+            acc = acc * d_ref[0] if homo else acc
             # Rows of the output are padded to whole column blocks, so this store needs no mask.
             y_ref[i, pl.ds(pl.program_id(1) * bcols, bcols)] = acc
             bad_ref[i, pl.program_id(1)] = bad

@@ -26,7 +26,7 @@ import jax.numpy as jnp
 import numpy as np
 
 from primforge.ops import _common
-from primforge.ops._pallas_csr import _compiler_params, _scatter_add, _values
+from primforge.ops._pallas_csr import _compiler_params, _scatter_add, _term, _values
 
 __all__ = ["BLOCK_COLS", "BLOCK_K", "generator"]
 
@@ -71,16 +71,17 @@ def _program(binary, transpose, homo, *, m, n, k, cols, dtype, platform, wide):
         def gather(w_ref, i_ref, x_ref, y_ref):
             i = pl.program_id(0)
             cvec, cmask = col_vector()
-            w0 = w_ref[0] if homo else None
+            one = jnp.ones((), dtype)  # a shared weight multiplies the row's sums once
 
             def step(c, acc):
-                tgt, ok, w = entries(w_ref, i_ref, i, c, w0)
+                tgt, ok, w = entries(w_ref, i_ref, i, c, one)
                 both = ok[:, None] & cmask[None, :]
                 offs = jnp.where(both, flat(tgt[:, None], cvec[None, :]), 0)
                 xv = value(plgpu.load(x_ref.at[offs], mask=both, other=0))
-                return acc + jnp.sum(jnp.where(both, w[:, None] * xv, 0), axis=0)
+                return acc + jnp.sum(jnp.where(both, _term(w[:, None], xv, binary), 0), axis=0)
 
             acc = jax.lax.fori_loop(0, chunks, step, jnp.zeros((bcols,), dtype))
+            acc = acc * w_ref[0].astype(dtype) if homo else acc
             y_ref[i, pl.ds(pl.program_id(1) * bcols, bcols)] = acc
 
         def call(weights, indices, x):

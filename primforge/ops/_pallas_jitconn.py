@@ -26,6 +26,7 @@ import numpy as np
 
 from primforge.ops import _common
 from primforge.ops import jitconn as _jc
+from primforge.ops._pallas_csr import _term
 
 __all__ = ["BLOCK_COLS", "BLOCK_ROWS", "NUM_WARPS", "generator"]
 
@@ -109,6 +110,8 @@ def _build(binary, matrix, transpose, kind, *, m, n, k, k_max, dtype, platform):
             j, alive = _jc.next_column(j, alive, _jc.draw(stream, jnp.uint32(3) * s), load,
                                        k_max, n)
             w = _jc.weights(theta, stream, s, kind, dtype)
+            if kind == "homo" and not transpose:
+                w = jnp.ones_like(w)  # a shared weight multiplies the row's sum once
             jc = jnp.where(alive, j, 0)
             if transpose:
                 if matrix:
@@ -121,14 +124,16 @@ def _build(binary, matrix, transpose, kind, *, m, n, k, k_max, dtype, platform):
                 live = alive[:, None] & cmask[None, :]
                 offs = jnp.where(live, jc[:, None] * k + cvec[None, :], 0)
                 got = value(plgpu.load(x_ref.at[offs], mask=live, other=0))
-                acc = acc + jnp.where(live, w[:, None] * got, 0)
+                acc = acc + jnp.where(live, _term(w[:, None], got, binary), 0)
             else:
                 got = value(plgpu.load(x_ref.at[jc], mask=alive, other=0))
-                acc = acc + jnp.where(alive, w * got, 0)
+                acc = acc + jnp.where(alive, _term(w, got, binary), 0)
             return s + jnp.uint32(1), j, alive, acc
 
         init = (jnp.uint32(0), jnp.full((br,), -1, jnp.int32), alive0, acc0)
         acc = jax.lax.while_loop(cond, step, init)[3]
+        if kind == "homo" and not transpose:
+            acc = acc * theta[0].astype(dtype)
         if not transpose:
             # The output is padded to whole blocks, so every program owns its own lanes and
             # the store needs no mask (masked lanes sharing an offset would race).

@@ -26,6 +26,7 @@ from __future__ import annotations
 
 import importlib
 import math
+import operator
 from collections.abc import Callable, Sequence
 from typing import Any
 
@@ -34,6 +35,7 @@ import jax.numpy as jnp
 import numpy as np
 
 from primforge import _compat
+from primforge._compat import Tracer
 from primforge.bench import BenchmarkConfig
 from primforge.kernel.kernel import XLACustomKernel
 from primforge.ops.packed import as_events
@@ -47,6 +49,7 @@ __all__ = [
     "deferred_generator",
     "fill_args",
     "float_weights",
+    "index_array",
     "promote_input",
     "unit_weight_cotangent",
 ]
@@ -68,8 +71,8 @@ def check_shape(shape: Any, who: str, *, int32: bool = False) -> tuple[int, int]
         ...
         ValueError: csrmv: 'shape' must be non-negative, got (3, -1)
     """
-    try:
-        m, n = (int(s) for s in shape)
+    try:  # operator.index: an int or integer scalar, never a float silently truncated
+        m, n = (operator.index(s) for s in shape)
     except (TypeError, ValueError):
         raise TypeError(f"{who}: 'shape' must be a pair of ints (rows, cols), got {shape!r}") from None
     if int32 and (m < 0 or n < 0 or max(m, n) >= 2**31 - 1):
@@ -77,6 +80,31 @@ def check_shape(shape: Any, who: str, *, int32: bool = False) -> tuple[int, int]
     if m < 0 or n < 0:
         raise ValueError(f"{who}: 'shape' must be non-negative, got {shape!r}")
     return m, n
+
+
+def index_array(x: Any, who: str, name: str) -> jax.Array:
+    """``x`` as a JAX integer array, after checking concrete 64-bit values fit in int32.
+
+    With ``jax_enable_x64`` off, JAX converts a 64-bit integer array to int32 and wraps
+    values outside that range onto valid-looking indices; this raises instead, naming the
+    argument. Tracers and JAX arrays (already converted) pass unchanged.
+
+    Example:
+        >>> index_array(np.array([0, 2**32 + 1]), 'csrmv', 'indices')  # doctest: +ELLIPSIS
+        Traceback (most recent call last):
+        ...
+        ValueError: csrmv: 'indices' holds 4294967297, outside the int32 range ...
+    """
+    if not isinstance(x, (jax.Array, Tracer)) and not jax.config.jax_enable_x64:
+        a = np.asarray(x)
+        if a.size and a.dtype.kind in "iu" and a.dtype.itemsize > 4:
+            lo, hi = a.min(), a.max()
+            if lo < -(2**31) or hi >= 2**31:
+                bad = int(hi if hi >= 2**31 else lo)
+                raise ValueError(
+                    f"{who}: {name!r} holds {bad}, outside the int32 range that JAX uses for "
+                    f"64-bit integers while jax_enable_x64 is off")
+    return jnp.asarray(x)
 
 
 def float_weights(weights: Any, *, scalar_as_vector: bool = True) -> jax.Array:

@@ -10,18 +10,18 @@ Design:
       update touches only the synapses of the firing columns (event-driven on both sides).
     * The index is explicit and held by the user, never a hidden cache:
       :func:`with_column_index` returns a :class:`ColumnIndexed`, the matrix and its index
-      in one pytree. Since the index only exists next to the structure it was built from,
-      it cannot go stale: the plasticity updates return a new ``ColumnIndexed`` with the
-      same structure and index, and building one from separate arrays checks them against
-      the matrix.
+      in one pytree. The index lives next to the structure it was built from: the
+      plasticity updates return a new ``ColumnIndexed`` with the same structure and index,
+      and building one from separate arrays checks them against the matrix.
     * Building costs one stable sort of the stored entries (jax.numpy, so it also works
       under ``jit``) and holds ``2 * nnz + cols + 1`` int32 numbers. Entries whose column
       index is out of range (masked ``FixedNum`` slots) are left out of the index; for a
       ``CSR``/``CSC`` they make the column-side update return NaN, as without the index.
-    * The index is trusted for which column an entry belongs to (checking it would cost a
-      second random access per synapse); the kernel checks the rest on every entry it
-      visits (positions and rows in range, each entry inside its row's range in
-      ``indptr``), so a malformed index yields NaN, never an out-of-bounds access. Arrays
+    * The kernel checks every entry it visits (positions and rows in range, each entry
+      inside its row's range in ``indptr``, its stored column read back), so a malformed
+      index, or one paired with another structure by a pytree edit (``jax.tree.unflatten``
+      does not re-check), yields NaN weights, never a wrong update or an out-of-bounds
+      access. Arrays
       that did not come from :func:`with_column_index` are checked against the matrix when
       a ``ColumnIndexed`` is built from them; passed to ``compressed_update_p`` directly,
       they are the caller's responsibility (debug mode compares with the reference).

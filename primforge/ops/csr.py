@@ -22,7 +22,7 @@ import jax
 import jax.numpy as jnp
 import numpy as np
 
-from primforge.ops import _common, _kernels
+from primforge.ops import _common, _kernels, _scaffold
 from primforge.ops.packed import as_events
 from primforge.utils import dataclass, field
 
@@ -60,7 +60,10 @@ def _structure(mat) -> tuple[jax.Array, jax.Array]:
     of seconds for millions of non-zeros. An optimization barrier leaves those to run
     time, as when the matrix is an argument.
     """
-    return tuple(jax.lax.optimization_barrier((mat.indices, mat.indptr)))
+    who = type(mat).__name__
+    indices = _scaffold.index_array(mat.indices, who, "indices")
+    indptr = _scaffold.index_array(mat.indptr, who, "indptr")
+    return tuple(jax.lax.optimization_barrier((indices, indptr)))
 
 
 class _Compressed:

@@ -55,12 +55,31 @@ def _jax_generator(binary: bool, matrix: bool):
         def kernel(weights, x):
             ev = (x != 0).astype(dtype) if binary else x.astype(dtype)
             w = weights.astype(dtype)
-            y = (w.T if transpose else w) @ ev
-            return y.astype(dtype)
+            w = w.T if transpose else w
+            y = w @ ev
+            # A finite product is the event product; otherwise recompute it so that a
+            # non-finite weight at an inactive input is skipped (no 0 * inf = NaN).
+            return jax.lax.cond(jnp.all(jnp.isfinite(y)), lambda: y,
+                                lambda: _event_product(w, ev)).astype(dtype)
 
         return kernel
 
     return generate
+
+
+def _event_product(w, ev):
+    """``w @ ev`` summing only over ``ev != 0``: the finite part as one matmul, and each
+    kind of non-finite weight (NaN, +inf, -inf) met by an active input added as a flag."""
+    active = (ev != 0).astype(w.dtype)
+    finite = jnp.isfinite(w)
+    y = jnp.where(finite, w, 0) @ ev
+    hits = lambda mask, side: (mask.astype(w.dtype) @ side) > 0
+    pos, neg = (ev > 0).astype(w.dtype), (ev < 0).astype(w.dtype)
+    up = hits(w == jnp.inf, pos) | hits(w == -jnp.inf, neg)
+    down = hits(w == -jnp.inf, pos) | hits(w == jnp.inf, neg)
+    nan = hits(jnp.isnan(w), active)
+    inf = jnp.asarray(jnp.inf, w.dtype)
+    return y + jnp.where(up, inf, 0) - jnp.where(down, inf, 0) + jnp.where(nan, jnp.nan, 0)
 
 
 def _numba_generator(binary: bool, matrix: bool):
@@ -119,6 +138,10 @@ def densemv(weights: Any, vector: Any, *, transpose: bool = False,
             backend: str | None = None) -> jax.Array:
     """``W @ v`` (or ``v @ W`` with ``transpose``) skipping the zero entries of ``v``.
 
+    Only non-zero entries of ``v`` contribute, so a NaN or inf weight that meets a zero
+    input never enters (unlike a dense ``W @ v``, where ``inf * 0`` is NaN); a NaN entry
+    of ``v`` is non-zero and propagates.
+
     Args:
         weights: dense ``(m, n)`` float matrix ``W``.
         vector: float vector of length ``n`` (``m`` when ``transpose``).
@@ -164,6 +187,8 @@ def binary_densemv(weights: Any, events: Any, *, transpose: bool = False,
 def densemm(weights: Any, matrix: Any, *, transpose: bool = False,
             backend: str | None = None) -> jax.Array:
     """``W @ B`` (or ``W.T @ B``) skipping the zero entries of the float matrix ``B``.
+
+    As :func:`densemv`, column by column: a weight meeting a zero entry never enters.
 
     Args:
         weights: dense ``(m, n)`` float matrix ``W``.

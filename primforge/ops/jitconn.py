@@ -112,6 +112,7 @@ def _jax_generator(binary: bool, matrix: bool):
         m, n = shape
         dtype = outs[0].dtype
         k_max = int(ins[2].shape[0]) - 1
+        homo = weight_kind == "homo"
 
         def kernel(theta, seed, table, x):
             if min(m, n) == 0:
@@ -138,15 +139,19 @@ def _jax_generator(binary: bool, matrix: bool):
                 w = weights(theta, stream, s, weight_kind, dtype)
                 if transpose:  # y[j_i] += w_i x[i], only rows still alive
                     contrib = w[:, None] * ev if matrix else w * ev
+                    contrib = jnp.where(ev != 0, contrib, 0)  # inactive inputs: skipped
                     y = y.at[jnp.where(alive, j, n)].add(contrib, mode="drop")
-                else:  # y[i] += w_i x[j_i]
+                else:  # y[i] += w_i x[j_i]; a shared weight multiplies the sum once
+                    w = jnp.ones_like(w) if homo else w
                     got = ev[jnp.where(alive, j, 0)]
                     live = alive[:, None] if matrix else alive
+                    live = live & (got != 0) if binary else live  # inactive events: skipped
                     y = y + jnp.where(live, (w[:, None] if matrix else w) * got, 0)
                 return s + jnp.uint32(1), j, alive, y
 
             init = (jnp.uint32(0), jnp.full((m,), -1, jnp.int32), alive0, y0)
-            return jax.lax.while_loop(cond, body, init)[3]
+            y = jax.lax.while_loop(cond, body, init)[3]
+            return y * theta[0].astype(dtype) if homo and not transpose else y
 
         return kernel
 

@@ -48,6 +48,10 @@ class PackedEvents:
     words: jax.Array
     n: int = field(static=True)
 
+    def __post_init__(self):
+        if hasattr(self.words, "shape"):  # not while JAX rebuilds it from placeholders
+            _check_words(self.words, self.n)
+
     @property
     def shape(self) -> tuple[int, ...]:
         """Shape of the unpacked events: ``(n,)`` or ``(n, cols)``."""
@@ -61,10 +65,20 @@ class PackedEvents:
             >>> pack_events(jnp.array([[True, False], [False, True]])).unpack().tolist()
             [[True, False], [False, True]]
         """
+        _check_words(self.words, self.n)
         shifts = jnp.arange(_BITS, dtype=jnp.uint32).reshape((1, _BITS) + (1,) * (self.words.ndim - 1))
         bits = (self.words[:, None] >> shifts) & jnp.uint32(1)
         flat = bits.reshape((self.words.shape[0] * _BITS,) + tuple(self.words.shape[1:]))
         return flat[: self.n].astype(bool)
+
+
+def _check_words(words, n) -> None:
+    """Raise unless ``words`` holds exactly ``ceil(n / 32)`` words along its first axis."""
+    want = -(-int(n) // _BITS)
+    got = tuple(words.shape)
+    if not got or got[0] != want:
+        raise ValueError(f"PackedEvents: 'words' must have ceil(n / 32) = {want} words along "
+                         f"its first axis for n = {n}, got shape {got}")
 
 
 def pack_events(events: Any) -> PackedEvents:

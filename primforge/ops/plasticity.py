@@ -43,7 +43,7 @@ import numpy as np
 
 from primforge import _compat
 from primforge.kernel.kernel import XLACustomKernel
-from primforge.ops import _common, _sharding
+from primforge.ops import _common, _scaffold, _sharding
 from primforge.ops.column_index import ColumnIndexed, with_column_index
 from primforge.ops.csr import CSC, CSR
 from primforge.ops.fixed_num import FixedNum
@@ -338,8 +338,10 @@ def _shared_error(who):
 
 def _update(W, spikes, trace, *, pre: bool, w_min, w_max, backend, who):
     if isinstance(W, ColumnIndexed):
+        index = tuple(_scaffold.index_array(a, who, name)
+                      for a, name in zip(W.index, ("colptr", "perm", "rows")))
         new = _update_matrix(W.matrix, spikes, trace, pre=pre, w_min=w_min, w_max=w_max,
-                             backend=backend, who=who, index=W.index)
+                             backend=backend, who=who, index=index)
         return W._rewrap(new)
     return _update_matrix(W, spikes, trace, pre=pre, w_min=w_min, w_max=w_max,
                           backend=backend, who=who)
@@ -355,7 +357,8 @@ def _update_matrix(W, spikes, trace, *, pre: bool, w_min, w_max, backend, who, i
         trace = trace.astype(W.dtype)
         # CSR rows are presynaptic; a CSC stores the rows of its transpose (postsynaptic).
         on_rows = pre != isinstance(W, CSC)
-        new = _compressed_call(W.data, W.indices, W.indptr, spikes, trace,
+        new = _compressed_call(W.data, _scaffold.index_array(W.indices, who, "indices"),
+                               _scaffold.index_array(W.indptr, who, "indptr"), spikes, trace,
                                *(() if on_rows else index), shape=W._csr_shape,
                                on_rows=on_rows, w_min=lo, w_max=hi, backend=backend)
         return type(W)._unchecked(new, W.indices, W.indptr, W.shape)
@@ -364,9 +367,10 @@ def _update_matrix(W, spikes, trace, *, pre: bool, w_min, w_max, backend, who, i
             raise _shared_error(who)
         trace = trace.astype(W.dtype)
         rows, k = W.indices.shape
-        indptr = jnp.arange(rows + 1, dtype=W.indices.dtype) * k
+        indices = _scaffold.index_array(W.indices, who, "indices")
+        indptr = jnp.arange(rows + 1, dtype=indices.dtype) * k
         on_rows = pre == (W.per == "pre")
-        new = _compressed_call(W.weights.reshape(-1), W.indices.reshape(-1), indptr, spikes,
+        new = _compressed_call(W.weights.reshape(-1), indices.reshape(-1), indptr, spikes,
                                trace, *(() if on_rows else index), shape=W._stored_shape,
                                on_rows=on_rows, masked=True, w_min=lo, w_max=hi,
                                backend=backend)
