@@ -574,6 +574,7 @@ def test_the_gpu_and_sharding_evidence_is_collected():
     named |= {i for _, ids in SHARDING_EVIDENCE.values() for i in ids}
     files = sorted({i.split("::")[0] for i in named})
     out = subprocess.run([sys.executable, "-m", "pytest", "--collect-only", "-q",
+                          "-m", "exhaustive or not exhaustive",  # both tiers
                           "-p", "no:cacheprovider", *files], cwd=ROOT, capture_output=True,
                          text=True, timeout=600, check=False)
     collected = set(re.findall(r"^(tests/\S+::\S+)$", out.stdout, re.MULTILINE))

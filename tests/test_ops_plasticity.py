@@ -138,7 +138,7 @@ def test_fixed_num_with_masked_slots(backend, per, pre):
 
 @pytest.mark.parametrize("backend", BACKENDS)
 def test_jit_and_vmap_one_batched_call(backend):
-    mask, dense, pre_s, post_s, pre_t, post_t = random_case(5)
+    dense = random_case(5)[1]
     mask = dense != 0
     W = ops.CSR.from_dense(dense)
     rs = np.random.RandomState(6)
@@ -215,7 +215,7 @@ def test_malformed_structure_gives_nan(backend, pre):
     for name, (idx, ptr) in bad_cases.items():
         W = ops.CSR._unchecked(data, idx, ptr, (2, 2))
         fn = ops.update_on_pre if pre else ops.update_on_post
-        got = jax.jit(lambda W: fn(W, spikes, trace, backend=backend).data)(W)
+        got = jax.jit(lambda W, fn=fn: fn(W, spikes, trace, backend=backend).data)(W)
         assert np.isnan(np.asarray(got)).all(), name
 
 

@@ -3,6 +3,7 @@ of the case ids; the rest is marked ``exhaustive`` and runs in CI's second tier.
 
 from __future__ import annotations
 
+import importlib.util
 import itertools
 import subprocess
 import sys
@@ -10,7 +11,11 @@ import textwrap
 import types
 from pathlib import Path
 
-import conftest
+# This directory's conftest, by path (another conftest module may hold the name).
+_spec = importlib.util.spec_from_file_location("_tiers_conftest",
+                                               Path(__file__).with_name("conftest.py"))
+conftest = importlib.util.module_from_spec(_spec)
+_spec.loader.exec_module(conftest)
 
 
 def _fake(ids):

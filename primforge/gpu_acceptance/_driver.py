@@ -34,8 +34,9 @@ DEFAULT_TOTAL = 470
 RESERVE_S = 8  # kept back from the total for writing the report
 LOG_TAIL = 2 << 20  # bytes of each step's output kept under logs/
 
-# Every GPU test, the exhaustive tier included (the suite's default deselects it).
-_GPU_TEST_ARGS = "tests -m 'exhaustive or not exhaustive'"
+_GPU_TEST_ARGS = "tests"
+# The GPU-test step runs the exhaustive tier too (the suite's default deselects it).
+_EVERY_TIER = ("-m", "exhaustive or not exhaustive")
 # The suite without this command's own test and the XLA:GPU compile sweeps (CI runs those;
 # here the GPU itself runs the kernels).
 _SUITE_ARGS = ("tests primforge --ignore=tests/test_gpu_acceptance.py "
@@ -178,8 +179,9 @@ def _has(module: str) -> bool:
         return False
 
 
-def _pytest_cmd(args: str, workers: int | None) -> list[str]:
-    cmd = [sys.executable, "-m", "pytest", *shlex.split(args), "-q", "-p", "no:cacheprovider",
+def _pytest_cmd(args: str, workers: int | None, extra: tuple[str, ...] = ()) -> list[str]:
+    cmd = [sys.executable, "-m", "pytest", *shlex.split(args), *extra, "-q",
+           "-p", "no:cacheprovider",
            "--continue-on-collection-errors", "-p", "primforge.gpu_acceptance._pytest_plugin"]
     if workers and workers > 1 and _has("xdist"):
         cmd += ["-n", str(workers)]
@@ -196,7 +198,9 @@ def main(argv: list[str] | None = None) -> int:
     out.mkdir(parents=True, exist_ok=True)
     start = time.monotonic()
     deadline = start + args.total - RESERVE_S
-    env = dict(os.environ)
+    # A run started from a pytest-xdist worker must not make its own pytest runs act as one.
+    env = {k: v for k, v in os.environ.items()
+           if not k.startswith("PYTEST_XDIST_") and k != "PYTEST_CURRENT_TEST"}
     env["PYTHONPATH"] = os.pathsep.join(filter(None, [str(ROOT), env.get("PYTHONPATH")]))
     env.setdefault("XLA_PYTHON_CLIENT_PREALLOCATE", "false")  # steps share the GPU
     if args.rehearse:
@@ -252,7 +256,7 @@ def main(argv: list[str] | None = None) -> int:
         gpu_env = {**env, "PF_ACCEPTANCE_SELECT": "gpu"}
         plans = {
             "bench": (child_cmd("bench"), env),
-            "gpu_tests": (_pytest_cmd(args.gpu_tests, 1 if rehearse else 4), gpu_env),
+            "gpu_tests": (_pytest_cmd(args.gpu_tests, 1 if rehearse else 4, _EVERY_TIER), gpu_env),
             "kernels": (child_cmd("kernels"), env),
             "cpu_suite": (_pytest_cmd(suite_args, suite_workers), cpu_env),
         }
