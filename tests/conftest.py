@@ -25,14 +25,22 @@ def pytest_terminal_summary(terminalreporter):
 # covers every token of its cases' ids (every backend, dtype, direction, event type, ...
 # appears at least once); the other cases get the ``exhaustive`` marker. The default
 # options deselect them (``-m "not exhaustive"``); ``-m exhaustive`` runs exactly those,
-# and ``-m "exhaustive or not exhaustive"`` runs everything. Files listed in
-# EXHAUSTIVE_FILES go to the exhaustive tier whole.
+# and ``-m "exhaustive or not exhaustive"`` runs everything. The sweeps named in
+# EXHAUSTIVE_SWEEPS go to the exhaustive tier whole.
 import re
 
 import pytest
 
 #: Parametrized functions with at most this many cases keep all of them in the default run.
 SMALL_MATRIX = 6
+#: Tests that sweep a whole family through one mechanism the default tier tests on its own:
+#: ``primforge check`` over every kernel and backend of an operator family (tests/test_cli.py
+#: covers the command), the multi-process fuzz of random kernels against the ``jax``
+#: backend, the threaded CSR backend hammered from many threads in a subprocess.
+EXHAUSTIVE_SWEEPS = re.compile(
+    r"test_cli_check_passes_for_the_\w+_kernels$"
+    r"|test_numba_backend_matches_jax_backend$"
+    r"|test_parallel_backend_survives_concurrent_calls_in_a_subprocess$")
 _TOKEN_SPLIT = re.compile(r"[-_/,.:= \[\]]+")
 
 
@@ -65,6 +73,9 @@ def pytest_collection_modifyitems(config, items):
         key = (item.nodeid.split("::")[0], getattr(item, "originalname", item.name))
         groups.setdefault(key, []).append(item)
     marker = pytest.mark.exhaustive
+    for item in items:
+        if EXHAUSTIVE_SWEEPS.search(getattr(item, "originalname", item.name)):
+            item.add_marker(marker)
     for cases in groups.values():
         if len(cases) <= SMALL_MATRIX:
             continue

@@ -56,8 +56,10 @@ def test_collection_marks_only_the_rest_of_large_matrices(tmp_path):
         @pytest.mark.parametrize("a", [1, 2])
         def test_small(a): pass
         def test_plain(): pass
+        def test_cli_check_passes_for_the_demo_kernels(): pass
     """))
-    # 3 cases cover x, y, z and p, q, r; the small matrix and the plain test stay whole.
-    assert _run(tmp_path, "-m", "not exhaustive").startswith("6 passed, 6 deselected")
-    assert _run(tmp_path, "-m", "exhaustive").startswith("6 passed, 6 deselected")
-    assert _run(tmp_path).startswith("12 passed")
+    # 3 cases cover x, y, z and p, q, r; the small matrix and the plain test stay whole;
+    # a named sweep goes to the exhaustive tier.
+    assert _run(tmp_path, "-m", "not exhaustive").startswith("6 passed, 7 deselected")
+    assert _run(tmp_path, "-m", "exhaustive").startswith("7 passed, 6 deselected")
+    assert _run(tmp_path).startswith("13 passed")
