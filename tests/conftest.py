@@ -25,14 +25,18 @@ def pytest_terminal_summary(terminalreporter):
 # covers every token of its cases' ids (every backend, dtype, direction, event type, ...
 # appears at least once); the other cases get the ``exhaustive`` marker. The default
 # options deselect them (``-m "not exhaustive"``); ``-m exhaustive`` runs exactly those,
-# and ``-m "exhaustive or not exhaustive"`` runs everything. The sweeps named in
-# EXHAUSTIVE_SWEEPS go to the exhaustive tier whole.
+# and ``-m "exhaustive or not exhaustive"`` runs everything. The files in EXHAUSTIVE_FILES
+# and the sweeps named in EXHAUSTIVE_SWEEPS go to the exhaustive tier whole.
 import re
 
 import pytest
 
 #: Parametrized functions with at most this many cases keep all of them in the default run.
 SMALL_MATRIX = 6
+#: Whole files: the multi-process cache-trust tests (each test starts several processes) and
+#: the XLA:GPU compile sweeps of the operators (each case a full XLA:GPU compile).
+EXHAUSTIVE_FILES = re.compile(
+    r"tests/(test_trust_multiprocess|test_cache_cuda_trust|test_\w+_gpu_compile)\.py$")
 #: Tests that sweep a whole family through one mechanism the default tier tests on its own:
 #: ``primforge check`` over every kernel and backend of an operator family (tests/test_cli.py
 #: covers the command), the multi-process fuzz of random kernels against the ``jax``
@@ -74,7 +78,8 @@ def pytest_collection_modifyitems(config, items):
         groups.setdefault(key, []).append(item)
     marker = pytest.mark.exhaustive
     for item in items:
-        if EXHAUSTIVE_SWEEPS.search(getattr(item, "originalname", item.name)):
+        if (EXHAUSTIVE_SWEEPS.search(getattr(item, "originalname", item.name))
+                or EXHAUSTIVE_FILES.search(item.nodeid.split("::")[0])):
             item.add_marker(marker)
     for cases in groups.values():
         if len(cases) <= SMALL_MATRIX:
