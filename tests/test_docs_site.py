@@ -244,22 +244,94 @@ def test_api_entries_name_existing_objects():
 # ---- the strict build --------------------------------------------------------------------
 
 
-def test_site_builds_strictly(tmp_path):
+@pytest.fixture(scope="module")
+def built_site(tmp_path_factory):
+    """The site built once with ``mkdocs build --strict``: ``(returncode, output, site dir)``."""
     pytest.importorskip("mkdocs", reason="the docs extra (mkdocs) is not installed")
     pytest.importorskip("mkdocstrings", reason="the docs extra (mkdocstrings) is not installed")
     pytest.importorskip("material", reason="the docs extra (mkdocs-material) is not installed")
-    site = tmp_path / "site"
+    site = tmp_path_factory.mktemp("site") / "site"
     env = dict(os.environ)
     env["PYTHONPATH"] = os.pathsep.join(filter(None, [str(ROOT), env.get("PYTHONPATH")]))
     env["NO_MKDOCS_2_WARNING"] = "1"
+    env.setdefault("JAX_PLATFORMS", "cpu")
     r = subprocess.run(
         [sys.executable, "-m", "mkdocs", "build", "--strict", "--site-dir", str(site)],
         cwd=ROOT, env=env, capture_output=True, text=True, timeout=600, check=False,
     )
-    assert r.returncode == 0, f"mkdocs build --strict failed:\n{r.stdout[-3000:]}\n{r.stderr[-6000:]}"
+    yield r.returncode, r.stdout[-3000:] + "\n" + r.stderr[-6000:], site
+    shutil.rmtree(site, ignore_errors=True)
+
+
+def test_site_builds_strictly(built_site):
+    code, output, site = built_site
+    assert code == 0, f"mkdocs build --strict failed:\n{output}"
     assert (site / "index.html").is_file()
     assert (site / "api" / "kernels" / "index.html").is_file()
-    shutil.rmtree(site, ignore_errors=True)
+
+
+def public_members():
+    """``(class path, member name, object)`` for every public method and property of every
+    public class that primforge defines (members a class inherits from JAX or the standard
+    library are documented there)."""
+    out = []
+    for path in public_names():
+        modname, _, attr = path.rpartition(".")
+        cls = getattr(importlib.import_module(modname), attr)
+        if not isinstance(cls, type):
+            continue
+        for name in dir(cls):
+            if name.startswith("_"):
+                continue
+            owner = next((k for k in cls.__mro__ if name in vars(k)), None)
+            if owner is None or not owner.__module__.startswith("primforge"):
+                continue
+            value = vars(owner)[name]
+            if isinstance(value, (staticmethod, classmethod)):
+                value = value.__func__
+            if isinstance(value, property) or callable(value):
+                out.append((path, name, value))
+    return out
+
+
+def anchors(site):
+    ids = set()
+    for page in (site / "api").rglob("*.html"):
+        ids.update(re.findall(r'id="([\w.]+)"', page.read_text(encoding="utf-8")))
+    return ids
+
+
+def test_every_public_member_is_on_the_site(built_site):
+    """Each public method and property of each public class has its own entry (signature
+    and docstring) on the built API pages, inherited ones included."""
+    code, output, site = built_site
+    assert code == 0, output
+    members = public_members()
+    assert ("primforge.XLACustomKernel", "def_transpose_rule") in {m[:2] for m in members}
+    ids = anchors(site)
+    missing = [f"{c}.{n}" for c, n, _ in members if f"{c}.{n}" not in ids]
+    assert not missing, "public members missing from the built API pages: " + ", ".join(missing)
+
+
+def test_no_private_base_class_on_the_site(built_site):
+    code, output, site = built_site
+    assert code == 0, output
+    shown = [
+        p.relative_to(site).as_posix() for p in (site / "api").rglob("*.html")
+        if re.search(r"Bases:|\bMixin\b", p.read_text(encoding="utf-8"))
+    ]
+    assert not shown, f"API pages listing base classes: {shown}"
+
+
+def test_every_public_member_has_a_docstring_with_an_example():
+    import inspect
+
+    bad = []
+    for cls, name, value in public_members():
+        doc = (value.__doc__ if isinstance(value, property) else inspect.getdoc(value)) or ""
+        if ">>>" not in doc:
+            bad.append(f"{cls}.{name}")
+    assert not bad, "public methods/properties without a docstring example: " + ", ".join(bad)
 
 
 # ---- troubleshooting ---------------------------------------------------------------------

@@ -8,6 +8,8 @@ docstring, this renames the title and turns each role into an inline code span.
 Loaded by mkdocs.yml (mkdocstrings' ``extensions`` option); nothing imports it at run time.
 """
 
+import importlib
+import inspect
 import re
 
 import griffe
@@ -32,3 +34,59 @@ class ExampleSections(griffe.Extension):
     def on_instance(self, *, obj, **kwargs):
         if obj.docstring is not None:
             obj.docstring.value = markdown_docstring(obj.docstring.value)
+
+
+_KINDS = {
+    inspect.Parameter.POSITIONAL_ONLY: griffe.ParameterKind.positional_only,
+    inspect.Parameter.POSITIONAL_OR_KEYWORD: griffe.ParameterKind.positional_or_keyword,
+    inspect.Parameter.VAR_POSITIONAL: griffe.ParameterKind.var_positional,
+    inspect.Parameter.KEYWORD_ONLY: griffe.ParameterKind.keyword_only,
+    inspect.Parameter.VAR_KEYWORD: griffe.ParameterKind.var_keyword,
+}
+
+
+def _classes(obj):
+    for member in obj.members.values():
+        if member.is_alias:
+            continue
+        if member.is_class:
+            yield member
+        if member.is_module:
+            yield from _classes(member)
+
+
+class AttachedMethods(griffe.Extension):
+    """Show the public methods a decorator attaches at run time.
+
+    griffe reads the source, so a method added by a class decorator (``replace`` of the
+    classes made by ``primforge.utils.dataclass``) is invisible to it. After the package is
+    loaded, each class is looked up at run time and every public function in its
+    ``__dict__`` that griffe did not see is added with its signature and docstring.
+    """
+
+    def on_package(self, *, pkg, **kwargs):
+        if pkg.name != "primforge":
+            return
+        for cls in _classes(pkg):
+            try:
+                module = importlib.import_module(cls.module.path)
+            except ImportError:  # a module of an optional backend's package
+                module = None
+            runtime = getattr(module, cls.name, None)
+            if not isinstance(runtime, type):
+                continue
+            for name, value in vars(runtime).items():
+                if name.startswith("_") or name in cls.members or not inspect.isfunction(value):
+                    continue
+                params = griffe.Parameters(*(
+                    griffe.Parameter(
+                        p.name, kind=_KINDS[p.kind],
+                        default=None if p.default is p.empty else repr(p.default),
+                    )
+                    for p in inspect.signature(value).parameters.values()
+                ))
+                fn = griffe.Function(name, parameters=params, parent=cls)
+                doc = inspect.getdoc(value)
+                if doc:
+                    fn.docstring = griffe.Docstring(markdown_docstring(doc), parent=fn)
+                cls.set_member(name, fn)

@@ -67,7 +67,12 @@ class GpuKernel:
 
     @property
     def threads(self) -> int | None:
-        """Threads in the whole launch (grid times block), or None for a custom call."""
+        """Threads in the whole launch (grid times block), or None for a custom call.
+
+        Example:
+            >>> GpuKernel('fusion', 'kKernel', (8, 1, 1), (128, 1, 1), 0).threads
+            1024
+        """
         if self.grid is None or self.block is None:
             return None
         return int(np.prod(self.grid) * np.prod(self.block))
@@ -111,11 +116,26 @@ class GpuCompileResult:
 
     @property
     def sm(self) -> str:
-        """The target architecture as ``'sm_XY'``."""
+        """The target architecture as ``'sm_XY'``.
+
+        Example:
+            >>> r = GpuCompileResult('a100', 'NVIDIA A100-SXM4-40GB', '8.0', ok=True,
+            ...                      kernels=(GpuKernel('fusion', 'kKernel', (4, 1, 1), (64, 1, 1), 0),))
+            >>> r.sm
+            'sm_80'
+        """
         return "sm_" + self.compute_capability.replace(".", "")
 
     def describe(self) -> str:
-        """A human-readable summary: the error, or the kernels with their launch shapes."""
+        """A human-readable summary: the error, or the kernels with their launch shapes.
+
+        Example:
+            >>> r = GpuCompileResult('a100', 'NVIDIA A100-SXM4-40GB', '8.0', ok=True,
+            ...                      kernels=(GpuKernel('fusion', 'kKernel', (4, 1, 1), (64, 1, 1), 0),))
+            >>> print(r.describe())
+            XLA:GPU compiled for a100 (NVIDIA A100-SXM4-40GB, sm_80): 1 launch(es)
+              kKernel        fusion grid=(4, 1, 1) block=(64, 1, 1) shared=0
+        """
         where = f"{self.target} ({self.device_kind}, {self.sm})"
         if not self.ok:
             named = f", in kernel {self.failed_kernel!r}" if self.failed_kernel else ""
@@ -137,7 +157,19 @@ class GpuCompileResult:
         return "\n".join(lines)
 
     def check(self) -> GpuCompileResult:
-        """Raise :class:`GpuCompileError` unless the compile succeeded; return self."""
+        """Raise :class:`GpuCompileError` unless the compile succeeded; return self.
+
+        Example:
+            >>> r = GpuCompileResult('a100', 'NVIDIA A100-SXM4-40GB', '8.0', ok=True,
+            ...                      kernels=(GpuKernel('fusion', 'kKernel', (4, 1, 1), (64, 1, 1), 0),))
+            >>> r.check() is r
+            True
+            >>> GpuCompileResult('a100', 'A100', '8.0', ok=False, error='bad').check()
+            Traceback (most recent call last):
+                ...
+            primforge._gpu_compile.results.GpuCompileError: XLA:GPU failed to compile for a100 (A100, sm_80):
+            bad
+        """
         if not self.ok:
             raise GpuCompileError(self)
         return self

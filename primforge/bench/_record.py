@@ -74,7 +74,13 @@ class BenchmarkRecord:
     # -- statistics (seconds per call; NaN when there are no times)
     @property
     def n_runs(self) -> int:
-        """Number of timed runs."""
+        """Number of timed runs.
+
+        Example:
+            >>> r = BenchmarkRecord('k', 'c', 'jax', 'cpu', times=(1e-6, 2e-6, 3e-6, 4e-6))
+            >>> r.n_runs
+            4
+        """
         return len(self.times)
 
     def _stat(self, fn) -> float:
@@ -82,32 +88,68 @@ class BenchmarkRecord:
 
     @property
     def mean(self) -> float:
-        """Mean seconds per call."""
+        """Mean seconds per call.
+
+        Example:
+            >>> r = BenchmarkRecord('k', 'c', 'jax', 'cpu', times=(1e-6, 2e-6, 3e-6, 4e-6))
+            >>> r.mean
+            2.5e-06
+        """
         return self._stat(np.mean)
 
     @property
     def median(self) -> float:
-        """Median seconds per call."""
+        """Median seconds per call.
+
+        Example:
+            >>> r = BenchmarkRecord('k', 'c', 'jax', 'cpu', times=(1e-6, 2e-6, 3e-6, 4e-6))
+            >>> r.median
+            2.5e-06
+        """
         return self._stat(np.median)
 
     @property
     def min(self) -> float:
-        """Fastest run, seconds per call."""
+        """Fastest run, seconds per call.
+
+        Example:
+            >>> r = BenchmarkRecord('k', 'c', 'jax', 'cpu', times=(1e-6, 2e-6, 3e-6, 4e-6))
+            >>> r.min
+            1e-06
+        """
         return self._stat(np.min)
 
     @property
     def max(self) -> float:
-        """Slowest run, seconds per call."""
+        """Slowest run, seconds per call.
+
+        Example:
+            >>> r = BenchmarkRecord('k', 'c', 'jax', 'cpu', times=(1e-6, 2e-6, 3e-6, 4e-6))
+            >>> r.max
+            4e-06
+        """
         return self._stat(np.max)
 
     @property
     def p90(self) -> float:
-        """90th percentile, seconds per call."""
+        """90th percentile, seconds per call.
+
+        Example:
+            >>> r = BenchmarkRecord('k', 'c', 'jax', 'cpu', times=(1e-6, 2e-6, 3e-6, 4e-6))
+            >>> round(r.p90 * 1e6, 2)
+            3.7
+        """
         return self._stat(lambda a: np.percentile(a, 90))
 
     @property
     def std(self) -> float:
-        """Standard deviation over runs, seconds per call."""
+        """Standard deviation over runs, seconds per call.
+
+        Example:
+            >>> r = BenchmarkRecord('k', 'c', 'jax', 'cpu', times=(1e-6, 2e-6, 3e-6, 4e-6))
+            >>> round(r.std * 1e6, 3)
+            1.118
+        """
         return self._stat(np.std)
 
     @property

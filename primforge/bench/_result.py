@@ -112,17 +112,41 @@ class BenchmarkResult:
 
     @property
     def kernels(self) -> list[str]:
-        """Kernel names, in order of first appearance."""
+        """Kernel names, in order of first appearance.
+
+        Example:
+            >>> from primforge.bench import BenchmarkRecord
+            >>> res = BenchmarkResult([BenchmarkRecord('k', 'n=1', 'jax', 'cpu', times=(2.0,)),
+            ...                        BenchmarkRecord('k', 'n=1', 'fast', 'cpu', times=(1.0,))])
+            >>> res.kernels
+            ['k']
+        """
         return _query.unique(r.kernel for r in self.records)
 
     @property
     def backends(self) -> list[str]:
-        """Backend names, in order of first appearance."""
+        """Backend names, in order of first appearance.
+
+        Example:
+            >>> from primforge.bench import BenchmarkRecord
+            >>> res = BenchmarkResult([BenchmarkRecord('k', 'n=1', 'jax', 'cpu', times=(2.0,)),
+            ...                        BenchmarkRecord('k', 'n=1', 'fast', 'cpu', times=(1.0,))])
+            >>> res.backends
+            ['jax', 'fast']
+        """
         return _query.unique(r.backend for r in self.records)
 
     @property
     def configs(self) -> list[str]:
-        """Config names, in order of first appearance."""
+        """Config names, in order of first appearance.
+
+        Example:
+            >>> from primforge.bench import BenchmarkRecord
+            >>> res = BenchmarkResult([BenchmarkRecord('k', 'n=1', 'jax', 'cpu', times=(2.0,)),
+            ...                        BenchmarkRecord('k', 'n=1', 'fast', 'cpu', times=(1.0,))])
+            >>> res.configs
+            ['n=1']
+        """
         return _query.unique(r.config for r in self.records)
 
     def filter(
@@ -149,11 +173,27 @@ class BenchmarkResult:
         )
 
     def failures(self) -> list[BenchmarkRecord]:
-        """Records whose backend raised."""
+        """Records whose backend raised.
+
+        Example:
+            >>> from primforge.bench import BenchmarkRecord
+            >>> res = BenchmarkResult([BenchmarkRecord('k', 'c', 'b', 'cpu', success=False,
+            ...                                         error='ValueError: bad')])
+            >>> [r.error for r in res.failures()]
+            ['ValueError: bad']
+        """
         return [r for r in self.records if not r.success]
 
     def mismatches(self) -> list[BenchmarkRecord]:
-        """Records whose output disagreed with the reference backend."""
+        """Records whose output disagreed with the reference backend.
+
+        Example:
+            >>> from primforge.bench import BenchmarkRecord
+            >>> res = BenchmarkResult([BenchmarkRecord('k', 'c', 'b', 'cpu', reference='jax',
+            ...                                         matches_reference=False)])
+            >>> [r.backend for r in res.mismatches()]
+            ['b']
+        """
         return [r for r in self.records if r.matches_reference is False]
 
     # ------------------------------------------------------------------ analysis
@@ -161,6 +201,13 @@ class BenchmarkResult:
         """The fastest correct backend for each (kernel, config).
 
         Records that failed or disagree with the reference never win.
+
+        Example:
+            >>> from primforge.bench import BenchmarkRecord
+            >>> res = BenchmarkResult([BenchmarkRecord('k', 'n=1', 'jax', 'cpu', times=(2.0,)),
+            ...                        BenchmarkRecord('k', 'n=1', 'fast', 'cpu', times=(1.0,))])
+            >>> res.best()
+            {('k', 'n=1'): 'fast'}
         """
         return _query.best_backends(self.records, stat)
 
@@ -169,6 +216,13 @@ class BenchmarkResult:
 
         Only backends that ran correctly on every config of the kernel compete. With one
         kernel in the result ``kernel`` may be omitted. Returns None if no backend qualifies.
+
+        Example:
+            >>> from primforge.bench import BenchmarkRecord
+            >>> res = BenchmarkResult([BenchmarkRecord('k', 'n=1', 'jax', 'cpu', times=(2.0,)),
+            ...                        BenchmarkRecord('k', 'n=1', 'fast', 'cpu', times=(1.0,))])
+            >>> res.fastest_backend('k')
+            'fast'
         """
         if kernel is None:
             if len(self.kernels) != 1:
@@ -238,7 +292,16 @@ class BenchmarkResult:
         return cls(records, platform=platform, meta=meta)
 
     def to_json(self) -> str:
-        """The result as a JSON document (see :meth:`save`)."""
+        """The result as a JSON document (see :meth:`save`).
+
+        Example:
+            >>> from primforge.bench import BenchmarkRecord
+            >>> res = BenchmarkResult([BenchmarkRecord('k', 'n=1', 'jax', 'cpu', times=(2.0,)),
+            ...                        BenchmarkRecord('k', 'n=1', 'fast', 'cpu', times=(1.0,))])
+            >>> import json
+            >>> len(json.loads(res.to_json())['records'])
+            2
+        """
         return json.dumps(self.to_dict(), indent=2, ensure_ascii=False)
 
     def to_csv(self) -> str:
@@ -254,7 +317,15 @@ class BenchmarkResult:
 
     @classmethod
     def from_csv(cls, text: str) -> BenchmarkResult:
-        """Parse :meth:`to_csv` output."""
+        """Parse :meth:`to_csv` output.
+
+        Example:
+            >>> from primforge.bench import BenchmarkRecord
+            >>> res = BenchmarkResult([BenchmarkRecord('k', 'n=1', 'jax', 'cpu', times=(2.0,)),
+            ...                        BenchmarkRecord('k', 'n=1', 'fast', 'cpu', times=(1.0,))])
+            >>> BenchmarkResult.from_csv(res.to_csv()) == res
+            True
+        """
         return cls(_io.records_from_csv(text))
 
     def save(self, path: str | os.PathLike) -> str:
@@ -262,6 +333,15 @@ class BenchmarkResult:
 
         Returns:
             the path written.
+
+        Example:
+            >>> from primforge.bench import BenchmarkRecord
+            >>> res = BenchmarkResult([BenchmarkRecord('k', 'n=1', 'jax', 'cpu', times=(2.0,)),
+            ...                        BenchmarkRecord('k', 'n=1', 'fast', 'cpu', times=(1.0,))])
+            >>> import os, tempfile
+            >>> with tempfile.TemporaryDirectory() as d:
+            ...     os.path.basename(res.save(os.path.join(d, 'bench.json')))
+            'bench.json'
         """
         path = os.fspath(path)
         kind = _io.file_kind(path)
@@ -304,5 +384,14 @@ class BenchmarkResult:
 
         Returns:
             the path written.
+
+        Example:
+            >>> from primforge.bench import BenchmarkRecord
+            >>> res = BenchmarkResult([BenchmarkRecord('k', 'n=1', 'jax', 'cpu', times=(2.0,)),
+            ...                        BenchmarkRecord('k', 'n=1', 'fast', 'cpu', times=(1.0,))])
+            >>> import os, tempfile
+            >>> with tempfile.TemporaryDirectory() as d:
+            ...     os.path.basename(res.plot(os.path.join(d, 'bench.png')))
+            'bench.png'
         """
         return _report.plot_records(self.records, path, stat=stat, kernels=kernels, dpi=dpi)

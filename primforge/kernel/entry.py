@@ -55,11 +55,24 @@ class KernelEntry:
 
     @property
     def wants_batch_shape(self) -> bool:
-        """Whether the generator declares ``batch_shape`` (it then handles batches itself)."""
+        """Whether the generator declares ``batch_shape`` (it then handles batches itself).
+
+        Example:
+            >>> KernelEntry('jax', 'cpu', lambda batch_shape, **kw: None).wants_batch_shape
+            True
+            >>> KernelEntry('jax', 'cpu', lambda **kw: None).wants_batch_shape
+            False
+        """
         return "batch_shape" in self._accepted[1]
 
     def generate(self, **kwargs) -> Any:
-        """Call the generator with the keyword arguments its signature accepts."""
+        """Call the generator with the keyword arguments its signature accepts.
+
+        Example:
+            >>> entry = KernelEntry('jax', 'cpu', lambda factor: lambda x: factor * x)
+            >>> entry.generate(factor=3.0, platform='cpu')(2.0)  # platform: not in its signature
+            6.0
+        """
         var_kw, named = self._accepted
         if not var_kw:
             kwargs = {k: v for k, v in kwargs.items() if k in named}

@@ -132,6 +132,14 @@ class LoweringMixin(KernelState):
         It takes the physical (batched) input arrays and returns a tuple of outputs.
         Mostly internal; useful to inspect what a backend produces. ``context`` is a tuple
         of :func:`use_backend` overrides ``(kernel name or None, platform, backend)``.
+
+        Example:
+            >>> import jax, jax.numpy as jnp, primforge
+            >>> k = primforge.XLACustomKernel('demo_build')
+            >>> k.def_kernel('jax', 'cpu', lambda **kw: lambda x: 2 * x)
+            >>> s = jax.ShapeDtypeStruct((3,), jnp.float32)
+            >>> k.build('cpu', ins=(s,), outs=(s,))(jnp.ones(3))
+            (Array([2., 2., 2.], dtype=float32),)
         """
         entry = self._select(platform, backend, context)
         key = (platform, entry.backend, ins, outs, batch, debug, tuple(sorted(params.items())))

@@ -132,22 +132,54 @@ class ColumnIndexed:
 
     @property
     def index(self) -> tuple[jax.Array, jax.Array, jax.Array]:
-        """``(colptr, perm, rows)``."""
+        """``(colptr, perm, rows)``.
+
+        Example:
+            >>> import jax.numpy as jnp
+            >>> from primforge import ops
+            >>> W = ops.with_column_index(ops.CSR.from_dense([[1., 0.], [2., 3.]]))
+            >>> [a.tolist() for a in W.index]
+            [[0, 2, 3], [0, 1, 2], [0, 1, 1]]
+        """
         return self.colptr, self.perm, self.rows
 
     @property
     def shape(self) -> tuple[int, int]:
-        """``(n_pre, n_post)``, that of the matrix."""
+        """``(n_pre, n_post)``, that of the matrix.
+
+        Example:
+            >>> import jax.numpy as jnp
+            >>> from primforge import ops
+            >>> W = ops.with_column_index(ops.CSR.from_dense([[1., 0.], [2., 3.]]))
+            >>> W.shape
+            (2, 2)
+        """
         return self.matrix.shape
 
     @property
     def dtype(self):
-        """Dtype of the weights."""
+        """Dtype of the weights.
+
+        Example:
+            >>> import jax.numpy as jnp
+            >>> from primforge import ops
+            >>> W = ops.with_column_index(ops.CSR.from_dense([[1., 0.], [2., 3.]]))
+            >>> W.dtype
+            dtype('float32')
+        """
         return self.matrix.dtype
 
     @property
     def homogeneous(self) -> bool:
-        """Whether every synapse shares one weight."""
+        """Whether every synapse shares one weight.
+
+        Example:
+            >>> import jax.numpy as jnp
+            >>> from primforge import ops
+            >>> W = ops.with_column_index(ops.CSR.from_dense([[1., 0.], [2., 3.]]))
+            >>> W.homogeneous
+            False
+        """
         return self.matrix.homogeneous
 
     def _rewrap(self, matrix) -> ColumnIndexed:
@@ -166,19 +198,51 @@ class ColumnIndexed:
 
     @property
     def T(self) -> ColumnIndexed:
-        """The transpose: the matrix's transpose (the same stored arrays) and the same index."""
+        """The transpose: the matrix's transpose (the same stored arrays) and the same index.
+
+        Example:
+            >>> import jax.numpy as jnp
+            >>> from primforge import ops
+            >>> W = ops.with_column_index(ops.CSR.from_dense([[1., 0.], [2., 3.]]))
+            >>> W.T.todense().tolist()
+            [[1.0, 2.0], [0.0, 3.0]]
+        """
         return self._rewrap(self.matrix.T)
 
     def todense(self) -> jax.Array:
-        """The dense ``(n_pre, n_post)`` array (traceable)."""
+        """The dense ``(n_pre, n_post)`` array (traceable).
+
+        Example:
+            >>> import jax.numpy as jnp
+            >>> from primforge import ops
+            >>> W = ops.with_column_index(ops.CSR.from_dense([[1., 0.], [2., 3.]]))
+            >>> W.todense().tolist()
+            [[1.0, 0.0], [2.0, 3.0]]
+        """
         return self.matrix.todense()
 
     def matmul(self, x: Any, *, backend: str | None = None) -> jax.Array:
-        """``self @ x`` with an explicit backend choice."""
+        """``self @ x`` with an explicit backend choice.
+
+        Example:
+            >>> import jax.numpy as jnp
+            >>> from primforge import ops
+            >>> W = ops.with_column_index(ops.CSR.from_dense([[1., 0.], [2., 3.]]))
+            >>> W.matmul(jnp.array([1., 1.]), backend='jax').tolist()
+            [1.0, 5.0]
+        """
         return self.matrix.matmul(x, backend=backend)
 
     def rmatmul(self, x: Any, *, backend: str | None = None) -> jax.Array:
-        """``x @ self`` with an explicit backend choice."""
+        """``x @ self`` with an explicit backend choice.
+
+        Example:
+            >>> import jax.numpy as jnp
+            >>> from primforge import ops
+            >>> W = ops.with_column_index(ops.CSR.from_dense([[1., 0.], [2., 3.]]))
+            >>> W.rmatmul(jnp.array([True, True]), backend='jax').tolist()
+            [3.0, 3.0]
+        """
         return self.matrix.rmatmul(x, backend=backend)
 
     def __matmul__(self, x: Any) -> jax.Array:

@@ -97,17 +97,41 @@ class _Compressed:
 
     @property
     def nnz(self) -> int:
-        """Number of stored entries (synapses)."""
+        """Number of stored entries (synapses).
+
+        Example:
+            >>> import jax.numpy as jnp
+            >>> from primforge.ops import CSR
+            >>> W = CSR.from_dense([[0., 2.], [3., 0.]])
+            >>> W.nnz
+            2
+        """
         return int(self.indices.shape[0])
 
     @property
     def dtype(self):
-        """Dtype of the weights."""
+        """Dtype of the weights.
+
+        Example:
+            >>> import jax.numpy as jnp
+            >>> from primforge.ops import CSR
+            >>> W = CSR.from_dense([[0., 2.], [3., 0.]])
+            >>> W.dtype
+            dtype('float32')
+        """
         return self.data.dtype
 
     @property
     def homogeneous(self) -> bool:
-        """Whether all stored entries share one weight (``data.shape == (1,)``)."""
+        """Whether all stored entries share one weight (``data.shape == (1,)``).
+
+        Example:
+            >>> import jax.numpy as jnp
+            >>> from primforge.ops import CSR
+            >>> W = CSR.from_dense([[0., 2.], [3., 0.]])
+            >>> W.homogeneous, W.with_data(1.0).homogeneous
+            (False, True)
+        """
         return tuple(self.data.shape) == (1,) and self.nnz != 1
 
     @classmethod
@@ -140,16 +164,39 @@ class _Compressed:
         Concrete arrays are checked at once. Under ``jit`` a host callback raises
         :class:`~primforge.ops.CSRStructureError` (surfacing as a JAX runtime error that
         quotes it) when the compiled function runs.
+
+        Example:
+            >>> import jax.numpy as jnp
+            >>> from primforge.ops import CSR
+            >>> W = CSR.from_dense([[0., 2.], [3., 0.]])
+            >>> W.check() is W
+            True
         """
         _common.validate_runtime(self.indices, self.indptr, self._csr_shape, type(self).__name__)
         return self
 
     def matmul(self, x: Any, *, backend: str | None = None) -> jax.Array:
-        """``self @ x`` with an explicit backend choice."""
+        """``self @ x`` with an explicit backend choice.
+
+        Example:
+            >>> import jax.numpy as jnp
+            >>> from primforge.ops import CSR
+            >>> W = CSR.from_dense([[0., 2.], [3., 0.]])
+            >>> W.matmul(jnp.array([True, False]), backend='jax').tolist()
+            [0.0, 3.0]
+        """
         return _product(self, x, transpose=self._TRANSPOSED, backend=backend)
 
     def rmatmul(self, x: Any, *, backend: str | None = None) -> jax.Array:
-        """``x @ self`` with an explicit backend choice (vector or ``(k, rows)`` matrix)."""
+        """``x @ self`` with an explicit backend choice (vector or ``(k, rows)`` matrix).
+
+        Example:
+            >>> import jax.numpy as jnp
+            >>> from primforge.ops import CSR
+            >>> W = CSR.from_dense([[0., 2.], [3., 0.]])
+            >>> W.rmatmul(jnp.array([True, False]), backend='jax').tolist()
+            [0.0, 2.0]
+        """
         x = jnp.asarray(as_events(x))
         if x.ndim == 2:
             return _product(self, x.T, transpose=not self._TRANSPOSED, backend=backend).T
@@ -249,7 +296,15 @@ class CSR(_Compressed):
 
     @property
     def T(self) -> CSC:
-        """The transpose, as a :class:`CSC` sharing these arrays (no copy)."""
+        """The transpose, as a :class:`CSC` sharing these arrays (no copy).
+
+        Example:
+            >>> import jax.numpy as jnp
+            >>> from primforge.ops import CSR
+            >>> W = CSR.from_dense([[0., 2.], [3., 0.]])
+            >>> type(W.T).__name__, W.T.todense().tolist()
+            ('CSC', [[0.0, 3.0], [2.0, 0.0]])
+        """
         return CSC._unchecked(self.data, self.indices, self.indptr, (self.shape[1], self.shape[0]))
 
 
@@ -297,5 +352,12 @@ class CSC(_Compressed):
 
     @property
     def T(self) -> CSR:
-        """The transpose, as a :class:`CSR` sharing these arrays (no copy)."""
+        """The transpose, as a :class:`CSR` sharing these arrays (no copy).
+
+        Example:
+            >>> from primforge.ops import CSC
+            >>> W = CSC.from_dense([[0., 2.], [3., 0.]])
+            >>> type(W.T).__name__, W.T.todense().tolist()
+            ('CSR', [[0.0, 3.0], [2.0, 0.0]])
+        """
         return CSR._unchecked(self.data, self.indices, self.indptr, (self.shape[1], self.shape[0]))

@@ -147,17 +147,41 @@ class FixedNum:
 
     @property
     def k(self) -> int:
-        """Partners per neuron (columns of ``indices``)."""
+        """Partners per neuron (columns of ``indices``).
+
+        Example:
+            >>> import jax.numpy as jnp
+            >>> from primforge.ops import FixedNum
+            >>> W = FixedNum.from_indices([[1, 2], [0, 2]], 0.5, shape=(2, 3))
+            >>> W.k
+            2
+        """
         return int(self.indices.shape[1])
 
     @property
     def homogeneous(self) -> bool:
-        """Whether every synapse shares one weight (``weights.shape == (1,)``)."""
+        """Whether every synapse shares one weight (``weights.shape == (1,)``).
+
+        Example:
+            >>> import jax.numpy as jnp
+            >>> from primforge.ops import FixedNum
+            >>> W = FixedNum.from_indices([[1, 2], [0, 2]], 0.5, shape=(2, 3))
+            >>> W.homogeneous
+            True
+        """
         return jnp.ndim(self.weights) == 1
 
     @property
     def dtype(self):
-        """Dtype of the weights."""
+        """Dtype of the weights.
+
+        Example:
+            >>> import jax.numpy as jnp
+            >>> from primforge.ops import FixedNum
+            >>> W = FixedNum.from_indices([[1, 2], [0, 2]], 0.5, shape=(2, 3))
+            >>> W.dtype
+            dtype('float32')
+        """
         return self.weights.dtype
 
     @classmethod
@@ -200,12 +224,28 @@ class FixedNum:
         return obj
 
     def with_data(self, weights: Any) -> FixedNum:
-        """The same structure with new weights (``(rows, k)``, ``(1,)`` or a scalar)."""
+        """The same structure with new weights (``(rows, k)``, ``(1,)`` or a scalar).
+
+        Example:
+            >>> import jax.numpy as jnp
+            >>> from primforge.ops import FixedNum
+            >>> W = FixedNum.from_indices([[1, 2], [0, 2]], 0.5, shape=(2, 3))
+            >>> W.with_data(jnp.array([[1., 2.], [3., 4.]])).todense().tolist()
+            [[0.0, 1.0, 2.0], [3.0, 0.0, 4.0]]
+        """
         return FixedNum(_scaffold.float_weights(weights), self.indices, shape=self.shape, per=self.per)
 
     @property
     def T(self) -> FixedNum:
-        """The transpose ``(n_post, n_pre)``: the same arrays with ``per`` flipped."""
+        """The transpose ``(n_post, n_pre)``: the same arrays with ``per`` flipped.
+
+        Example:
+            >>> import jax.numpy as jnp
+            >>> from primforge.ops import FixedNum
+            >>> W = FixedNum.from_indices([[1, 2], [0, 2]], 0.5, shape=(2, 3))
+            >>> W.T.shape, W.T.per
+            ((3, 2), 'post')
+        """
         return FixedNum(self.weights, self.indices, shape=(self.shape[1], self.shape[0]),
                         per="post" if self.per == "pre" else "pre")
 
@@ -238,11 +278,27 @@ class FixedNum:
                   backend=backend)
 
     def matmul(self, x: Any, *, backend: str | None = None) -> jax.Array:
-        """``self @ x`` with an explicit backend choice."""
+        """``self @ x`` with an explicit backend choice.
+
+        Example:
+            >>> import jax.numpy as jnp
+            >>> from primforge.ops import FixedNum
+            >>> W = FixedNum.from_indices([[1, 2], [0, 2]], 0.5, shape=(2, 3))
+            >>> W.matmul(jnp.array([1., 1., 1.]), backend='jax').tolist()
+            [1.0, 1.0]
+        """
         return self._product(x, transpose_w=False, backend=backend)
 
     def rmatmul(self, x: Any, *, backend: str | None = None) -> jax.Array:
-        """``x @ self`` with an explicit backend choice (vector or ``(cols, n_pre)`` matrix)."""
+        """``x @ self`` with an explicit backend choice (vector or ``(cols, n_pre)`` matrix).
+
+        Example:
+            >>> import jax.numpy as jnp
+            >>> from primforge.ops import FixedNum
+            >>> W = FixedNum.from_indices([[1, 2], [0, 2]], 0.5, shape=(2, 3))
+            >>> W.rmatmul(jnp.array([True, False]), backend='jax').tolist()
+            [0.0, 0.5, 0.5]
+        """
         x = jnp.asarray(as_events(x))
         if x.ndim == 2:
             return self._product(x.T, transpose_w=True, backend=backend).T

@@ -54,7 +54,14 @@ class PackedEvents:
 
     @property
     def shape(self) -> tuple[int, ...]:
-        """Shape of the unpacked events: ``(n,)`` or ``(n, cols)``."""
+        """Shape of the unpacked events: ``(n,)`` or ``(n, cols)``.
+
+        Example:
+            >>> import jax.numpy as jnp
+            >>> from primforge.ops import pack_events
+            >>> pack_events(jnp.zeros((40, 3), bool)).shape
+            (40, 3)
+        """
         return (self.n,) + tuple(self.words.shape[1:])
 
     def unpack(self) -> jax.Array:

@@ -115,9 +115,34 @@ class ETPPrimitive(Primitive):
     # -- defaults ----------------------------------------------------------------------
 
     def impl(self, *args: Any, **params: Any) -> Any:
+        """The eager evaluation rule until :meth:`def_impl` sets one: raises an error
+        naming the primitive and the missing rule.
+
+        Example:
+            >>> from primforge.primitive import ETPPrimitive
+            >>> try:
+            ...     ETPPrimitive('demo_no_impl').bind(1.0)
+            ... except Exception as e:
+            ...     print(type(e).__name__)
+            MissingRuleError
+        """
         raise missing_rule_error(self, "impl")
 
     def abstract_eval(self, *args: Any, **params: Any) -> Any:
+        """The shape rule until :meth:`def_abstract_eval` sets one: raises an error
+        naming the primitive and the missing rule.
+
+        Example:
+            >>> import jax
+            >>> from primforge.primitive import ETPPrimitive
+            >>> p = ETPPrimitive('demo_no_aval')
+            >>> _ = p.def_impl(lambda x: x)
+            >>> try:
+            ...     jax.jit(p.bind)(1.0)
+            ... except Exception as e:
+            ...     print(type(e).__name__)
+            MissingRuleError
+        """
         raise missing_rule_error(self, "abstract_eval")
 
     def _missing_lowering(self, ctx: Any, *args: Any, **params: Any) -> Any:
@@ -329,32 +354,73 @@ class ETPPrimitive(Primitive):
 
     @property
     def batched(self) -> bool:
-        """Whether the primitive operates on batched inputs (metadata for interpreters)."""
+        """Whether the primitive operates on batched inputs (metadata for interpreters).
+
+        Example:
+            >>> from primforge.primitive import ETPPrimitive
+            >>> p = ETPPrimitive('demo_flags', batched=True, x_invar_index=1, y_outvar_index=0)
+            >>> p.batched
+            True
+        """
         return self._batched
 
     @property
     def gradient_enabled(self) -> bool:
-        """Whether interpreters evaluate this primitive when walking ``y -> h``."""
+        """Whether interpreters evaluate this primitive when walking ``y -> h``.
+
+        Example:
+            >>> from primforge.primitive import ETPPrimitive
+            >>> p = ETPPrimitive('demo_flags', batched=True, x_invar_index=1, y_outvar_index=0)
+            >>> p.gradient_enabled
+            False
+        """
         return self._gradient_enabled
 
     @property
     def trainable_invars_fn(self) -> Callable[[Mapping[str, Any]], Mapping[str, int]] | None:
-        """``eqn.params -> {key: invar_index}`` for trainable inputs, or ``None``."""
+        """``eqn.params -> {key: invar_index}`` for trainable inputs, or ``None``.
+
+        Example:
+            >>> from primforge.primitive import ETPPrimitive
+            >>> p = ETPPrimitive('demo_flags', batched=True, x_invar_index=1, y_outvar_index=0)
+            >>> p.trainable_invars_fn is None
+            True
+        """
         return self._trainable_invars_fn
 
     @property
     def x_invar_index(self) -> int | None:
-        """Position of the input ``x`` in ``eqn.invars`` (``None`` if there is no ``x``)."""
+        """Position of the input ``x`` in ``eqn.invars`` (``None`` if there is no ``x``).
+
+        Example:
+            >>> from primforge.primitive import ETPPrimitive
+            >>> p = ETPPrimitive('demo_flags', batched=True, x_invar_index=1, y_outvar_index=0)
+            >>> p.x_invar_index
+            1
+        """
         return self._x_invar_index
 
     @property
     def y_outvar_index(self) -> int:
-        """Position of the output ``y`` in ``eqn.outvars``."""
+        """Position of the output ``y`` in ``eqn.outvars``.
+
+        Example:
+            >>> from primforge.primitive import ETPPrimitive
+            >>> p = ETPPrimitive('demo_flags', batched=True, x_invar_index=1, y_outvar_index=0)
+            >>> p.y_outvar_index
+            0
+        """
         return self._y_outvar_index
 
     @property
     def num_inputs(self) -> int | None:
-        """Number of operands, when known from the impl's signature, else ``None``."""
+        """Number of operands, when known from the impl's signature, else ``None``.
+
+        Example:
+            >>> from primforge import register_primitive
+            >>> register_primitive('demo_arity', lambda x, w: x * w).num_inputs
+            2
+        """
         return self._num_inputs
 
 

@@ -165,6 +165,15 @@ def _replace(self: T, **changes: Any) -> T:
 
     Returns:
         A new instance of the same class.
+
+    Example:
+        >>> from primforge.utils import dataclass
+        >>> @dataclass
+        ... class Point:
+        ...     x: float
+        ...     y: float
+        >>> Point(1.0, 2.0).replace(y=5.0)
+        Point(x=1.0, y=5.0)
     """
     return dataclasses.replace(self, **changes)  # type: ignore[type-var]
 

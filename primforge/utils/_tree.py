@@ -50,20 +50,48 @@ class PyTreeDef(Protocol[T_co]):
 
     @property
     def num_leaves(self) -> int:
-        """Number of leaves."""
+        """Number of leaves.
+
+        Example:
+            >>> from primforge.utils import tree_structure
+            >>> treedef = tree_structure({'a': 1, 'b': (2, 3)})
+            >>> treedef.num_leaves
+            3
+        """
         ...
 
     @property
     def num_nodes(self) -> int:
-        """Number of nodes, leaves included."""
+        """Number of nodes, leaves included.
+
+        Example:
+            >>> from primforge.utils import tree_structure
+            >>> treedef = tree_structure({'a': 1, 'b': (2, 3)})
+            >>> treedef.num_nodes
+            5
+        """
         ...
 
     def unflatten(self, leaves: Iterable[Any], /) -> T_co:
-        """Rebuild a pytree of this structure from its leaves."""
+        """Rebuild a pytree of this structure from its leaves.
+
+        Example:
+            >>> from primforge.utils import tree_structure
+            >>> treedef = tree_structure({'a': 1, 'b': (2, 3)})
+            >>> treedef.unflatten([10, 20, 30])
+            {'a': 10, 'b': (20, 30)}
+        """
         ...
 
     def flatten_up_to(self, xs: Any, /) -> list[Any]:
-        """Flatten ``xs`` only as deep as this structure goes."""
+        """Flatten ``xs`` only as deep as this structure goes.
+
+        Example:
+            >>> from primforge.utils import tree_structure
+            >>> treedef = tree_structure({'a': 1, 'b': (2, 3)})
+            >>> treedef.flatten_up_to({'a': [0, 1], 'b': (2, 3)})
+            [[0, 1], 2, 3]
+        """
         ...
 
 
@@ -123,7 +151,14 @@ class HasScatterArgs(Protocol):
 
     @property
     def scatter_args(self) -> ScatterArgs:
-        """Scatter keyword arguments for this node's subtree."""
+        """Scatter keyword arguments for this node's subtree.
+
+        Example:
+            >>> class Buffer:
+            ...     scatter_args = {'mode': 'drop'}
+            >>> Buffer.scatter_args
+            {'mode': 'drop'}
+        """
         ...
 
 
