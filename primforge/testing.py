@@ -13,8 +13,8 @@ XLA is also handed the CUDA folder to take ``ptxas`` and libdevice from (found h
 ``CUDA_ROOT``, pip's ``nvidia-cuda-nvcc``, ``PATH`` or ``/usr/local/cuda``), because jax's own
 guess misses pip's ptxas when another ``nvidia`` wheel is installed beside it.
 
-Requirements: ``pip install 'primforge[gpu-compile]'`` (the ``jax-cuda12-plugin`` of the
-installed jax version, and ``ptxas``), and, on a machine with no GPU driver,
+Requirements: ``pip install -e ".[gpu-compile]"`` in the primforge checkout (the
+``jax-cuda12-plugin`` of the installed jax version, and ``ptxas``), and, on a machine with no GPU driver,
 ``JAX_PLATFORMS=cpu`` set before JAX starts (otherwise the plugin fails to initialise and no
 CUDA topology can be made). What this proves: XLA:GPU accepts every kernel of the function
 for that target (custom calls resolve, Triton kernels compile, PTX assembles). What it does
@@ -61,6 +61,7 @@ from primforge._gpu_compile.results import (
     GpuCompilerUnavailable,
     GpuKernel,
 )
+from primforge.kernel.backends._common import install_hint
 
 __all__ = [
     "TARGETS",
@@ -81,7 +82,7 @@ TARGETS: Mapping[str, pathlib.Path] = {
     "a100": _TARGET_DIR / "a100_sxm_80.txtpb",  # sm_80, A100 SXM 80GB
 }
 
-_INSTALL = "pip install 'primforge[gpu-compile]'"
+_INSTALL = install_hint("gpu-compile")
 _PLUGINS = ("jax-cuda12-plugin", "jax-cuda13-plugin")
 
 

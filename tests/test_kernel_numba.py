@@ -142,8 +142,8 @@ def test_missing_numba_falls_back_with_one_warning_and_explicit_request_errors()
                          timeout=300, env={**os.environ, "JAX_PLATFORMS": "cpu"})
     assert out.returncode == 0, out.stderr
     assert "RESULT [10.0, 10.0] [20.0, 20.0] 1" in out.stdout
-    assert "pip install 'primforge[cpu]'" in out.stdout.split("MSG", 1)[1]
-    assert "EXPLICIT" in out.stdout and "primforge[cpu]" in out.stdout.split("EXPLICIT", 1)[1]
+    assert 'pip install -e ".[cpu]"' in out.stdout.split("MSG", 1)[1]
+    assert "EXPLICIT" in out.stdout and '".[cpu]"' in out.stdout.split("EXPLICIT", 1)[1]
 
 
 def test_import_primforge_does_not_import_numba():

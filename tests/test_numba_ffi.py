@@ -374,7 +374,7 @@ def test_missing_numba_gives_install_hint():
         except ImportError as e:
             from primforge.kernel.backends._common import MissingPackageError
             assert isinstance(e, MissingPackageError), type(e)
-            assert "pip install 'primforge[cpu]'" in str(e), str(e)
+            assert 'pip install -e ".[cpu]"' in str(e), str(e)
             print('ok')
     """)
     out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=False)

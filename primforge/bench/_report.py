@@ -17,12 +17,13 @@ from primforge.bench._format import format_seconds
 from primforge.bench._io import make_parent
 from primforge.bench._query import best_backends, unique
 from primforge.bench._record import STATS, BenchmarkRecord
+from primforge.kernel.backends._common import install_hint
 
 __all__ = ["plot_records", "render_table", "status"]
 
 PLOT_MISSING = (
     "BenchmarkResult.plot needs matplotlib, which is not installed. Install it with "
-    "`pip install primforge[plot]` (or `pip install matplotlib`)."
+    f"`{install_hint('plot')}` (or `pip install matplotlib`)."
 )
 
 #: Time columns that follow the chosen statistic's, in order.

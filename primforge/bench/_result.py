@@ -380,7 +380,7 @@ class BenchmarkResult:
         """Write a PNG of time per config, one line per backend, one panel per kernel.
 
         The shaded band spans the fastest run to the 90th percentile. Needs matplotlib
-        (``pip install primforge[plot]``).
+        (``pip install -e ".[plot]"`` in the primforge checkout).
 
         Returns:
             the path written.

@@ -15,6 +15,7 @@ import warnings
 from primforge.bench import BenchmarkMismatchWarning, BenchmarkResult, benchmark_kernel
 from primforge.cli._common import _err, _out, _platform, _Report, _table, kernel_summary
 from primforge.cli._parser import _split
+from primforge.kernel.backends._common import install_hint
 
 
 def _cmd_list(args, kernels) -> int:
@@ -140,7 +141,7 @@ def _cmd_bench(args, kernels) -> int:
         try:
             import matplotlib  # noqa: F401
         except ImportError:
-            _err("--plot needs matplotlib: pip install primforge[plot]")
+            _err(f"--plot needs matplotlib: {install_hint('plot')}")
             return 2
     why = _check_speedup_against(args, kernels)
     if why:

@@ -11,6 +11,8 @@ import subprocess
 import sys
 import time
 
+from primforge.kernel.backends._common import install_hint
+
 #: Distributions reported by version ("missing" when not installed).
 DISTRIBUTIONS = (
     "jax", "jaxlib", "jax-cuda13-plugin", "jax-cuda13-pjrt", "jax-cuda12-plugin",
@@ -76,7 +78,7 @@ def _backend_reason(name: str, module, platform: str) -> str | None:
                 if platform == "gpu" else "no C++ compiler found (CXX, g++, c++, clang++)")
     if name == "triton" and importlib.util.find_spec("triton") is not None:
         return "jaxlib ships no Triton dialect"
-    extra = f" (pip install 'primforge[{module.EXTRA}]')" if module.EXTRA else ""
+    extra = f" ({install_hint(module.EXTRA)})" if module.EXTRA else ""
     return f"missing its package{extra}"
 
 

@@ -34,6 +34,7 @@ from primforge.kernel import batching as _batching
 from primforge.kernel import selection as _selection
 from primforge.kernel import sharding as _sharding
 from primforge.kernel.backends import get_backend, is_available_on
+from primforge.kernel.backends._common import install_hint
 from primforge.kernel.entry import KernelEntry
 from primforge.kernel.errors import BackendUnavailableWarning, KernelError
 from primforge.kernel.state import KernelState
@@ -90,7 +91,7 @@ class LoweringMixin(KernelState):
     def _fallback(self, platform: str, choice: str, module, explicit: bool) -> KernelEntry:
         """Another installed backend when ``choice``'s package is missing (warned once)."""
         entries = self._entries[platform]
-        how = f"pip install 'primforge[{module.EXTRA}]'" if module.EXTRA else "its package"
+        how = install_hint(module.EXTRA) if module.EXTRA else "its package"
         if explicit:
             raise KernelError(
                 f"kernel {self.name!r}: backend {choice!r} was asked for but its package is not "

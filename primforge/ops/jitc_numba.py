@@ -20,6 +20,7 @@ from typing import Any
 
 import numpy as np
 
+from primforge.kernel.backends._common import install_hint
 from primforge.ops._jitc_generator import check_prob, threshold_table
 
 __all__ = ["jitc_numba_columns"]
@@ -46,7 +47,8 @@ def jitc_numba_columns(prob: float) -> Callable[..., int]:
 
     Raises:
         ValueError: ``prob`` is outside ``(0, 1]`` or too small for the generator.
-        ImportError: Numba is not installed (``pip install 'primforge[cpu]'``).
+        ImportError: Numba is not installed (``pip install -e ".[cpu]"`` in the primforge
+            checkout).
 
     Example:
         >>> import numpy as np
@@ -83,7 +85,8 @@ def _compiled(prob: float) -> Any:
     try:
         import numba
     except ImportError:  # pragma: no cover - numba is a core dependency here
-        raise ImportError("jitc_numba_columns needs Numba: pip install 'primforge[cpu]'") from None
+        raise ImportError(
+            f"jitc_numba_columns needs Numba: {install_hint('cpu')}") from None
 
     from primforge.ops._numba_jitconn import _helpers
 

@@ -64,13 +64,23 @@ def package_installed(name: str) -> bool:
 class MissingPackageError(ImportError):
     """A backend was asked to build but what it needs is not installed here.
 
-    The message names the backend, what it needs and the command that installs it
-    (``pip install 'primforge[<extra>]'``).
+    The message names the backend, what it needs and the command that installs it from a
+    checkout of primforge (``pip install -e ".[<extra>]"``).
 
     Example:
         >>> issubclass(MissingPackageError, ImportError)
         True
     """
+
+
+def install_hint(extra: str) -> str:
+    """The command that installs the pip extra ``extra`` of primforge from its checkout.
+
+    Example:
+        >>> print(install_hint('cpu'))
+        pip install -e ".[cpu]" (in the primforge checkout)
+    """
+    return f'pip install -e ".[{extra}]" (in the primforge checkout)'
 
 
 def missing_package(backend: str, needs: str, extra: str | None,
@@ -85,9 +95,9 @@ def missing_package(backend: str, needs: str, extra: str | None,
 
     Example:
         >>> print(missing_package('warp', 'NVIDIA Warp (warp-lang)', 'warp'))
-        the 'warp' backend needs NVIDIA Warp (warp-lang), which is not available here: pip install 'primforge[warp]'
+        the 'warp' backend needs NVIDIA Warp (warp-lang), which is not available here: pip install -e ".[warp]" (in the primforge checkout)
     """
-    how = f"pip install 'primforge[{extra}]'" if extra else "install it"
+    how = install_hint(extra) if extra else "install it"
     if hint:
         how += f" {hint}"
     return MissingPackageError(

@@ -33,8 +33,8 @@ class Backend(Protocol):
     Attributes:
         NAME: the backend's name (its key in ``KNOWN_BACKENDS``).
         PLATFORMS: the platforms it serves, a tuple drawn from :data:`ALL_PLATFORMS`.
-        EXTRA: the pip extra that installs what it needs (``pip install
-            'primforge[EXTRA]'``), or None when it needs nothing beyond JAX.
+        EXTRA: the pip extra that installs what it needs (``pip install -e ".[EXTRA]"`` in
+            the primforge checkout), or None when it needs nothing beyond JAX.
 
     Example:
         >>> from primforge.kernel.backends import get_backend

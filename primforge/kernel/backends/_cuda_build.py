@@ -28,6 +28,7 @@ import jax
 
 from primforge import _cache
 from primforge.kernel.backends import _common
+from primforge.kernel.backends._common import install_hint
 from primforge.kernel.backends._cuda_find import compiler_version, find_cxx, find_nvcc
 
 #: The backend's sub-folder of the on-disk cache.
@@ -250,8 +251,8 @@ def _recipe(source: str, wrapper: str, *, kind: str, flags: Sequence[str], arch:
         if compiler is None:
             raise FileNotFoundError(
                 "nvcc was not found on PATH, under $CUDA_HOME/$CUDA_PATH, or in the NVIDIA pip "
-                "packages: install the CUDA toolkit or pip install 'primforge[cuda]' "
-                "(nvidia-cuda-nvcc), or set $PRIMFORGE_NVCC to its absolute path"
+                "packages: install the CUDA toolkit or "
+                f"{install_hint('cuda')} (nvidia-cuda-nvcc), or set $PRIMFORGE_NVCC to its absolute path"
             )
         sm = _normalize_arch(arch)
         compute = "compute_" + sm[3:]
