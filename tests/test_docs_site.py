@@ -395,3 +395,29 @@ def test_no_project_internal_wording_where_users_read():
                 if INTERNAL.search(doc):
                     found.append(f"{path.relative_to(ROOT)}: docstring of {getattr(node, 'name', 'the module')}")
     assert not found, "project-internal wording:\n" + "\n".join(found)
+
+
+# ---- tutorial and diagrams ---------------------------------------------------------------
+
+
+def test_the_tutorial_runs_every_block():
+    """The spiking-network tutorial is run block by block by ``test_python_blocks_run``;
+    none of its blocks may be exempted."""
+    page = DOCS / "tutorial-snn.md"
+    assert page in python_pages()
+    blocks = [b for b in code_blocks(page) if b[1] in ("python", "py")]
+    assert len(blocks) >= 5
+    assert all(reason is None for *_, reason in blocks)
+
+
+IMAGE = re.compile(r"!\[[^\]]*\]\((?P<src>[^)\s]+)\)")
+
+
+def test_diagrams_are_static_images():
+    """No diagram needs a script from a CDN: no ```mermaid block, and every image a page
+    shows is a file under docs/."""
+    for page in pages():
+        for line, lang, _, _ in code_blocks(page):
+            assert lang != "mermaid", f"{page.name}:{line}: draw diagrams as SVG files"
+        for m in IMAGE.finditer(page.read_text(encoding="utf-8")):
+            assert (page.parent / m["src"]).is_file(), f"{page.name}: missing image {m['src']}"
