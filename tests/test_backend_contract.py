@@ -4,7 +4,7 @@ The contract (primforge.kernel.backends._contract.Backend): ``NAME``, ``PLATFORM
 ``EXTRA``, a cached ``is_available(platform=None)`` that finds the optional package without
 importing it, and ``make_callable(product, *, ins, outs, platform, name, **options)``, which
 checks the platform first, then that the package is there (an ImportError naming
-``pip install 'primforge[EXTRA]'``), then the options (``batch=()`` taken by every
+``pip install -e ".[EXTRA]"``), then the options (``batch=()`` taken by every
 backend), then the product. Shared pieces (compute capability, jaxlib version, cache folder)
 come from one module, and no backend reaches into another's private names.
 

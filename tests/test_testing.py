@@ -56,8 +56,8 @@ def test_missing_plugin_is_named_with_the_extra(monkeypatch):
 
     monkeypatch.setattr(importlib.metadata, "version", version)
     reason = testing.unavailable_reason()
-    assert "jax-cuda12-plugin" in reason and "primforge[gpu-compile]" in reason
-    with pytest.raises(testing.GpuCompilerUnavailable, match=r"primforge\[gpu-compile\]"):
+    assert "jax-cuda12-plugin" in reason and 'pip install -e ".[gpu-compile]"' in reason
+    with pytest.raises(testing.GpuCompilerUnavailable, match=r'pip install -e "\.\[gpu-compile\]"'):
         testing.compile_for_gpu(jnp.sin, jnp.ones(4))
 
 
@@ -80,7 +80,7 @@ def test_missing_ptxas_is_named_with_the_extra(monkeypatch):
         reason = testing.unavailable_reason()
     finally:
         testing._cuda_dir.cache_clear()
-    assert "needs ptxas" in reason and "primforge[gpu-compile]" in reason
+    assert "needs ptxas" in reason and 'pip install -e ".[gpu-compile]"' in reason
 
 
 def test_xla_gets_a_cuda_folder_with_ptxas_and_libdevice(tmp_path, monkeypatch):
