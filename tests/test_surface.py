@@ -192,3 +192,52 @@ def test_differentiating_through_non_differentiable_says_not_differentiable():
     with pytest.raises(Exception, match="not differentiable"):
         jax.grad(lambda x: non_differentiable(x) * 2.0)(1.0)
     assert non_differentiable(jnp.float32(2.0)) == 2.0
+
+
+# ------------------------------------------------------------------ operator input dtypes
+def _op_cases():
+    from primforge import ops
+
+    rng = np.random.default_rng(0)
+    dense = (rng.random((4, 5)) * (rng.random((4, 5)) < 0.5)).astype(np.float32)
+    rows, cols = np.nonzero(dense)
+    indptr = np.searchsorted(rows, np.arange(5)).astype(np.int32)
+    csr = (dense[rows, cols], cols.astype(np.int32), indptr)
+    fixed = (np.ones((4, 2), np.float32), np.array([[0, 1], [2, 3], [4, 0], [1, 2]], np.int32))
+    jitc = {"shape": (4, 5), "prob": 0.5}
+    v, m = np.arange(5, dtype=np.int32), np.arange(10, dtype=np.int32).reshape(5, 2)
+    return [
+        ("csrmv", "data", "vector", lambda w, x: ops.csrmv(w, *csr[1:], x, shape=(4, 5)),
+         csr[0], v),
+        ("csrmm", "data", "matrix", lambda w, x: ops.csrmm(w, *csr[1:], x, shape=(4, 5)),
+         csr[0], m),
+        ("densemv", "weights", "vector", lambda w, x: ops.densemv(w, x), dense, v),
+        ("densemm", "weights", "matrix", lambda w, x: ops.densemm(w, x), dense, m),
+        ("fixed_num_mv", "weights", "vector",
+         lambda w, x: ops.fixed_num_mv(w, fixed[1], x, shape=(4, 5)), fixed[0], v),
+        ("jitc_matvec", "weight", "x", lambda w, x: ops.jitc_matvec(w, 0, x, **jitc), 0.5, v),
+        ("jitc_matmat", "weight", "x", lambda w, x: ops.jitc_matmat(w, 0, x, **jitc), 0.5, m),
+        ("binary_csrmv", "data", "events",
+         lambda w, x: ops.binary_csrmv(w, *csr[1:], x, shape=(4, 5)), csr[0], v),
+    ]
+
+
+def test_operators_promote_integer_input_and_refuse_complex_naming_the_argument():
+    """Integer input of a float product is promoted to the weights' dtype, as in jnp.matmul;
+    complex input or weights raise TypeError naming the argument."""
+    for op, w_name, x_name, call, w, x in _op_cases():
+        got = call(w, x)
+        if not op.startswith("binary"):
+            np.testing.assert_allclose(got, call(w, x.astype(np.float32)), rtol=1e-6,
+                                       err_msg=op)
+        if op == "csrmv":  # and against NumPy
+            np.testing.assert_allclose(got, _dense_of_csr_case() @ x, rtol=1e-6)
+        with pytest.raises(TypeError, match=rf"{op}: '{x_name}' is complex"):
+            call(w, x.astype(np.complex64))
+        with pytest.raises(TypeError, match=rf"{op}: '{w_name}' is complex"):
+            call(np.asarray(w, np.complex64), x)
+
+
+def _dense_of_csr_case():
+    rng = np.random.default_rng(0)
+    return (rng.random((4, 5)) * (rng.random((4, 5)) < 0.5)).astype(np.float32)
