@@ -241,3 +241,17 @@ def test_operators_promote_integer_input_and_refuse_complex_naming_the_argument(
 def _dense_of_csr_case():
     rng = np.random.default_rng(0)
     return (rng.random((4, 5)) * (rng.random((4, 5)) < 0.5)).astype(np.float32)
+
+
+def test_misspelt_platforms_and_default_backends_get_the_close_name():
+    k = _kernel("close_names")
+    k.def_kernel("numba_parallel", "cpu", lambda **kw: lambda x: x)
+    with pytest.raises(ValueError, match=r"'gpuu' \(did you mean 'gpu'\?\)"):
+        k.available_backends("gpuu")
+    with pytest.raises(ValueError, match=r"'numba_paralel' backend on 'cpu' \(did you mean "
+                                         r"'numba_parallel'\?\)"):
+        k.set_default("cpu", "numba_paralel")
+    k.def_call(lambda x, backend=None: k(x, outs=F32, backend=backend))
+    k.def_benchmark_data(lambda *, platform: [primforge.BenchmarkConfig(args=(jnp.ones(3),))])
+    with pytest.raises(ValueError, match=r"did you mean 'numba_parallel'\?"):
+        k.benchmark(platform="cpu", backends=["numba_paralel"])
