@@ -320,7 +320,9 @@ def numba_cuda_gen(op):
             y[i] = x[idx[i]]
 
     fn = {"affine": affine, "rowsum": rowsum, "gather": gather}.get(op)
-    return None if fn is None else (lambda **kw: numba_cuda_kernel(fn, block=256))
+    if fn is None:
+        return None
+    return lambda outs, **kw: numba_cuda_kernel(fn, launch_dims=int(np.prod(outs[0].shape)))
 
 
 # ----------------------------------------------------------------------------- driver

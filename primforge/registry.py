@@ -24,6 +24,8 @@ import warnings
 from collections.abc import Iterable, Sequence
 from typing import TYPE_CHECKING, Any
 
+from primforge.utils._suggest import close_matches
+
 if TYPE_CHECKING:  # pragma: no cover
     from primforge.kernel.kernel import XLACustomKernel
 
@@ -127,6 +129,13 @@ def get_kernel(name: str) -> XLACustomKernel:
     try:
         return _KERNELS[name]
     except KeyError:
+        close = close_matches(name, _KERNELS)
+        if close:  # the close names only, not every registered kernel
+            raise UnknownKernelError(
+                f"no kernel named {name!r}; did you mean "
+                f"{' or '.join(repr(c) for c in close)}? ({len(_KERNELS)} kernels are "
+                f"registered: `primforge list` shows them)"
+            ) from None
         known = ", ".join(sorted(_KERNELS)) or "(none)"
         raise UnknownKernelError(
             f"no kernel named {name!r}; registered kernels: {known}"

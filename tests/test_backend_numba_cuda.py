@@ -39,7 +39,8 @@ SIM_SCRIPT = textwrap.dedent("""
             out[i] = s
 
     k = primforge.XLACustomKernel('sim_rowsum')
-    k.def_kernel('numba_cuda', 'cpu', lambda **kw: numba_cuda_kernel(rowsum, block=4))
+    k.def_kernel('numba_cuda', 'cpu', lambda outs, **kw: numba_cuda_kernel(
+        rowsum, launch_dims=int(np.prod(outs[0].shape)), threads_per_block=4))
     x = np.random.default_rng(0).normal(size=(10, 7)).astype(np.float32)
     out = k(x, outs=jax.ShapeDtypeStruct((10,), jnp.float32))
     np.testing.assert_allclose(np.asarray(out), x.sum(1), rtol=1e-5)
@@ -96,7 +97,8 @@ def test_ptx_and_gpu_lowering_on_any_machine():
             o[i] = 2.0 * x[i] + 1.0
 
     k = primforge.XLACustomKernel("t_nc_lower", replace=True)
-    k.def_numba_cuda_kernel(lambda **kw: nc.numba_cuda_kernel(affine, block=128))
+    k.def_numba_cuda_kernel(lambda outs, **kw: nc.numba_cuda_kernel(
+        affine, launch_dims=int(np.prod(outs[0].shape)), threads_per_block=128))
     text = lower_for_cuda(lambda x: k(x, outs=jax.ShapeDtypeStruct(x.shape, x.dtype)),
                           jnp.ones(1000, jnp.float32))
     assert "PrimforgePtxLaunch" in text
@@ -121,7 +123,8 @@ def test_gpu_compiles_and_the_ptx_assembles_for_every_target():
             out[i] = s
 
     k = primforge.XLACustomKernel("t_nc_compile", replace=True)
-    k.def_numba_cuda_kernel(lambda **kw: nc.numba_cuda_kernel(rowsum, block=64))
+    k.def_numba_cuda_kernel(lambda outs, **kw: nc.numba_cuda_kernel(
+        rowsum, launch_dims=int(np.prod(outs[0].shape)), threads_per_block=64))
     f = lambda x: k(x, outs=jax.ShapeDtypeStruct(x.shape[:1], x.dtype))
     for fn, x in [(f, jax.ShapeDtypeStruct((1000, 7), jnp.float32)),
                   (jax.vmap(f), jax.ShapeDtypeStruct((3, 1000, 7), jnp.float64))]:
@@ -147,7 +150,8 @@ def test_ptx_is_built_for_the_target_being_compiled_for():
             o[i] = x[i]
 
     k = primforge.XLACustomKernel("t_nc_target_cc", replace=True)
-    k.def_numba_cuda_kernel(lambda **kw: nc.numba_cuda_kernel(copy, block=32))
+    k.def_numba_cuda_kernel(lambda outs, **kw: nc.numba_cuda_kernel(
+        copy, launch_dims=int(np.prod(outs[0].shape)), threads_per_block=32))
     f = lambda x: k(x, outs=jax.ShapeDtypeStruct(x.shape, x.dtype))
     from primforge import testing
 
@@ -175,7 +179,8 @@ def test_ptx_that_does_not_assemble_fails_the_compile_by_kernel_name():
     from primforge import testing
 
     k = primforge.XLACustomKernel("t_nc_hog", replace=True)
-    k.def_numba_cuda_kernel(lambda **kw: nc.numba_cuda_kernel(hog, block=32))
+    k.def_numba_cuda_kernel(lambda outs, **kw: nc.numba_cuda_kernel(
+        hog, launch_dims=int(np.prod(outs[0].shape)), threads_per_block=32))
     f = lambda x: k(x, outs=jax.ShapeDtypeStruct(x.shape, x.dtype))
     result = testing.compile_for_gpu(f, jnp.ones(32, jnp.float32), target="h100")
     assert not result.ok and "hog" in result.failed_kernel, result.describe()
@@ -193,7 +198,8 @@ def test_gpu_run_matches_numpy():
             o[i] = 2.0 * x[i] + 1.0
 
     k = primforge.XLACustomKernel("t_nc_gpu", replace=True)
-    k.def_numba_cuda_kernel(lambda **kw: nc.numba_cuda_kernel(affine, block=128))
+    k.def_numba_cuda_kernel(lambda outs, **kw: nc.numba_cuda_kernel(
+        affine, launch_dims=int(np.prod(outs[0].shape)), threads_per_block=128))
     x = np.arange(1000, dtype=np.float32)
     f = lambda x: k(x, outs=jax.ShapeDtypeStruct(x.shape, x.dtype))
     np.testing.assert_allclose(np.asarray(f(x)), 2 * x + 1)

@@ -198,9 +198,9 @@ def test_numba_cuda_kernel_launch_configuration_checks():
     with pytest.raises(ValueError, match="launch_dims or grid/block, not both"):
         numba_cuda_kernel(None, launch_dims=8, grid=1, block=8)
     with pytest.raises(TypeError, match=r"outs\[0\] must be a jax.ShapeDtypeStruct"):
-        numba_cuda_kernel(None, outs=[3])
+        numba_cuda_kernel(None, outs=[3], launch_dims=2)
     with pytest.raises(TypeError, match="knows its outputs"):
-        numba_cuda_kernel(None)(jnp.ones(2))
+        numba_cuda_kernel(None, launch_dims=2)(jnp.ones(2))
 
 
 def test_whole_jvp_rule_of_a_single_output_kernel_may_return_bare_arrays():

@@ -44,6 +44,8 @@ class BenchmarkConfig:
         kwargs: keyword arguments for the call function (static: shapes, flags).
         params: values that describe the case (sizes, densities); recorded with every
             result and used as the x axis of plots.
+        kernel_kwargs: another name for ``kwargs`` (give one of the two).
+        data_kwargs: another name for ``params`` (give one of the two).
         **more_params: further params, merged into ``params``.
 
     Example:
@@ -55,6 +57,10 @@ class BenchmarkConfig:
         {'n': 100, 'density': 0.1}
         >>> BenchmarkConfig('small', (jnp.ones(3),), {'scale': 2}).kwargs
         {'scale': 2}
+        >>> cfg = BenchmarkConfig('T', (jnp.ones(3),), kernel_kwargs={'transpose': True},
+        ...                       data_kwargs={'n': 3})
+        >>> cfg.kwargs, cfg.params
+        ({'transpose': True}, {'n': 3})
     """
 
     __slots__ = ("args", "kwargs", "name", "params")
@@ -65,8 +71,19 @@ class BenchmarkConfig:
         args: Sequence[Any] = (),
         kwargs: Mapping[str, Any] | None = None,
         params: Mapping[str, Any] | None = None,
+        *,
+        kernel_kwargs: Mapping[str, Any] | None = None,
+        data_kwargs: Mapping[str, Any] | None = None,
         **more_params: Any,
     ):
+        for alias, value, own, own_value in (("kernel_kwargs", kernel_kwargs, "kwargs", kwargs),
+                                             ("data_kwargs", data_kwargs, "params", params)):
+            if value is not None and own_value is not None:
+                raise TypeError(
+                    f"BenchmarkConfig: give '{own}' or its other name '{alias}', not both"
+                )
+        kwargs = kernel_kwargs if kernel_kwargs is not None else kwargs
+        params = data_kwargs if data_kwargs is not None else params
         if isinstance(args, (str, bytes)) or not isinstance(args, Sequence):
             raise TypeError(
                 f"BenchmarkConfig: 'args' must be a tuple or list of the call's positional "
@@ -91,6 +108,26 @@ class BenchmarkConfig:
         self.args = tuple(args)
         self.kwargs = dict(kwargs or {})
         self.params = merged
+
+    @property
+    def kernel_kwargs(self) -> dict[str, Any]:
+        """``kwargs`` under its other name.
+
+        Example:
+            >>> BenchmarkConfig(kwargs={'k': 1}).kernel_kwargs
+            {'k': 1}
+        """
+        return self.kwargs
+
+    @property
+    def data_kwargs(self) -> dict[str, Any]:
+        """``params`` under its other name.
+
+        Example:
+            >>> BenchmarkConfig(n=4).data_kwargs
+            {'n': 4}
+        """
+        return self.params
 
     def __repr__(self) -> str:
         return f"BenchmarkConfig({self.name!r}, params={self.params!r})"

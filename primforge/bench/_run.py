@@ -38,6 +38,7 @@ from primforge.bench._format import format_seconds
 from primforge.bench._record import BenchmarkRecord
 from primforge.bench._result import BenchmarkResult
 from primforge.kernel.backends._platforms import canonical_platform
+from primforge.utils._suggest import did_you_mean
 
 __all__ = ["benchmark_kernel", "compare_outputs", "reference_backend"]
 
@@ -356,7 +357,7 @@ def _plan(kernel, platform: str, backends, reference) -> tuple[list[str], str | 
         if unknown:
             raise ValueError(
                 f"benchmark: backends {unknown} are not registered for kernel {kernel.name!r} "
-                f"on {platform!r}; available: {available}"
+                f"on {platform!r}{did_you_mean(unknown[0], available)}; available: {available}"
             )
         chosen = list(dict.fromkeys(backends))
     if reference is False:

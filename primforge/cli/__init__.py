@@ -24,6 +24,7 @@ from __future__ import annotations
 import importlib.util
 import os
 import sys
+import types
 from collections.abc import Sequence
 from pathlib import Path
 
@@ -86,6 +87,18 @@ def _import_target(target: str) -> str | None:
     return None
 
 
+def _stored_or_registered(names) -> list:
+    """``autotune --show/--clear NAME``: a stored choice is found by its kernel's name even
+    when the module defining that kernel was not imported (only ``.name`` is used)."""
+    stored = autotune.choices()
+    registered = {k.name for k in registry.list_kernels()}
+    return [
+        types.SimpleNamespace(name=n) if n in stored and n not in registered
+        else registry.get_kernel(n)
+        for n in dict.fromkeys(names)
+    ]
+
+
 def main(argv: Sequence[str] | None = None) -> int:
     """Run the ``primforge`` command; returns the exit status.
 
@@ -111,6 +124,8 @@ def main(argv: Sequence[str] | None = None) -> int:
     try:
         if args.command == "info":
             kernels = [registry.get_kernel(args.name)]
+        elif args.command == "autotune" and (args.clear or args.show) and not args.tags:
+            kernels = _stored_or_registered(args.names)
         else:
             kernels = registry.select_kernels(args.names, _split(args.tags), args.match)
     except (registry.UnknownKernelError, registry.UnknownTagError) as e:

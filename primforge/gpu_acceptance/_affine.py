@@ -126,10 +126,10 @@ def _numba_cuda_fn():
     return affine
 
 
-def _numba_cuda_gen(**_):
+def _numba_cuda_gen(outs, **_):
     from primforge.kernel.backends.numba_cuda import numba_cuda_kernel
 
-    return numba_cuda_kernel(_numba_cuda_fn(), block=256)
+    return numba_cuda_kernel(_numba_cuda_fn(), launch_dims=outs[0].shape[0])
 
 
 @functools.cache

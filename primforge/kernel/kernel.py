@@ -48,6 +48,7 @@ from primforge import _compat, registry
 from primforge.kernel import hooks
 from primforge.kernel import selection as _selection
 from primforge.kernel.autodiff import INTERNAL_PARAMS, AutodiffMixin, KernelPrimitive
+from primforge.kernel.backends import KNOWN_BACKENDS
 from primforge.kernel.batching import BatchingMixin
 from primforge.kernel.benchmarking import BenchmarkingMixin
 from primforge.kernel.checks import ChecksMixin
@@ -58,6 +59,7 @@ from primforge.kernel.registration import RegistrationMixin
 from primforge.kernel.sharding import ShardingMixin
 from primforge.kernel.state import KernelState
 from primforge.primitive import static_param
+from primforge.utils._suggest import did_you_mean
 
 __all__ = [
     "BackendUnavailableWarning",
@@ -221,7 +223,8 @@ class XLACustomKernel(
             raise TypeError(f"kernel {self.name!r}: backend must be a str or None")
         known = {b for e in self._entries.values() for b in e}
         if backend not in known:
+            hint = did_you_mean(backend, known | set(KNOWN_BACKENDS))
             raise ValueError(
-                f"kernel {self.name!r} has no backend {backend!r}; registered: "
-                f"{self._backend_table()}"
+                f"kernel {self.name!r} has no backend {backend!r}{hint}; the 'backend' "
+                f"argument must name a registered one: {self._backend_table()}"
             )

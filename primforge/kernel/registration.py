@@ -21,6 +21,7 @@ from primforge.kernel import selection as _selection
 from primforge.kernel.backends import KNOWN_BACKENDS, get_backend
 from primforge.kernel.entry import KernelEntry
 from primforge.kernel.state import KernelState
+from primforge.utils._suggest import did_you_mean
 
 __all__ = ["RegistrationMixin", "check_platform"]
 
@@ -240,8 +241,8 @@ class RegistrationMixin(KernelState):
             )
         if backend not in entries:
             raise ValueError(
-                f"kernel {self.name!r} has no {backend!r} backend on {platform!r}; "
-                f"available: {list(entries)}"
+                f"kernel {self.name!r} has no {backend!r} backend on {platform!r}"
+                f"{did_you_mean(backend, entries)}; available: {list(entries)}"
             )
         self._defaults[platform] = backend
         self._changed()

@@ -24,6 +24,7 @@ from primforge.kernel.backends import KNOWN_BACKENDS
 
 # Platform names live in the backends layer; imported from here too.
 from primforge.kernel.backends._platforms import PLATFORM_ALIASES, canonical_platform  # noqa: F401
+from primforge.utils._suggest import did_you_mean
 
 __all__ = ["current_overrides", "restored", "use_backend"]
 
@@ -118,9 +119,10 @@ def restored(overrides) -> Iterator[None]:
 
 def _check_names(platform: str, backend: str, kernel_name: str | None) -> None:
     if kernel_name is not None and kernel_name not in _KERNELS:
+        hint = did_you_mean(kernel_name, _KERNELS)
         raise ValueError(
-            f"use_backend: no kernel named {kernel_name!r}; known kernels: "
-            f"{sorted(_KERNELS) or 'none'}"
+            f"use_backend: no kernel named {kernel_name!r} (the 'kernel' argument){hint}; "
+            f"known kernels: {sorted(_KERNELS) or 'none'}"
         )
     if backend in KNOWN_BACKENDS:
         return
@@ -129,16 +131,18 @@ def _check_names(platform: str, backend: str, kernel_name: str | None) -> None:
         has = {b for entries in kernel._entries.values() for b in entries}
         if backend not in has:
             raise ValueError(
-                f"use_backend: kernel {kernel_name!r} has no backend {backend!r} on any "
-                f"platform; its backends: {kernel._backend_table()}; backend modules: "
+                f"use_backend: kernel {kernel_name!r} has no backend {backend!r} (the "
+                f"'backend' argument) on any platform"
+                f"{did_you_mean(backend, has | set(KNOWN_BACKENDS))}; its backends: {kernel._backend_table()}; backend modules: "
                 f"{sorted(KNOWN_BACKENDS)}"
             )
         return
     known = known_backend_names()
     if backend not in known:
         raise ValueError(
-            f"use_backend: unknown backend {backend!r}: no registered kernel has it and it "
-            f"is not a backend module's name; known backends: {known}"
+            f"use_backend: unknown backend {backend!r} (the 'backend' argument)"
+            f"{did_you_mean(backend, known)}: no registered kernel has it and it is not a "
+            f"backend module's name; known backends: {known}"
         )
 
 

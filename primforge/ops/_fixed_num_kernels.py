@@ -189,7 +189,9 @@ def _public(binary: bool, matrix: bool):
 
     def call(weights, indices, x, *, shape, transpose=False, backend=None):
         shape = _scaffold.check_shape(shape, who)
-        weights, x = _scaffold.promote_input(_scaffold.float_weights(weights), x, binary)
+        weights, x = _scaffold.promote_input(_scaffold.float_weights(weights, who=who), x,
+                                             binary, who=who,
+                                             name=_scaffold.input_name(binary, matrix))
         indices = _scaffold.index_array(indices, who, "indices")
         return FAMILY.call(binary, matrix, weights, indices, x, shape=shape,
                            transpose=bool(transpose), backend=backend)

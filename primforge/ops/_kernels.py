@@ -162,7 +162,9 @@ def _public(binary: bool, matrix: bool):
              transpose: bool = False, backend: str | None = None) -> jax.Array:
         who = FAMILY.name(binary, matrix)
         shape = _scaffold.check_shape(shape, who)
-        data, x = _scaffold.promote_input(_scaffold.float_weights(data), x, binary)
+        data = _scaffold.float_weights(data, who=who, name="data")
+        data, x = _scaffold.promote_input(data, x, binary, who=who,
+                                          name=_scaffold.input_name(binary, matrix))
         indices = _scaffold.index_array(indices, who, "indices")
         indptr = _scaffold.index_array(indptr, who, "indptr")
         return FAMILY.call(binary, matrix, data, indices, indptr, x,

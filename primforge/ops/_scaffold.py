@@ -50,6 +50,7 @@ __all__ = [
     "fill_args",
     "float_weights",
     "index_array",
+    "input_name",
     "promote_input",
     "unit_weight_cotangent",
 ]
@@ -107,14 +108,37 @@ def index_array(x: Any, who: str, name: str) -> jax.Array:
     return jnp.asarray(x)
 
 
-def float_weights(weights: Any, *, scalar_as_vector: bool = True) -> jax.Array:
+def input_name(binary: bool, matrix: bool) -> str:
+    """The public name of a product's input argument: ``events``, ``matrix`` or ``vector``.
+
+    Example:
+        >>> input_name(True, False), input_name(False, True), input_name(False, False)
+        ('events', 'matrix', 'vector')
+    """
+    return "events" if binary else ("matrix" if matrix else "vector")
+
+
+def _reject_complex(a: Any, who: str, name: str) -> None:
+    if jnp.issubdtype(a.dtype, jnp.complexfloating):
+        raise TypeError(
+            f"{who}: {name!r} is complex ({a.dtype}); the operators compute in real floating "
+            f"point. Pass the real and imaginary parts in two calls, or a real array."
+        )
+
+
+def float_weights(weights: Any, *, scalar_as_vector: bool = True, who: str = "weights",
+                  name: str = "weights") -> jax.Array:
     """``weights`` as a floating JAX array; a scalar becomes shape ``(1,)`` (one shared weight).
+
+    Integer and bool weights are promoted to JAX's default float dtype; complex ones raise
+    ``TypeError`` naming the argument (``who``: the operator, ``name``: the argument).
 
     Example:
         >>> float_weights(2)
         Array([2.], dtype=float32)
     """
     weights = jnp.asarray(weights)
+    _reject_complex(weights, who, name)
     if scalar_as_vector and weights.ndim == 0:
         weights = weights.reshape(1)
     if not jnp.issubdtype(weights.dtype, jnp.floating):
@@ -122,10 +146,15 @@ def float_weights(weights: Any, *, scalar_as_vector: bool = True) -> jax.Array:
     return weights
 
 
-def promote_input(weights: jax.Array, x: Any, binary: bool) -> tuple[jax.Array, jax.Array]:
+def promote_input(weights: jax.Array, x: Any, binary: bool, *, who: str = "input",
+                  name: str = "x") -> tuple[jax.Array, jax.Array]:
     """Give a float product's input and weights one floating dtype (binary input is kept).
 
-    Bit-packed events (:class:`~primforge.ops.PackedEvents`) are unpacked to bool here.
+    As in ``jnp.matmul``, an integer or bool input of a float product is promoted to the
+    weights' dtype, and a float input of another precision promotes both to the wider one.
+    A complex input raises ``TypeError`` naming the argument (``name``), in float and
+    binary products alike. Bit-packed events (:class:`~primforge.ops.PackedEvents`) are
+    unpacked to bool here.
 
     Example:
         >>> w, x = promote_input(jnp.ones(2, jnp.float32), [1, 0], binary=False)
@@ -133,6 +162,7 @@ def promote_input(weights: jax.Array, x: Any, binary: bool) -> tuple[jax.Array, 
         (dtype('float32'), dtype('float32'))
     """
     x = jnp.asarray(as_events(x))
+    _reject_complex(x, who, name)
     if not binary:
         if not jnp.issubdtype(x.dtype, jnp.floating):
             x = x.astype(weights.dtype)

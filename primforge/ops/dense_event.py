@@ -126,9 +126,12 @@ binary_densemm_p = KERNELS[(True, True)]
 
 
 def _public(binary: bool, matrix: bool):
+    who = FAMILY.name(binary, matrix)
+
     def call(weights, x, *, transpose=False, backend=None):
-        weights = _scaffold.float_weights(weights, scalar_as_vector=False)
-        weights, x = _scaffold.promote_input(weights, x, binary)
+        weights = _scaffold.float_weights(weights, scalar_as_vector=False, who=who)
+        weights, x = _scaffold.promote_input(weights, x, binary, who=who,
+                                             name=_scaffold.input_name(binary, matrix))
         return FAMILY.call(binary, matrix, weights, x, transpose=bool(transpose), backend=backend)
 
     return call

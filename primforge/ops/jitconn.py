@@ -214,7 +214,7 @@ binary_jitc_matmat_p = KERNELS[(True, True)]
 # ----------------------------------------------------------------------------- public calls
 def _theta(weight, weight_kind, who):
     check_kind(weight_kind, who)
-    theta = _scaffold.float_weights(weight, scalar_as_vector=False)
+    theta = _scaffold.float_weights(weight, scalar_as_vector=False, who=who, name="weight")
     want = WEIGHT_KINDS[weight_kind]
     if theta.size != want or theta.ndim > 1:
         what = {"homo": "a scalar", "uniform": "a pair (low, high)",
@@ -240,7 +240,8 @@ def _public(binary: bool, matrix: bool, weight, seed, x, *, shape, prob, transpo
     shape = _scaffold.check_shape(shape, who, int32=True)
     prob = check_prob(prob, who)
     theta = _theta(weight, weight_kind, who)
-    theta, x = _scaffold.promote_input(theta, x, binary)
+    theta, x = _scaffold.promote_input(theta, x, binary, who=who,
+                                       name="events" if binary else "x")
     table = jnp.asarray(cached_table(prob))
     return FAMILY.call(binary, matrix, theta, _seed(seed, who), table, x, shape=shape, prob=prob,
                        transpose=bool(transpose), weight_kind=weight_kind, backend=backend)

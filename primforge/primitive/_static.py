@@ -18,6 +18,8 @@ from typing import Any
 import jax
 import numpy as np
 
+from primforge import _compat
+
 __all__ = ["FrozenDict", "HashableCallable", "static_param"]
 
 
@@ -158,12 +160,17 @@ def _closure_key(value: Any, seen: frozenset[int]) -> Any:
 
 
 _ARRAY_PARAM_MSG = (
-    "{where}: keyword param {name!r} is an array ({desc}). Keyword params of a primitive "
-    "are static: they are part of the compiled program's cache key and must be hashable, "
-    "and an array is neither hashable nor static. Pass it as a positional operand of "
-    "`bind` instead (so it is traced and can be differentiated), or, if it really is a "
-    "small compile-time constant, pass it as a (nested) tuple, e.g. "
-    "tuple(np.asarray(value).tolist())."
+    "{where}: static param {name!r} is {what} ({desc}). Static params are fixed when the "
+    "call is traced (they key the compiled program), so they must be hashable Python "
+    "values. If the value varies or should be differentiated, pass it as an array input "
+    "instead (a positional argument of the kernel call, an operand of a primitive's "
+    "`bind`) and read it in the kernel as an input. If it is a constant, pass a hashable "
+    "Python value: float(x) or int(x) for a scalar, tuple(np.asarray(x).tolist()) for a "
+    "small array{static_hint}."
+)
+_TRACED_HINT = (
+    ", or mark the argument it comes from static in the enclosing transformation "
+    "(jax.jit(..., static_argnums=...))"
 )
 
 
@@ -211,8 +218,13 @@ def static_param(value: Any, *, name: str = "param", where: str = "static_param"
     if isinstance(value, (HashableCallable, FrozenDict)):
         return value
     if isinstance(value, (np.ndarray, jax.Array)):
+        traced = isinstance(value, _compat.Tracer)
         desc = f"{type(value).__name__} of shape {getattr(value, 'shape', '?')}"
-        raise TypeError(_ARRAY_PARAM_MSG.format(where=where, name=name, desc=desc))
+        raise TypeError(_ARRAY_PARAM_MSG.format(
+            where=where, name=name, desc=desc,
+            what="a traced value" if traced else "an array",
+            static_hint=_TRACED_HINT if traced else "",
+        ))
     if isinstance(value, (list, tuple)) and not hasattr(value, "_fields"):
         return tuple(static_param(v, name=f"{name}[{i}]", where=where) for i, v in enumerate(value))
     if isinstance(value, dict):

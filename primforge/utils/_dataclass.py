@@ -248,7 +248,9 @@ def dataclass(
     marker before its static values (shown as ``<rebuild>``): the cue on which JAX's
     rebuild skips that code.
 
-    Subclasses must be decorated again to become pytrees of their own.
+    Subclasses must be decorated again to become pytrees of their own. Decorated classes
+    carry the class attribute ``_jax_dataclass = True``, by which code written for other
+    JAX dataclass libraries recognises them.
 
     Args:
         cls: The class; omitted when the decorator is called with arguments.
@@ -297,6 +299,7 @@ def dataclass(
         )
         if "replace" not in names and not hasattr(dc, "replace"):
             dc.replace = _replace  # type: ignore[attr-defined]
+        dc._jax_dataclass = True  # type: ignore[attr-defined]  # the marker peers check
         _register(dc, generated_init=generated_init)
         return dc  # type: ignore[return-value]
 

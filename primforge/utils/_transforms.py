@@ -299,7 +299,8 @@ def no_jax_tracing(fn: C) -> C:
 
 
 _NON_DIFFERENTIABLE_MSG = (
-    "non_differentiable: a value marked non-differentiable was differentiated. "
+    "non_differentiable: the value is not differentiable (it is marked "
+    "non-differentiable), but it was differentiated. "
     "Something that depends on the inputs you differentiate with respect to flows into "
     "non_differentiable(...). Wrap it in jax.lax.stop_gradient if a zero derivative is "
     "what you want, or remove the marker if the derivative is meaningful."

@@ -28,6 +28,7 @@ import jax
 import jaxlib
 
 from primforge import _cache
+from primforge.utils._suggest import did_you_mean
 
 __all__ = [
     "FALLBACK_COMPUTE_CAPABILITY",
@@ -284,3 +285,27 @@ def _process_alive(pid: int) -> bool:
     except OSError:  # e.g. another user's process: alive
         return True
     return True
+
+
+#: The batching methods of ``jax.ffi.ffi_call``, accepted by ``vmap_method=``.
+VMAP_METHODS = (
+    "sequential", "sequential_unrolled", "expand_dims", "broadcast_all", "legacy_vectorized"
+)
+
+
+def check_vmap_method(where: str, vmap_method: Any) -> None:
+    """Raise ``ValueError`` unless ``vmap_method`` is None or one of :data:`VMAP_METHODS`.
+
+    Example:
+        >>> check_vmap_method('numba_kernel', 'sequential')
+        >>> check_vmap_method('numba_kernel', 'sequentail')
+        Traceback (most recent call last):
+        ...
+        ValueError: numba_kernel: 'vmap_method' must be None or one of (...), got 'sequentail' (did you mean 'sequential' or 'sequential_unrolled'?)
+    """
+    if vmap_method is None or vmap_method in VMAP_METHODS:
+        return
+    raise ValueError(
+        f"{where}: 'vmap_method' must be None or one of {VMAP_METHODS}, got "
+        f"{vmap_method!r}{did_you_mean(vmap_method, VMAP_METHODS)}"
+    )

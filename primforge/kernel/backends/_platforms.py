@@ -8,6 +8,8 @@ re-exports them for old imports.
 
 from __future__ import annotations
 
+from primforge.utils._suggest import did_you_mean
+
 __all__ = ["PLATFORMS", "PLATFORM_ALIASES", "canonical_platform"]
 
 #: primforge's platform names.
@@ -30,10 +32,15 @@ def canonical_platform(platform: str) -> str:
         Traceback (most recent call last):
         ...
         ValueError: unknown platform 'mars': expected one of 'cpu', 'gpu', 'tpu'
+        >>> canonical_platform('gpuu')
+        Traceback (most recent call last):
+        ...
+        ValueError: unknown platform 'gpuu' (did you mean 'gpu'?): expected one of 'cpu', 'gpu', 'tpu'
     """
     try:
         return PLATFORM_ALIASES[platform]
     except KeyError:
         raise ValueError(
-            f"unknown platform {platform!r}: expected one of 'cpu', 'gpu', 'tpu'"
+            f"unknown platform {platform!r}{did_you_mean(platform, PLATFORM_ALIASES)}: "
+            f"expected one of 'cpu', 'gpu', 'tpu'"
         ) from None

@@ -257,14 +257,16 @@ def numba_kernel(
     input_output_aliases: Mapping[int, int] | None = None,
     name: str | None = None,
     half_as: str = "float32",
+    vmap_method: str | None = None,
 ) -> NumbaKernel:
     """Bind a Numba kernel to its outputs, giving a callable served by the XLA FFI.
 
     Args:
-        fn: a ``numba.njit`` function (or a plain Python function, jitted here) with the
-            convention ``fn(*inputs, *outputs)``: it writes the outputs in place and
-            returns nothing or an integer status where non-zero means failure (raised as
-            an exception on the JAX side). ``parallel=True`` kernels work.
+        fn: a ``numba.njit`` function with the convention ``fn(*inputs, *outputs)``: it
+            writes the outputs in place and returns nothing or an integer status where
+            non-zero means failure (raised as an exception on the JAX side).
+            ``parallel=True`` kernels work. A plain Python function (a lambda included)
+            is refused: decorate it with ``@numba.njit``.
         outs: a ``jax.ShapeDtypeStruct`` (the call returns one array) or a sequence of
             them (the call returns a tuple).
         input_output_aliases: ``{input index: output index}``: that output is written
@@ -273,9 +275,17 @@ def numba_kernel(
         name: name used for the FFI target and in error messages (default: ``fn``'s).
         half_as: how ``float16``/``bfloat16``/8-bit floats reach the kernel: ``"float32"``
             (converted by JAX) or ``"bits"`` (unsigned integers holding the bit patterns).
+        vmap_method: accepted for code written against ``jax.ffi.ffi_call``'s batching
+            methods (``"sequential"``, ``"sequential_unrolled"``, ``"expand_dims"``,
+            ``"broadcast_all"``, ``"legacy_vectorized"``); every one gives the same result,
+            since the kernel batches natively under ``jax.vmap`` (one XLA call that loops
+            over the batch). Another value raises ``ValueError``.
 
     Returns:
         A :class:`NumbaKernel`; call it with the input arrays.
+
+    Raises:
+        TypeError: ``fn`` is not a Numba-compiled (``@numba.njit``) function.
 
     Example:
         >>> import jax, jax.numpy as jnp, numba
@@ -289,9 +299,18 @@ def numba_kernel(
         >>> jax.jit(k)(jnp.array([1.0, 2.0]), jnp.array([3.0, 4.0]))
         (Array([4., 6.], dtype=float32), Array([3., 8.], dtype=float32))
     """
+    _common.check_vmap_method("numba_kernel", vmap_method)
+    numba = _require_numba()
+    if not isinstance(fn, numba.core.registry.CPUDispatcher):
+        what = "a lambda" if getattr(fn, "__name__", "") == "<lambda>" else type(fn).__name__
+        raise TypeError(
+            f"numba_kernel: 'fn' must be a Numba-compiled function (decorate it with "
+            f"@numba.njit), got {what}"
+        )
     return NumbaKernel(
         fn, outs, input_output_aliases=input_output_aliases, name=name, half_as=half_as
     )
+
 
 
 # --------------------------------------------------------------------------------------

@@ -206,26 +206,39 @@ def numba_cuda_kernel(
     threads_per_block: int = 256,
     shared_mem: int = 0,
     cc: tuple[int, int] | None = None,
+    vmap_method: str | None = None,
 ) -> NumbaCudaKernel:
     """Wrap a ``numba.cuda`` kernel with its launch configuration (and outputs).
+
+    The launch is given either as ``grid`` and ``block`` together or as ``launch_dims``;
+    the configuration is checked here, before numba-cuda is needed. (A bare ``@cuda.jit``
+    kernel returned from a kernel generator is launched with one thread per element of
+    the first output, 256 per block.)
 
     Args:
         kernel: a ``@cuda.jit`` function taking the inputs then the outputs.
         outs: optional ``jax.ShapeDtypeStruct`` (or a sequence of them). With it the result
             can be called directly with the input arrays; without it, return the result
             from a kernel generator, whose call supplies the outputs.
-        grid: blocks per grid; default: enough blocks for one thread per element of the
-            first output.
-        block: threads per block (default 256).
+        grid: blocks per grid (with ``block``).
+        block: threads per block (with ``grid``).
         launch_dims: instead of ``grid``/``block``: the number of threads wanted along each
             of 1 to 3 axes; blocks of ``threads_per_block`` (1-D), 16x16 (2-D) or 8x8x4
             (3-D) threads, and enough of them to cover ``launch_dims``.
         threads_per_block: block size of a 1-D ``launch_dims`` launch.
         shared_mem: dynamic shared memory in bytes.
         cc: compute capability to compile the PTX for.
+        vmap_method: one of ``jax.ffi.ffi_call``'s batching methods, accepted with
+            ``launch_dims`` only: under ``jax.vmap`` the kernel is launched once per
+            example whichever is named.
 
     Returns:
         A :class:`NumbaCudaKernel`.
+
+    Raises:
+        ValueError: only one of ``grid``/``block``; neither they nor ``launch_dims``;
+            both they and ``launch_dims``; ``vmap_method`` with ``grid``/``block``; a
+            ``bfloat16`` output (numba-cuda has no bfloat16 type).
 
     Example:
         >>> numba_cuda_kernel(None, grid=(4, 2), block=(32, 8)).grid
@@ -234,10 +247,9 @@ def numba_cuda_kernel(
         >>> k.grid, k.block
         ((8,), (128,))
     """
+    _check_launch(grid, block, launch_dims, vmap_method)
     if launch_dims is not None:
         grid, block = _grid_for(launch_dims, threads_per_block, grid, block)
-    if block is None:
-        block = 256
     for what, v in (("grid", grid), ("block", block)):
         if v is None:
             continue
@@ -248,7 +260,43 @@ def numba_cuda_kernel(
         raise ValueError("numba_cuda_kernel: shared_mem must be a non-negative int")
     if outs is not None:
         outs = _as_structs(outs)
+        _reject_bfloat16(outs if isinstance(outs, tuple) else (outs,), "numba_cuda_kernel")
     return NumbaCudaKernel(kernel, grid, block, shared_mem, cc, outs)
+
+
+def _check_launch(grid, block, launch_dims, vmap_method) -> None:
+    """The launch-configuration rules of :func:`numba_cuda_kernel` (no numba needed)."""
+    _common.check_vmap_method("numba_cuda_kernel", vmap_method)
+    explicit = grid is not None or block is not None
+    if explicit and launch_dims is not None:
+        raise ValueError(
+            "numba_cuda_kernel: give either launch_dims or grid/block, not both "
+            f"(got launch_dims={launch_dims!r}, grid={grid!r}, block={block!r})"
+        )
+    if explicit and (grid is None or block is None):
+        raise ValueError(
+            f"numba_cuda_kernel: 'grid' and 'block' go together, got grid={grid!r}, "
+            f"block={block!r}; or give launch_dims (threads wanted per axis) instead"
+        )
+    if not explicit and launch_dims is None:
+        raise ValueError(
+            "numba_cuda_kernel: no launch configuration: give 'grid' and 'block', or "
+            "'launch_dims' (threads wanted per axis)"
+        )
+    if explicit and vmap_method is not None:
+        raise ValueError(
+            f"numba_cuda_kernel: vmap_method={vmap_method!r} goes with launch_dims, not with "
+            "an explicit grid/block: give launch_dims to batch this kernel under jax.vmap"
+        )
+
+
+def _reject_bfloat16(structs, where: str, what: str = "outs") -> None:
+    for i, o in enumerate(structs):
+        if np.dtype(o.dtype) == jnp.bfloat16:
+            raise ValueError(
+                f"{where}: {what}[{i}] is bfloat16, which numba-cuda kernels cannot take; "
+                f"use float16 or float32 (and cast)"
+            )
 
 
 def _dim3(v) -> tuple[int, int, int]:
@@ -372,6 +420,8 @@ def make_callable(
             f"{type(product).__name__}"
         )
     _check_bound_outs(spec, outs, name)
+    _reject_bfloat16(ins, f"kernel {name!r}", "input")
+    _reject_bfloat16(outs, f"kernel {name!r}")
     if platform == "cpu":
         if not simulator_enabled():
             raise ValueError(
