@@ -25,7 +25,7 @@ from primforge.kernel import batching as _batching
 from primforge.kernel import selection as _selection
 from primforge.kernel import sharding as _sharding
 from primforge.kernel.autodiff import INTERNAL_PARAMS
-from primforge.kernel.backends import get_backend
+from primforge.kernel.backends import REFERENCE, get_backend
 from primforge.kernel.entry import GENERATOR_ARGS, KernelEntry
 from primforge.kernel.errors import KernelError
 from primforge.kernel.state import KernelState
@@ -136,7 +136,7 @@ class ChecksMixin(KernelState):
         cached = self._memo.get("reference")
         if cached is not None:
             return cached or None
-        refs = [e["jax"] for e in self._entries.values() if "jax" in e]
+        refs = [e[REFERENCE] for e in self._entries.values() if REFERENCE in e]
         if not refs:
             self._memo["reference"] = False
             return None
@@ -155,7 +155,7 @@ class ChecksMixin(KernelState):
             product = self._generate(
                 entry, ins=ins, outs=outs, platform=entry.platform, **extra, **params
             )
-            fn = get_backend("jax").make_callable(
+            fn = get_backend(REFERENCE).make_callable(
                 product, ins=ins, outs=outs, platform=entry.platform, name=self.name
             )
             got = jax.eval_shape(fn, *ins)

@@ -48,6 +48,7 @@ from primforge import _compat, registry
 from primforge.kernel import hooks
 from primforge.kernel import selection as _selection
 from primforge.kernel.autodiff import INTERNAL_PARAMS, AutodiffMixin, KernelPrimitive
+from primforge.kernel.backends import get_backend
 from primforge.kernel.batching import BatchingMixin
 from primforge.kernel.benchmarking import BenchmarkingMixin
 from primforge.kernel.checks import ChecksMixin
@@ -139,9 +140,9 @@ class XLACustomKernel(
         """Drop everything this kernel built: callables, generated kernels, compiled code.
 
         The per-signature caches are already bounded (``PRIMFORGE_KERNEL_CACHE_SIZE``,
-        least recently used dropped first); this empties them now, releases the compiled
-        code the Numba backend holds for the kernels this one generated (see
-        :func:`primforge.kernel.backends.numba.clear`), and makes functions compiled by
+        least recently used dropped first); this empties them now, has each backend release
+        what it holds for the kernels this one generated (its ``release`` hook: the
+        Numba backend drops their compiled code), and makes functions compiled by
         ``jax.jit`` that call this kernel trace again. The next call rebuilds what it needs.
 
         Example:
@@ -154,17 +155,10 @@ class XLACustomKernel(
             >>> k(jnp.zeros(2), outs=spec)
             Array([1., 1.], dtype=float32)
         """
-        products = [
-            product
-            for (_platform, backend, _params), product in list(self._product_cache.items())
-            if backend == "numba"
-        ]
+        built = list(self._product_cache.items())
         self._changed()
-        if products:
-            from primforge.kernel.backends import numba as _numba
-
-            for product in products:
-                _numba.clear(product)
+        for (_platform, backend, _params), product in built:
+            get_backend(backend).release(product)
 
     # ------------------------------------------------------------------ calling
     def __call__(self, *inputs, outs=None, backend: str | None = None, **params):

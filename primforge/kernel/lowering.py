@@ -30,6 +30,7 @@ import jax.numpy as jnp
 from primforge import _compat
 from primforge import debug as _debug
 from primforge.kernel import _debug_checks
+from primforge.kernel import backends as _backends
 from primforge.kernel import batching as _batching
 from primforge.kernel import selection as _selection
 from primforge.kernel import sharding as _sharding
@@ -161,35 +162,54 @@ class LoweringMixin(KernelState):
     def _debug_checked(self, entry, module, platform, ins, outs, batch, context, params, fn):
         """``fn`` with debug mode's output-coverage and reference checks around it."""
         prefilled_run, prefilled = None, []
-        if platform == "cpu" and not (batch and entry.wants_batch_shape):
-            extra = {"batch_shape": ()} if entry.wants_batch_shape else {}
-            product = self._generate(entry, ins=ins, outs=outs, platform=platform, **extra,
-                                     **params)
-            wrapped = None
-            # A Numba kernel, whatever the backend's name (e.g. a threaded variant whose
-            # generator returns numba_kernel(...)), gets the output-coverage check.
-            if _debug_checks.is_numba_product(entry.backend, module, product, ins, outs,
-                                              self.name, _route):
-                module = get_backend("numba")
-                wrapped = _debug_checks.prefilled_numba(product, len(ins), outs, self.name)
-            if wrapped is not None:
-                new, prefilled = wrapped
-                ext_ins = tuple(ins) + tuple(outs[j] for j in prefilled)
-                ext_batch = tuple((s, tuple(m) + (False,) * len(prefilled)) for s, m in batch)
-                core = module.make_callable(new, ins=ext_ins, outs=outs, platform=platform,
-                                            name=self.name, batch=ext_batch)
-
-                def prefilled_run(arrays, pattern, core=core, prefilled=tuple(prefilled)):
-                    fills = [_debug_checks.fill(outs[j], pattern) for j in prefilled]
-                    return core(*arrays, *fills)
+        if not (batch and entry.wants_batch_shape):
+            prefilled_run, prefilled = self._prefilled_run(entry, module, platform, ins, outs,
+                                                           batch, params)
         reference = None
-        if entry.backend != "jax" and "jax" in self._entries.get(platform, {}):
-            reference = self.build(platform, ins=ins, outs=outs, batch=batch, backend="jax",
+        ref = _backends.REFERENCE
+        if entry.backend != ref and ref in self._entries.get(platform, {}):
+            reference = self.build(platform, ins=ins, outs=outs, batch=batch, backend=ref,
                                    context=context, debug=False, **params)
         if prefilled_run is None and reference is None:
             return fn
         return _debug_checks.checked_call(self.name, entry.backend, outs, fn, prefilled_run,
-                                          prefilled, reference)
+                                          prefilled, reference, platform)
+
+    def _prefilled_run(self, entry, module, platform, ins, outs, batch, params):
+        """The call with pre-filled outputs (``run(arrays, pattern)``) and the indices
+        pre-filled, from the ``debug_prefill`` hook of the backend that builds the product
+        (or of the backend that owns it, for a product another backend's generator
+        returned); ``(None, [])`` when no backend offers it."""
+        extra = {"batch_shape": ()} if entry.wants_batch_shape else {}
+        product = self._generate(entry, ins=ins, outs=outs, platform=platform, **extra,
+                                 **params)
+        wrapped = None
+        if _route(module, product, ins, outs, self.name) is module:
+            wrapped = module.debug_prefill(product, n_ins=len(ins), outs=outs, name=self.name)
+        if wrapped is None:
+            owner = _backends.owner_of(product)
+            if owner is not None and owner is not module and owner.is_available(platform):
+                module = owner
+                wrapped = owner.debug_prefill(product, n_ins=len(ins), outs=outs,
+                                              name=self.name)
+        if wrapped is None:
+            return None, []
+        new, prefilled = wrapped
+        ext_ins = tuple(ins) + tuple(outs[j] for j in prefilled)
+        ext_batch = tuple((s, tuple(m) + (False,) * len(prefilled)) for s, m in batch)
+        if ext_batch and not _accepts_batch(module.make_callable):
+            core = _batching.vmap_levels(
+                module.make_callable(new, ins=ext_ins, outs=outs, platform=platform,
+                                     name=self.name), ext_batch)
+        else:
+            core = module.make_callable(new, ins=ext_ins, outs=outs, platform=platform,
+                                        name=self.name, batch=ext_batch)
+
+        def run(arrays, pattern, core=core, prefilled=tuple(prefilled)):
+            fills = [_debug_checks.fill(outs[j], pattern) for j in prefilled]
+            return core(*arrays, *fills)
+
+        return run, list(prefilled)
 
     def _make(self, entry, module, platform, ins, outs, batch, params):
         name = self.name
@@ -284,17 +304,13 @@ class LoweringMixin(KernelState):
 def _route(module, product, ins, outs, name: str):
     """The backend module that turns ``product`` into the kernel's callable.
 
-    A backend that launches its own kind of kernel (numba, numba_cuda, warp, triton) says
-    through ``product_form`` whether the generator returned such a kernel or a function
-    that is already a traceable JAX callable (what a generator of other libraries returns
-    for every backend, e.g. a function that calls ``numba_kernel(fn, outs=...)``); the
-    latter is used as it is, like a 'jax' product.
+    A backend that launches its own kind of kernel says through its ``product_form`` hook
+    whether the generator returned such a kernel or a function that is already a
+    traceable JAX callable (what a generator of other libraries returns for every
+    backend); the latter is built by the reference backend, as it is.
     """
-    form = getattr(module, "product_form", None)
-    if form is None:
-        return module
-    if form(product, n_ins=len(ins), n_outs=len(outs), name=name) == "callable":
-        return get_backend("jax")
+    if module.product_form(product, n_ins=len(ins), n_outs=len(outs), name=name) == "callable":
+        return get_backend(_backends.REFERENCE)
     return module
 
 

@@ -3,8 +3,8 @@
 Design:
     * ``def_kernel`` is the one entry point; the ``def_*_kernel`` methods are shorthands
       for it. A backend is registered only on the platforms its module serves
-      (``PLATFORMS``); a user-named backend (outside ``KNOWN_BACKENDS``, its generator
-      returns a traceable JAX callable) on any platform primforge knows.
+      (``PLATFORMS``); a name that is neither built in nor registered (its generator returns
+      a traceable JAX callable) on any platform primforge knows.
     * The first kernel registered for a platform becomes its default. Every change drops
       what was built from the old registration (``KernelState._changed``) and is announced
       through the kernel's event hook (``hooks.BACKEND_DEFINED``), through which autotuned
@@ -18,7 +18,7 @@ from typing import Any
 
 from primforge.kernel import hooks
 from primforge.kernel import selection as _selection
-from primforge.kernel.backends import KNOWN_BACKENDS, get_backend
+from primforge.kernel.backends import get_backend, is_known
 from primforge.kernel.entry import KernelEntry
 from primforge.kernel.state import KernelState
 
@@ -34,7 +34,7 @@ def check_platform(kernel_name: str, backend: str, platform: Any) -> str:
         TypeError: ``platform`` is not a str.
         ValueError: ``backend`` does not serve ``platform``; the message names the backend,
             the platform given and the platforms the backend serves. A backend outside
-            ``KNOWN_BACKENDS`` serves every platform primforge knows.
+            built-in or registered ones serves every platform primforge knows.
 
     Example:
         >>> check_platform('k', 'numba', 'cpu'), check_platform('k', 'mine', 'cuda')
@@ -46,7 +46,7 @@ def check_platform(kernel_name: str, backend: str, platform: Any) -> str:
     """
     if not isinstance(platform, str):
         raise TypeError(f"def_kernel: 'platform' must be a str, got {platform!r}")
-    served = get_backend(backend).PLATFORMS if backend in KNOWN_BACKENDS else _ALL_PLATFORMS
+    served = get_backend(backend).PLATFORMS if is_known(backend) else _ALL_PLATFORMS
     canonical = _selection.PLATFORM_ALIASES.get(platform)
     if canonical in served:
         return canonical

@@ -20,10 +20,14 @@ import weakref
 from collections.abc import Iterator
 
 from primforge import _compat
-from primforge.kernel.backends import KNOWN_BACKENDS
+from primforge.kernel.backends import (  # noqa: F401 - PLATFORM_ALIASES: re-exported
+    PLATFORM_ALIASES,
+    backend_names,
+    canonical_platform,
+    is_known,
+)
 
 # Platform names live in the backends layer; imported from here too.
-from primforge.kernel.backends._platforms import PLATFORM_ALIASES, canonical_platform  # noqa: F401
 
 __all__ = ["current_overrides", "restored", "use_backend"]
 
@@ -51,7 +55,7 @@ def known_backend_names() -> list[str]:
         >>> 'numba' in known_backend_names()
         True
     """
-    names = set(KNOWN_BACKENDS)
+    names = set(backend_names())
     for kernel in list(_KERNELS.values()):
         names.update(b for entries in kernel._entries.values() for b in entries)
     return sorted(names)
@@ -122,7 +126,7 @@ def _check_names(platform: str, backend: str, kernel_name: str | None) -> None:
             f"use_backend: no kernel named {kernel_name!r}; known kernels: "
             f"{sorted(_KERNELS) or 'none'}"
         )
-    if backend in KNOWN_BACKENDS:
+    if is_known(backend):
         return
     if kernel_name is not None:
         kernel = _KERNELS[kernel_name]
@@ -131,7 +135,7 @@ def _check_names(platform: str, backend: str, kernel_name: str | None) -> None:
             raise ValueError(
                 f"use_backend: kernel {kernel_name!r} has no backend {backend!r} on any "
                 f"platform; its backends: {kernel._backend_table()}; backend modules: "
-                f"{sorted(KNOWN_BACKENDS)}"
+                f"{backend_names()}"
             )
         return
     known = known_backend_names()
