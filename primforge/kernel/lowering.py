@@ -22,6 +22,7 @@ from __future__ import annotations
 import functools
 import inspect
 import warnings
+from collections.abc import Callable
 from typing import Any
 
 import jax
@@ -29,7 +30,7 @@ import jax.numpy as jnp
 
 from primforge import _compat
 from primforge import debug as _debug
-from primforge.kernel import _debug_checks
+from primforge.kernel import _debug_checks, _lru
 from primforge.kernel import backends as _backends
 from primforge.kernel import batching as _batching
 from primforge.kernel import selection as _selection
@@ -45,9 +46,30 @@ __all__ = ["LoweringMixin"]
 class LoweringMixin(KernelState):
     """Backend selection, building the callable, lowering it, eager execution.
 
-    Part of :class:`primforge.XLACustomKernel`; writes ``_impl_cache``, ``_build_cache``,
-    ``_product_cache`` and ``_warned``.
+    Part of :class:`primforge.XLACustomKernel`; owns ``_impl_cache``, ``_build_cache``,
+    ``_product_cache`` and ``_warned``. Reads the registration through its methods.
     """
+
+    def _init_state(self) -> None:
+        super()._init_state()
+        # Per-signature caches, bounded (least recently used dropped; see kernel._lru).
+        self._impl_cache: dict[Any, Callable] = _lru.LRUCache()  # params -> jitted bind
+        self._build_cache: dict[Any, Callable] = _lru.LRUCache()  # signature -> callable
+        self._product_cache: dict[Any, Any] = _lru.LRUCache()  # signature -> product
+        self._warned: set[tuple[str, str]] = set()  # (platform, backend) fallbacks warned
+
+    def _drop_derived(self) -> None:
+        super()._drop_derived()
+        self._build_cache.clear()
+        self._impl_cache.clear()
+        self._product_cache.clear()
+
+    def _release_built(self) -> None:
+        """Drop everything built, and have each backend release its products."""
+        built = list(self._product_cache.items())
+        self._changed()
+        for (_platform, backend, _params), product in built:
+            get_backend(backend).release(product)
 
     def _impl(self, *args, **params):
         key = tuple(sorted(params.items()))
@@ -64,7 +86,7 @@ class LoweringMixin(KernelState):
             raise
 
     def _select(self, platform: str, backend: str | None, context) -> KernelEntry:
-        entries = self._entries.get(platform)
+        entries = self._entries_on(platform)
         if not entries:
             raise KernelError(
                 f"kernel {self.name!r} has no kernel for platform {platform!r}. Registered: "
@@ -76,7 +98,7 @@ class LoweringMixin(KernelState):
         choice = (
             backend
             or _selection.resolve(context, self.name, platform, entries)
-            or self._defaults[platform]
+            or self._default_on(platform)
         )
         if choice not in entries:
             raise KernelError(
@@ -90,7 +112,7 @@ class LoweringMixin(KernelState):
 
     def _fallback(self, platform: str, choice: str, module, explicit: bool) -> KernelEntry:
         """Another installed backend when ``choice``'s package is missing (warned once)."""
-        entries = self._entries[platform]
+        entries = self._entries_on(platform)
         how = f"pip install 'primforge[{module.EXTRA}]'" if module.EXTRA else "its package"
         if explicit:
             raise KernelError(
@@ -167,7 +189,7 @@ class LoweringMixin(KernelState):
                                                            batch, params)
         reference = None
         ref = _backends.REFERENCE
-        if entry.backend != ref and ref in self._entries.get(platform, {}):
+        if entry.backend != ref and ref in self._entries_on(platform):
             reference = self.build(platform, ins=ins, outs=outs, batch=batch, backend=ref,
                                    context=context, debug=False, **params)
         if prefilled_run is None and reference is None:

@@ -67,9 +67,32 @@ def check_platform(kernel_name: str, backend: str, platform: Any) -> str:
 class RegistrationMixin(KernelState):
     """Registering kernel generators, choosing defaults, tagging.
 
-    Part of :class:`primforge.XLACustomKernel`; writes ``_entries``, ``_defaults`` and
-    ``tags``.
+    Part of :class:`primforge.XLACustomKernel`; owns ``_entries``, ``_defaults`` and
+    ``tags``; the other parts read the registration through :meth:`_entries_on`,
+    :meth:`_all_entries`, :meth:`_default_on` and :meth:`_backend_table`.
     """
+
+    def _init_state(self) -> None:
+        super()._init_state()
+        self._entries: dict[str, dict[str, KernelEntry]] = {}  # platform -> backend -> entry
+        self._defaults: dict[str, str] = {}  # platform -> default backend
+        self.tags: set[str] = set()
+
+    def _entries_on(self, platform: str) -> dict[str, KernelEntry]:
+        """The kernels registered on ``platform``, by backend (empty when none)."""
+        return dict(self._entries.get(platform, {}))
+
+    def _all_entries(self) -> list[KernelEntry]:
+        """Every registered kernel, platform by platform."""
+        return [e for entries in self._entries.values() for e in entries.values()]
+
+    def _default_on(self, platform: str) -> str | None:
+        """The default backend on ``platform`` (None: nothing registered there)."""
+        return self._defaults.get(platform)
+
+    def _backend_table(self) -> dict[str, list[str]]:
+        """Backend names per platform, in registration order."""
+        return {p: list(e) for p, e in self._entries.items()}
 
     def def_kernel(
         self, backend: str, platform: str, kg: Callable[..., Any], asdefault: bool = False

@@ -21,6 +21,7 @@ from collections.abc import Iterator
 
 from primforge import _compat
 from primforge.kernel.backends import (  # noqa: F401 - PLATFORM_ALIASES: re-exported
+    ALL_PLATFORMS,
     PLATFORM_ALIASES,
     backend_names,
     canonical_platform,
@@ -57,7 +58,7 @@ def known_backend_names() -> list[str]:
     """
     names = set(backend_names())
     for kernel in list(_KERNELS.values()):
-        names.update(b for entries in kernel._entries.values() for b in entries)
+        names.update(b for p in ALL_PLATFORMS for b in kernel.available_backends(p))
     return sorted(names)
 
 
@@ -130,11 +131,13 @@ def _check_names(platform: str, backend: str, kernel_name: str | None) -> None:
         return
     if kernel_name is not None:
         kernel = _KERNELS[kernel_name]
-        has = {b for entries in kernel._entries.values() for b in entries}
+        table = {p: kernel.available_backends(p) for p in ALL_PLATFORMS}
+        table = {p: bs for p, bs in table.items() if bs}
+        has = {b for bs in table.values() for b in bs}
         if backend not in has:
             raise ValueError(
                 f"use_backend: kernel {kernel_name!r} has no backend {backend!r} on any "
-                f"platform; its backends: {kernel._backend_table()}; backend modules: "
+                f"platform; its backends: {table}; backend modules: "
                 f"{backend_names()}"
             )
         return

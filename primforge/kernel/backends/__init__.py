@@ -16,6 +16,7 @@ from collections.abc import Callable, Sequence
 from typing import Any
 
 from primforge.kernel.backends._contract import (
+    ALL_PLATFORMS,
     BackendBase,
     ModuleBackend,
     problems,
@@ -24,6 +25,7 @@ from primforge.kernel.backends._contract import (
 from primforge.kernel.backends._platforms import PLATFORM_ALIASES, canonical_platform
 
 __all__ = [
+    "ALL_PLATFORMS",
     "KNOWN_BACKENDS",
     "PLATFORM_ALIASES",
     "REFERENCE",
