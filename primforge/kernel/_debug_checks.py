@@ -1,27 +1,24 @@
 """Debug-mode checks woven into a kernel's lowering (what ``primforge.debug_mode`` turns on).
 
 Design:
-    * Output coverage (Numba kernels): the kernel gets its output buffers pre-filled, as
-      inputs aliased to its outputs (a generated ``@njit`` shim forwards to the user's
-      kernel, dropping the extra arguments), and runs twice with two different fill
-      patterns (NaN-like, then another bit pattern). An element whose bits differ between
-      the two runs was never written, or its value depended on what the buffer held
-      before: both are bugs the default (uninitialised) buffers would hide.
-    * Reference comparison: the kernel's ``jax`` backend, when it has one on the platform,
-      runs on the same inputs and every output is compared with a tolerance by dtype.
+    * Output coverage (backends with a ``debug_prefill`` hook): the kernel gets its output
+      buffers pre-filled, as inputs aliased to its outputs, and runs twice with two
+      different fill patterns. An element whose bits differ between the two runs was
+      never written, or its value depended on what the buffer held before.
+    * Reference comparison: the kernel's reference backend, when it has one on the
+      platform, runs on the same inputs and every output is compared with a tolerance by
+      dtype.
     * Failures: a host callback words the first failure as a
-      :class:`~primforge.KernelError` and returns its id; a small Numba *gate* kernel
-      passes the outputs through and raises :class:`DebugReport` for a non-zero id, so the
-      report is the kernel error XLA raises (its first line, also under a user's
-      ``jax.jit``). Eager calls re-raise the ``KernelError`` itself.
+      :class:`~primforge.KernelError` and returns its id; a backend's *gate*
+      (``debug_gate`` hook) passes the outputs through and raises :class:`DebugReport` for
+      a non-zero id, so the report is the kernel error XLA raises; without one, a host
+      callback raises it. Eager calls re-raise the ``KernelError`` itself.
 """
 
 from __future__ import annotations
 
 import itertools
-import linecache
 import re
-import sys
 import threading
 from collections.abc import Callable, Sequence
 from typing import Any
@@ -30,9 +27,10 @@ import jax
 import jax.numpy as jnp
 import numpy as np
 
+from primforge.kernel import backends as _backends
 from primforge.kernel.errors import KernelError
 
-__all__ = ["checked_call", "is_numba_product", "prefilled_numba", "reraise"]
+__all__ = ["checked_call", "reraise"]
 
 _LOW_PRECISION = (1e-1, 1e-1)  # 8-bit float formats
 
@@ -41,87 +39,6 @@ _MARK_RE = re.compile(r"\[primforge debug #(\d+)\]")
 _ERRORS: dict[int, Exception] = {}
 _ERRORS_LOCK = threading.Lock()
 _ERROR_IDS = itertools.count(1)
-_SHIM_IDS = itertools.count(1)
-
-
-# ------------------------------------------------------------------ pre-filled Numba kernels
-def prefilled_numba(product: Any, n_in: int, outs: Sequence[Any], name: str):
-    """A Numba product whose not-aliased outputs arrive pre-filled, as extra inputs.
-
-    Returns ``(new_product, prefilled)`` where ``prefilled`` lists the output indices that
-    get a pre-filled input (appended after the real inputs, in that order); ``None`` when
-    ``product`` is not something this can wrap.
-
-    Example:
-        >>> import jax, jax.numpy as jnp, numba
-        >>> @numba.njit
-        ... def k(x, out):
-        ...     out[0] = x[0]
-        >>> s = jax.ShapeDtypeStruct((2,), jnp.float32)
-        >>> new, pre = prefilled_numba(k, 1, [s], 'k')
-        >>> pre, new.input_output_aliases
-        ([0], {1: 0})
-    """
-    from primforge.kernel.backends.numba import NumbaKernel, _require_numba
-
-    _require_numba()
-    import numba
-
-    if isinstance(product, NumbaKernel):
-        fn, aliases, half_as = product.fn, dict(product.input_output_aliases), product.half_as
-    elif callable(product):
-        fn, aliases, half_as = product, {}, "float32"
-    else:
-        return None
-    if not hasattr(fn, "py_func"):
-        fn = numba.njit(fn)
-    prefilled = [j for j in range(len(outs)) if j not in aliases.values()]
-    if not prefilled:
-        return None
-    ins = [f"in{i}" for i in range(n_in)]
-    pre = [f"prefill{j}" for j in prefilled]
-    out = [f"out{j}" for j in range(len(outs))]
-    src = (
-        f"def debug_prefilled_{_safe(name)}({', '.join(ins + pre + out)}):\n"
-        f"    return kernel({', '.join(ins + out)})\n"
-    )
-    filename = f"<primforge-debug-shim-{next(_SHIM_IDS)}>"
-    linecache.cache[filename] = (len(src), None, src.splitlines(True), filename)
-    py = fn.py_func
-    # The shim carries the kernel's module and name: errors name the user's function.
-    namespace: dict[str, Any] = {"kernel": fn, "__name__": py.__module__}
-    exec(compile(src, filename, "exec"), namespace)  # noqa: S102 - generated, fixed shape
-    shim_py = namespace[f"debug_prefilled_{_safe(name)}"]
-    shim_py.__qualname__ = py.__qualname__
-    shim = numba.njit(shim_py)
-    aliases.update({n_in + k: j for k, j in enumerate(prefilled)})
-    new = NumbaKernel(shim, tuple(outs), input_output_aliases=aliases, name=name,
-                      half_as=half_as)
-    return new, prefilled
-
-
-def is_numba_product(backend: str, module, product, ins, outs, name: str, route) -> bool:
-    """Whether ``product`` (made for ``backend``) is a Numba CPU kernel the coverage check
-    can wrap: one the ``numba`` backend serves, or a :class:`NumbaKernel` or Numba
-    dispatcher another backend returned (e.g. a threaded variant).
-
-    Example:
-        >>> from primforge.kernel.lowering import _route
-        >>> is_numba_product('jax', None, lambda x: x, (), (), 'k', _route)
-        False
-    """
-    from primforge.kernel.backends.numba import NumbaKernel
-
-    if backend == "numba":
-        return route(module, product, ins, outs, name) is module
-    if isinstance(product, NumbaKernel):
-        return True
-    registry = sys.modules.get("numba.core.registry")  # not imported: not a dispatcher
-    return registry is not None and isinstance(product, registry.CPUDispatcher)
-
-
-def _safe(name: str) -> str:
-    return re.sub(r"\W", "_", name)
 
 
 def fill(struct, pattern: int) -> jax.Array:
@@ -211,12 +128,13 @@ def checked_call(
     prefilled_run: Callable[[Sequence[jax.Array], int], Sequence[jax.Array]] | None,
     prefilled: Sequence[int],
     reference: Callable[..., Sequence[jax.Array]] | None,
+    platform: str = "cpu",
 ) -> Callable[..., tuple[jax.Array, ...]]:
     """Wrap a lowered kernel call with the debug checks (see the module docstring).
 
     ``run(*arrays)`` is the plain call; ``prefilled_run(arrays, pattern)`` the call with
     outputs ``prefilled`` pre-filled by pattern 0 or 1 (None: no coverage check);
-    ``reference(*arrays)`` the ``jax`` backend's call (None: no comparison).
+    ``reference(*arrays)`` the reference backend's call (None: no comparison).
     """
 
     def call(*arrays):
@@ -245,7 +163,7 @@ def checked_call(
         shapes = [tuple(r.shape) for r in results]
         host = _make_reporter(name, backend, shapes, [np.dtype(o.dtype).name for o in outs])
         code = jax.pure_callback(host, jax.ShapeDtypeStruct((1,), jnp.int32), report)
-        return _gate(len(results), results)(code, *results)
+        return _gate(results, platform)(code, *results)
 
     return call
 
@@ -269,7 +187,7 @@ def _make_reporter(name, backend, shapes, dtypes):
                 rtol, atol = tolerance(dtypes[j])
                 return _record(
                     f"kernel {name!r} (backend {backend!r}), debug mode: {where} differs from "
-                    f"the 'jax' reference backend; first differing index {index}: got "
+                    f"the {_backends.REFERENCE!r} reference backend; first differing index {index}: got "
                     f"{np.asarray(got).item()!r}, reference {np.asarray(ref).item()!r} "
                     f"(rtol={rtol}, atol={atol})"
                 )
@@ -307,36 +225,21 @@ class DebugReport(Exception):
         return str(found) if found is not None else f"primforge debug report #{n}"
 
 
-_GATES: dict[int, Any] = {}
+def _gate(results: Sequence[jax.Array], platform: str):
+    """``run(code, *results)``: ``results`` passed through, :class:`DebugReport` raised in
+    the compiled call for a non-zero ``code`` (a backend's gate, else a host callback)."""
+    structs = [jax.ShapeDtypeStruct(r.shape, r.dtype) for r in results]
+    gate = _backends.debug_gate(structs, DebugReport, platform)
+    if gate is not None:
+        return gate
 
-
-def _gate(n_outs: int, results: Sequence[jax.Array]):
-    """A Numba kernel passing ``results`` through (aliased) that raises the report whose
-    id it is given (0: none): the failure travels as the kernel's own error."""
-    from primforge.kernel.backends.numba import _require_numba, numba_kernel
-
-    numba = _require_numba()
-    fn = _GATES.get(n_outs)
-    if fn is None:
-        rs = [f"r{j}" for j in range(n_outs)]
-        os_ = [f"o{j}" for j in range(n_outs)]
-        src = (
-            f"def primforge_debug_report({', '.join(['code', *rs, *os_])}):\n"
-            f"    if code[0] != 0:\n"
-            f"        raise DebugReport(code[0])\n"
-        )
-        filename = f"<primforge-debug-report-{n_outs}>"
-        linecache.cache[filename] = (len(src), None, src.splitlines(True), filename)
-        namespace: dict[str, Any] = {"DebugReport": DebugReport, "__name__": __name__}
-        exec(compile(src, filename, "exec"), namespace)  # noqa: S102 - generated, fixed shape
-        fn = _GATES[n_outs] = numba.njit(namespace["primforge_debug_report"])
-    outs = [jax.ShapeDtypeStruct(r.shape, r.dtype) for r in results]
-    kernel = numba_kernel(fn, outs, input_output_aliases={1 + j: j for j in range(n_outs)},
-                          name="primforge_debug_report", half_as="bits")
+    def host(code, *arrays):
+        if int(np.asarray(code)[0]) != 0:
+            raise DebugReport(int(np.asarray(code)[0]))
+        return arrays
 
     def run(code, *arrays):
-        out = kernel(code, *arrays)
-        return tuple(out) if isinstance(out, tuple) else (out,)
+        return tuple(jax.pure_callback(host, tuple(structs), code, *arrays))
 
     return run
 

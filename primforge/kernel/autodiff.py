@@ -128,9 +128,19 @@ class KernelPrimitive(_compat.Primitive):
 class AutodiffMixin(KernelState):
     """JVP and transpose: the rule setters and the primitive's rules.
 
-    Part of :class:`primforge.XLACustomKernel`; writes ``_jvp_rule``, ``_transpose_rule``
+    Part of :class:`primforge.XLACustomKernel`; owns ``_jvp_rule``, ``_transpose_rule``
     and ``_per_input_rules``.
     """
+
+    def _init_state(self) -> None:
+        super()._init_state()
+        self._jvp_rule: Callable | None = None  # whole-call JVP (or one built per input)
+        self._transpose_rule: Callable | None = None
+        self._per_input_rules: tuple[Callable, ...] = ()  # as given to def_jvp_rule2
+
+    def _declared_rules(self) -> tuple[Callable | None, ...]:
+        return (*super()._declared_rules(), self._jvp_rule, self._transpose_rule,
+                *self._per_input_rules)
 
     # ------------------------------------------------------------------ rule setters
     def def_jvp_rule(self, fun: Callable[..., Any]) -> Callable[..., Any]:

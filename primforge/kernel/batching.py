@@ -180,9 +180,17 @@ def broadcast_levels(arrays: Sequence[jax.Array], batch: BatchLevels) -> list[ja
 class BatchingMixin(KernelState):
     """How ``jax.vmap`` batches the kernel: native (default), general (a scan) or custom.
 
-    Part of :class:`primforge.XLACustomKernel`; writes ``_batching_mode`` and
+    Part of :class:`primforge.XLACustomKernel`; owns ``_batching_mode`` and
     ``_custom_batching``.
     """
+
+    def _init_state(self) -> None:
+        super()._init_state()
+        self._batching_mode = "native"  # 'native', 'general' or 'custom'
+        self._custom_batching: Callable | None = None
+
+    def _declared_rules(self) -> tuple[Callable | None, ...]:
+        return (*super()._declared_rules(), self._custom_batching)
 
     def def_batching_rule(self, fun: Callable[..., Any]) -> Callable[..., Any]:
         """Use a custom batching rule ``fun(args, axes, **params) -> (outs, out_axes)``.

@@ -20,9 +20,14 @@ __all__ = ["BenchmarkingMixin"]
 class BenchmarkingMixin(KernelState):
     """The call function and benchmark configs the benchmark runner uses.
 
-    Part of :class:`primforge.XLACustomKernel`; writes ``_call_fn`` and
+    Part of :class:`primforge.XLACustomKernel`; owns ``_call_fn`` and
     ``_benchmark_data_fn``.
     """
+
+    def _init_state(self) -> None:
+        super()._init_state()
+        self._call_fn: Callable | None = None
+        self._benchmark_data_fn: Callable | None = None
 
     def def_call(self, fn: Callable[..., Any]) -> Callable[..., Any]:
         """Store the user-facing call function used by :meth:`call` and benchmarking.

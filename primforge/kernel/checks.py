@@ -21,12 +21,13 @@ import jax
 import jax.numpy as jnp
 
 from primforge import _compat
+from primforge.kernel import _lru
 from primforge.kernel import batching as _batching
 from primforge.kernel import selection as _selection
 from primforge.kernel import sharding as _sharding
 from primforge.kernel.autodiff import INTERNAL_PARAMS
-from primforge.kernel.backends import get_backend
-from primforge.kernel.entry import GENERATOR_ARGS, KernelEntry
+from primforge.kernel.backends import REFERENCE, get_backend
+from primforge.kernel.entry import GENERATOR_ARGS, KernelEntry, accepted_args
 from primforge.kernel.errors import KernelError
 from primforge.kernel.state import KernelState
 
@@ -38,11 +39,25 @@ _MATCHES = object()  # _ref_cache value: outs agreed with the reference
 class ChecksMixin(KernelState):
     """The shape rule, params and ``outs`` checks, and abstract evaluation.
 
-    Part of :class:`primforge.XLACustomKernel`; writes ``_shape_rule``, ``_ref_cache`` and
-    the ``'params'``/``'reference'`` entries of ``_memo``. Uses ``_generate`` (lowering).
+    Part of :class:`primforge.XLACustomKernel`; owns ``_shape_rule``, ``_ref_cache`` and
+    ``_memo``. Uses ``_generate`` (lowering).
     """
 
     _generate: Callable[..., Any]
+
+    def _init_state(self) -> None:
+        super()._init_state()
+        self._shape_rule: Callable | None = None
+        self._ref_cache: dict[Any, Any] = _lru.LRUCache()  # signature -> reference outs
+        self._memo: dict[str, Any] = {}  # 'params', 'reference': derived from registration
+
+    def _drop_derived(self) -> None:
+        super()._drop_derived()
+        self._ref_cache.clear()
+        self._memo.clear()
+
+    def _declared_rules(self) -> tuple[Callable | None, ...]:
+        return (*super()._declared_rules(), self._shape_rule)
 
     def def_abstract_eval(self, fn: Callable[..., Any]) -> Callable[..., Any]:
         """Register a shape rule ``fn(*inputs, **params) -> outs``.
@@ -106,19 +121,16 @@ class ChecksMixin(KernelState):
         """
         declared: set[str] = set()
         var_kw = False
-        for entries in self._entries.values():
-            for entry in entries.values():
-                takes_any, named = entry._accepted
-                var_kw = var_kw or takes_any
-                declared.update(named - GENERATOR_ARGS)
-        rules = (self._shape_rule, self._jvp_rule, self._transpose_rule,
-                 self._custom_batching, *self._per_input_rules)
-        for rule in rules:
+        for entry in self._all_entries():
+            takes_any, named = accepted_args(entry)
+            var_kw = var_kw or takes_any
+            declared.update(named - GENERATOR_ARGS)
+        for rule in self._declared_rules():
             declared.update(_keyword_only(rule) - set(INTERNAL_PARAMS))
         return frozenset(declared), var_kw and not declared
 
     def _check_params(self, params: dict) -> None:
-        if not self._entries or not params:
+        if not params or not self._all_entries():
             return
         accepted = self._memo.get("params")
         if accepted is None:
@@ -136,7 +148,7 @@ class ChecksMixin(KernelState):
         cached = self._memo.get("reference")
         if cached is not None:
             return cached or None
-        refs = [e["jax"] for e in self._entries.values() if "jax" in e]
+        refs = [e for e in self._all_entries() if e.backend == REFERENCE]
         if not refs:
             self._memo["reference"] = False
             return None
@@ -155,7 +167,7 @@ class ChecksMixin(KernelState):
             product = self._generate(
                 entry, ins=ins, outs=outs, platform=entry.platform, **extra, **params
             )
-            fn = get_backend("jax").make_callable(
+            fn = get_backend(REFERENCE).make_callable(
                 product, ins=ins, outs=outs, platform=entry.platform, name=self.name
             )
             got = jax.eval_shape(fn, *ins)

@@ -12,7 +12,7 @@ import inspect
 from collections.abc import Callable
 from typing import Any
 
-__all__ = ["GENERATOR_ARGS", "KernelEntry"]
+__all__ = ["GENERATOR_ARGS", "KernelEntry", "accepted_args"]
 
 # Keyword arguments primforge itself passes to kernel generators (never user params).
 GENERATOR_ARGS = frozenset({"ins", "outs", "platform", "batch_shape"})
@@ -77,3 +77,13 @@ class KernelEntry:
         if not var_kw:
             kwargs = {k: v for k, v in kwargs.items() if k in named}
         return self.kernel_generator(**kwargs)
+
+
+def accepted_args(entry: KernelEntry) -> tuple[bool, frozenset[str]]:
+    """``(takes **kwargs, keyword names)`` of ``entry``'s generator (read once).
+
+    Example:
+        >>> accepted_args(KernelEntry('jax', 'cpu', lambda factor, **kw: None))
+        (True, frozenset({'factor'}))
+    """
+    return entry._accepted

@@ -6,16 +6,18 @@ Design:
       choice or None), ``context`` (the :func:`use_backend` overrides active at trace time),
       ``batch`` (native batch levels, see ``batching.py``), ``debug`` (whether debug mode
       was on at trace time) and the user's own params.
-    * The class is assembled from one mixin per concern, each in its own module and all
-      deriving from :class:`~primforge.kernel.state.KernelState`, where every field is
-      declared (with the part that writes it):
+    * The class is assembled from one part per concern, each in its own module and all
+      deriving from :class:`~primforge.kernel.state.KernelState`. Each part declares and
+      writes its own fields and reads only those; what it needs from another part it
+      asks through that part's methods (``tests/test_kernel_ownership.py`` holds this):
 
       ================  =============================================================
-      registration.py   def_kernel (platforms checked), shorthands, defaults, tags
-      checks.py         shape rule, declared params, ``outs`` vs the ``jax`` reference,
-                        abstract evaluation
+      registration.py   def_kernel (platforms checked), shorthands, defaults, tags;
+                        the registration as read by the others (``_entries_on``...)
+      checks.py         shape rule, declared params, ``outs`` vs the reference
+                        backend, abstract evaluation
       lowering.py       backend selection, build (cached per signature), lowering,
-                        eager execution
+                        eager execution, releasing what was built
       batching.py       native / general / custom batching
       autodiff.py       JVP and transpose of (batched) binds; the one place that
                         decides the params user rules see and rebind with
@@ -24,15 +26,9 @@ Design:
                         ``primforge.bench``)
       ================  =============================================================
 
-      Mixins rather than composed helper objects: the parts share one state (the
-      registration feeds selection, checks, lowering and every rule), the primitive's
-      rules are bound methods of the kernel, and the benchmark runner, the CLI and tests
-      read fields such as ``_call_fn`` and the build caches on the kernel itself. Composed
-      helpers would need a back-reference to the kernel and forwarding for each of those;
-      with mixins each part is a plain class over the declared state.
     * Registration is checked when it happens, and any change to a kernel's kernels,
-      defaults or rules drops its build caches and re-lowers the jitted functions that
-      call it (``KernelState._changed``).
+      defaults or rules drops what each part derived from it and re-lowers the jitted
+      functions that call it (``KernelState._changed``).
     * Eager calls run through a cached ``jax.jit`` of the bind, so eager and jitted calls
       execute the same compiled kernel.
 """
@@ -141,9 +137,9 @@ class XLACustomKernel(
         """Drop everything this kernel built: callables, generated kernels, compiled code.
 
         The per-signature caches are already bounded (``PRIMFORGE_KERNEL_CACHE_SIZE``,
-        least recently used dropped first); this empties them now, releases the compiled
-        code the Numba backend holds for the kernels this one generated (see
-        :func:`primforge.kernel.backends.numba.clear`), and makes functions compiled by
+        least recently used dropped first); this empties them now, has each backend release
+        what it holds for the kernels this one generated (its ``release`` hook: the
+        Numba backend drops their compiled code), and makes functions compiled by
         ``jax.jit`` that call this kernel trace again. The next call rebuilds what it needs.
 
         Example:
@@ -156,17 +152,7 @@ class XLACustomKernel(
             >>> k(jnp.zeros(2), outs=spec)
             Array([1., 1.], dtype=float32)
         """
-        products = [
-            product
-            for (_platform, backend, _params), product in list(self._product_cache.items())
-            if backend == "numba"
-        ]
-        self._changed()
-        if products:
-            from primforge.kernel.backends import numba as _numba
-
-            for product in products:
-                _numba.clear(product)
+        self._release_built()
 
     # ------------------------------------------------------------------ calling
     def __call__(self, *inputs, outs=None, backend: str | None = None, **params):
@@ -221,7 +207,7 @@ class XLACustomKernel(
             return
         if not isinstance(backend, str):
             raise TypeError(f"kernel {self.name!r}: backend must be a str or None")
-        known = {b for e in self._entries.values() for b in e}
+        known = {b for backends in self._backend_table().values() for b in backends}
         if backend not in known:
             hint = did_you_mean(backend, known | set(KNOWN_BACKENDS))
             raise ValueError(

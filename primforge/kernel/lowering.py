@@ -22,6 +22,7 @@ from __future__ import annotations
 import functools
 import inspect
 import warnings
+from collections.abc import Callable
 from typing import Any
 
 import jax
@@ -29,12 +30,12 @@ import jax.numpy as jnp
 
 from primforge import _compat
 from primforge import debug as _debug
-from primforge.kernel import _debug_checks
+from primforge.kernel import _debug_checks, _lru
+from primforge.kernel import backends as _backends
 from primforge.kernel import batching as _batching
 from primforge.kernel import selection as _selection
 from primforge.kernel import sharding as _sharding
-from primforge.kernel.backends import get_backend, is_available_on
-from primforge.kernel.backends._common import install_hint
+from primforge.kernel.backends import get_backend, install_hint, is_available_on
 from primforge.kernel.entry import KernelEntry
 from primforge.kernel.errors import BackendUnavailableWarning, KernelError
 from primforge.kernel.state import KernelState
@@ -45,9 +46,30 @@ __all__ = ["LoweringMixin"]
 class LoweringMixin(KernelState):
     """Backend selection, building the callable, lowering it, eager execution.
 
-    Part of :class:`primforge.XLACustomKernel`; writes ``_impl_cache``, ``_build_cache``,
-    ``_product_cache`` and ``_warned``.
+    Part of :class:`primforge.XLACustomKernel`; owns ``_impl_cache``, ``_build_cache``,
+    ``_product_cache`` and ``_warned``. Reads the registration through its methods.
     """
+
+    def _init_state(self) -> None:
+        super()._init_state()
+        # Per-signature caches, bounded (least recently used dropped; see kernel._lru).
+        self._impl_cache: dict[Any, Callable] = _lru.LRUCache()  # params -> jitted bind
+        self._build_cache: dict[Any, Callable] = _lru.LRUCache()  # signature -> callable
+        self._product_cache: dict[Any, Any] = _lru.LRUCache()  # signature -> product
+        self._warned: set[tuple[str, str]] = set()  # (platform, backend) fallbacks warned
+
+    def _drop_derived(self) -> None:
+        super()._drop_derived()
+        self._build_cache.clear()
+        self._impl_cache.clear()
+        self._product_cache.clear()
+
+    def _release_built(self) -> None:
+        """Drop everything built, and have each backend release its products."""
+        built = list(self._product_cache.items())
+        self._changed()
+        for (_platform, backend, _params), product in built:
+            get_backend(backend).release(product)
 
     def _impl(self, *args, **params):
         key = tuple(sorted(params.items()))
@@ -64,7 +86,7 @@ class LoweringMixin(KernelState):
             raise
 
     def _select(self, platform: str, backend: str | None, context) -> KernelEntry:
-        entries = self._entries.get(platform)
+        entries = self._entries_on(platform)
         if not entries:
             raise KernelError(
                 f"kernel {self.name!r} has no kernel for platform {platform!r}. Registered: "
@@ -76,7 +98,7 @@ class LoweringMixin(KernelState):
         choice = (
             backend
             or _selection.resolve(context, self.name, platform, entries)
-            or self._defaults[platform]
+            or self._default_on(platform)
         )
         if choice not in entries:
             raise KernelError(
@@ -90,7 +112,7 @@ class LoweringMixin(KernelState):
 
     def _fallback(self, platform: str, choice: str, module, explicit: bool) -> KernelEntry:
         """Another installed backend when ``choice``'s package is missing (warned once)."""
-        entries = self._entries[platform]
+        entries = self._entries_on(platform)
         how = install_hint(module.EXTRA) if module.EXTRA else "its package"
         if explicit:
             raise KernelError(
@@ -170,35 +192,54 @@ class LoweringMixin(KernelState):
     def _debug_checked(self, entry, module, platform, ins, outs, batch, context, params, fn):
         """``fn`` with debug mode's output-coverage and reference checks around it."""
         prefilled_run, prefilled = None, []
-        if platform == "cpu" and not (batch and entry.wants_batch_shape):
-            extra = {"batch_shape": ()} if entry.wants_batch_shape else {}
-            product = self._generate(entry, ins=ins, outs=outs, platform=platform, **extra,
-                                     **params)
-            wrapped = None
-            # A Numba kernel, whatever the backend's name (e.g. a threaded variant whose
-            # generator returns numba_kernel(...)), gets the output-coverage check.
-            if _debug_checks.is_numba_product(entry.backend, module, product, ins, outs,
-                                              self.name, _route):
-                module = get_backend("numba")
-                wrapped = _debug_checks.prefilled_numba(product, len(ins), outs, self.name)
-            if wrapped is not None:
-                new, prefilled = wrapped
-                ext_ins = tuple(ins) + tuple(outs[j] for j in prefilled)
-                ext_batch = tuple((s, tuple(m) + (False,) * len(prefilled)) for s, m in batch)
-                core = module.make_callable(new, ins=ext_ins, outs=outs, platform=platform,
-                                            name=self.name, batch=ext_batch)
-
-                def prefilled_run(arrays, pattern, core=core, prefilled=tuple(prefilled)):
-                    fills = [_debug_checks.fill(outs[j], pattern) for j in prefilled]
-                    return core(*arrays, *fills)
+        if not (batch and entry.wants_batch_shape):
+            prefilled_run, prefilled = self._prefilled_run(entry, module, platform, ins, outs,
+                                                           batch, params)
         reference = None
-        if entry.backend != "jax" and "jax" in self._entries.get(platform, {}):
-            reference = self.build(platform, ins=ins, outs=outs, batch=batch, backend="jax",
+        ref = _backends.REFERENCE
+        if entry.backend != ref and ref in self._entries_on(platform):
+            reference = self.build(platform, ins=ins, outs=outs, batch=batch, backend=ref,
                                    context=context, debug=False, **params)
         if prefilled_run is None and reference is None:
             return fn
         return _debug_checks.checked_call(self.name, entry.backend, outs, fn, prefilled_run,
-                                          prefilled, reference)
+                                          prefilled, reference, platform)
+
+    def _prefilled_run(self, entry, module, platform, ins, outs, batch, params):
+        """The call with pre-filled outputs (``run(arrays, pattern)``) and the indices
+        pre-filled, from the ``debug_prefill`` hook of the backend that builds the product
+        (or of the backend that owns it, for a product another backend's generator
+        returned); ``(None, [])`` when no backend offers it."""
+        extra = {"batch_shape": ()} if entry.wants_batch_shape else {}
+        product = self._generate(entry, ins=ins, outs=outs, platform=platform, **extra,
+                                 **params)
+        wrapped = None
+        if _route(module, product, ins, outs, self.name) is module:
+            wrapped = module.debug_prefill(product, n_ins=len(ins), outs=outs, name=self.name)
+        if wrapped is None:
+            owner = _backends.owner_of(product)
+            if owner is not None and owner is not module and owner.is_available(platform):
+                module = owner
+                wrapped = owner.debug_prefill(product, n_ins=len(ins), outs=outs,
+                                              name=self.name)
+        if wrapped is None:
+            return None, []
+        new, prefilled = wrapped
+        ext_ins = tuple(ins) + tuple(outs[j] for j in prefilled)
+        ext_batch = tuple((s, tuple(m) + (False,) * len(prefilled)) for s, m in batch)
+        if ext_batch and not _accepts_batch(module.make_callable):
+            core = _batching.vmap_levels(
+                module.make_callable(new, ins=ext_ins, outs=outs, platform=platform,
+                                     name=self.name), ext_batch)
+        else:
+            core = module.make_callable(new, ins=ext_ins, outs=outs, platform=platform,
+                                        name=self.name, batch=ext_batch)
+
+        def run(arrays, pattern, core=core, prefilled=tuple(prefilled)):
+            fills = [_debug_checks.fill(outs[j], pattern) for j in prefilled]
+            return core(*arrays, *fills)
+
+        return run, list(prefilled)
 
     def _make(self, entry, module, platform, ins, outs, batch, params):
         name = self.name
@@ -293,17 +334,13 @@ class LoweringMixin(KernelState):
 def _route(module, product, ins, outs, name: str):
     """The backend module that turns ``product`` into the kernel's callable.
 
-    A backend that launches its own kind of kernel (numba, numba_cuda, warp, triton) says
-    through ``product_form`` whether the generator returned such a kernel or a function
-    that is already a traceable JAX callable (what a generator of other libraries returns
-    for every backend, e.g. a function that calls ``numba_kernel(fn, outs=...)``); the
-    latter is used as it is, like a 'jax' product.
+    A backend that launches its own kind of kernel says through its ``product_form`` hook
+    whether the generator returned such a kernel or a function that is already a
+    traceable JAX callable (what a generator of other libraries returns for every
+    backend); the latter is built by the reference backend, as it is.
     """
-    form = getattr(module, "product_form", None)
-    if form is None:
-        return module
-    if form(product, n_ins=len(ins), n_outs=len(outs), name=name) == "callable":
-        return get_backend("jax")
+    if module.product_form(product, n_ins=len(ins), n_outs=len(outs), name=name) == "callable":
+        return get_backend(_backends.REFERENCE)
     return module
 
 

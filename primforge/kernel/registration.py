@@ -3,8 +3,8 @@
 Design:
     * ``def_kernel`` is the one entry point; the ``def_*_kernel`` methods are shorthands
       for it. A backend is registered only on the platforms its module serves
-      (``PLATFORMS``); a user-named backend (outside ``KNOWN_BACKENDS``, its generator
-      returns a traceable JAX callable) on any platform primforge knows.
+      (``PLATFORMS``); a name that is neither built in nor registered (its generator returns
+      a traceable JAX callable) on any platform primforge knows.
     * The first kernel registered for a platform becomes its default. Every change drops
       what was built from the old registration (``KernelState._changed``) and is announced
       through the kernel's event hook (``hooks.BACKEND_DEFINED``), through which autotuned
@@ -18,7 +18,7 @@ from typing import Any
 
 from primforge.kernel import hooks
 from primforge.kernel import selection as _selection
-from primforge.kernel.backends import KNOWN_BACKENDS, get_backend
+from primforge.kernel.backends import get_backend, is_known
 from primforge.kernel.entry import KernelEntry
 from primforge.kernel.state import KernelState
 from primforge.utils._suggest import did_you_mean
@@ -35,7 +35,7 @@ def check_platform(kernel_name: str, backend: str, platform: Any) -> str:
         TypeError: ``platform`` is not a str.
         ValueError: ``backend`` does not serve ``platform``; the message names the backend,
             the platform given and the platforms the backend serves. A backend outside
-            ``KNOWN_BACKENDS`` serves every platform primforge knows.
+            built-in or registered ones serves every platform primforge knows.
 
     Example:
         >>> check_platform('k', 'numba', 'cpu'), check_platform('k', 'mine', 'cuda')
@@ -47,7 +47,7 @@ def check_platform(kernel_name: str, backend: str, platform: Any) -> str:
     """
     if not isinstance(platform, str):
         raise TypeError(f"def_kernel: 'platform' must be a str, got {platform!r}")
-    served = get_backend(backend).PLATFORMS if backend in KNOWN_BACKENDS else _ALL_PLATFORMS
+    served = get_backend(backend).PLATFORMS if is_known(backend) else _ALL_PLATFORMS
     canonical = _selection.PLATFORM_ALIASES.get(platform)
     if canonical in served:
         return canonical
@@ -68,9 +68,32 @@ def check_platform(kernel_name: str, backend: str, platform: Any) -> str:
 class RegistrationMixin(KernelState):
     """Registering kernel generators, choosing defaults, tagging.
 
-    Part of :class:`primforge.XLACustomKernel`; writes ``_entries``, ``_defaults`` and
-    ``tags``.
+    Part of :class:`primforge.XLACustomKernel`; owns ``_entries``, ``_defaults`` and
+    ``tags``; the other parts read the registration through :meth:`_entries_on`,
+    :meth:`_all_entries`, :meth:`_default_on` and :meth:`_backend_table`.
     """
+
+    def _init_state(self) -> None:
+        super()._init_state()
+        self._entries: dict[str, dict[str, KernelEntry]] = {}  # platform -> backend -> entry
+        self._defaults: dict[str, str] = {}  # platform -> default backend
+        self.tags: set[str] = set()
+
+    def _entries_on(self, platform: str) -> dict[str, KernelEntry]:
+        """The kernels registered on ``platform``, by backend (empty when none)."""
+        return dict(self._entries.get(platform, {}))
+
+    def _all_entries(self) -> list[KernelEntry]:
+        """Every registered kernel, platform by platform."""
+        return [e for entries in self._entries.values() for e in entries.values()]
+
+    def _default_on(self, platform: str) -> str | None:
+        """The default backend on ``platform`` (None: nothing registered there)."""
+        return self._defaults.get(platform)
+
+    def _backend_table(self) -> dict[str, list[str]]:
+        """Backend names per platform, in registration order."""
+        return {p: list(e) for p, e in self._entries.items()}
 
     def def_kernel(
         self, backend: str, platform: str, kg: Callable[..., Any], asdefault: bool = False

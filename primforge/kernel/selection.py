@@ -20,10 +20,15 @@ import weakref
 from collections.abc import Iterator
 
 from primforge import _compat
-from primforge.kernel.backends import KNOWN_BACKENDS
+from primforge.kernel.backends import (  # noqa: F401 - PLATFORM_ALIASES: re-exported
+    ALL_PLATFORMS,
+    PLATFORM_ALIASES,
+    backend_names,
+    canonical_platform,
+    is_known,
+)
 
 # Platform names live in the backends layer; imported from here too.
-from primforge.kernel.backends._platforms import PLATFORM_ALIASES, canonical_platform  # noqa: F401
 from primforge.utils._suggest import did_you_mean
 
 __all__ = ["current_overrides", "restored", "use_backend"]
@@ -52,9 +57,9 @@ def known_backend_names() -> list[str]:
         >>> 'numba' in known_backend_names()
         True
     """
-    names = set(KNOWN_BACKENDS)
+    names = set(backend_names())
     for kernel in list(_KERNELS.values()):
-        names.update(b for entries in kernel._entries.values() for b in entries)
+        names.update(b for p in ALL_PLATFORMS for b in kernel.available_backends(p))
     return sorted(names)
 
 
@@ -124,17 +129,19 @@ def _check_names(platform: str, backend: str, kernel_name: str | None) -> None:
             f"use_backend: no kernel named {kernel_name!r} (the 'kernel' argument){hint}; "
             f"known kernels: {sorted(_KERNELS) or 'none'}"
         )
-    if backend in KNOWN_BACKENDS:
+    if is_known(backend):
         return
     if kernel_name is not None:
         kernel = _KERNELS[kernel_name]
-        has = {b for entries in kernel._entries.values() for b in entries}
+        table = {p: kernel.available_backends(p) for p in ALL_PLATFORMS}
+        table = {p: bs for p, bs in table.items() if bs}
+        has = {b for bs in table.values() for b in bs}
         if backend not in has:
             raise ValueError(
                 f"use_backend: kernel {kernel_name!r} has no backend {backend!r} (the "
                 f"'backend' argument) on any platform"
-                f"{did_you_mean(backend, has | set(KNOWN_BACKENDS))}; its backends: {kernel._backend_table()}; backend modules: "
-                f"{sorted(KNOWN_BACKENDS)}"
+                f"{did_you_mean(backend, has | set(backend_names()))}; its backends: "
+                f"{table}; backend modules: {backend_names()}"
             )
         return
     known = known_backend_names()

@@ -46,8 +46,12 @@ __all__ = [
 class ShardingMixin(KernelState):
     """The kernel's sharding rule: a declared field with a public setter and getter.
 
-    Part of :class:`primforge.XLACustomKernel`; writes ``_sharding_rule``.
+    Part of :class:`primforge.XLACustomKernel`; owns ``_sharding_rule``.
     """
+
+    def _init_state(self) -> None:
+        super()._init_state()
+        self._sharding_rule: ShardingRule | None = None  # set only through def_sharding_rule
 
     @property
     def sharding_rule(self) -> ShardingRule | None:

@@ -48,7 +48,7 @@ from typing import Any
 
 import jax
 
-from primforge.kernel.backends import _common, tuple_results
+from primforge.kernel.backends import _common, _contract
 from primforge.kernel.backends._cuda_build import (  # noqa: F401 - also this module's names
     CACHE_SUB,
     CompileError,
@@ -433,12 +433,8 @@ def make_callable(
             NAME, "a host C++ compiler", None,
             "(set $CXX, or put g++, c++ or clang++ on an absolute PATH entry)")
     _common.check_options(NAME, name, options)
-    if not callable(product):
-        raise TypeError(
-            f"kernel {name!r}: the 'cuda_raw' kernel generator must return a function that "
-            f"calls a module from load_cuda_inline/load_cuda_file/load_cpp_inline (e.g. "
-            f"module.function(handler, outs=...)), got {type(product).__name__}"
-        )
-
-    return tuple_results(product)
+    return _contract.traceable(
+        product, backend=NAME, name=name,
+        expected="a function that calls a module from load_cuda_inline/load_cuda_file/"
+                 "load_cpp_inline (e.g. module.function(handler, outs=...))")
 

@@ -13,7 +13,7 @@ from typing import Any
 
 import jax
 
-from primforge.kernel.backends import _common, tuple_results
+from primforge.kernel.backends import _common, _contract
 
 NAME = "jax"
 PLATFORMS = ("cpu", "gpu", "tpu")
@@ -54,10 +54,5 @@ def make_callable(
     """
     _common.check_platform(NAME, PLATFORMS, platform, name)
     _common.check_options(NAME, name, options)
-    if not callable(product):
-        raise TypeError(
-            f"kernel {name!r}: the 'jax' kernel generator must return a callable written in "
-            f"jax.numpy, got {type(product).__name__}."
-        )
-
-    return tuple_results(product)
+    return _contract.traceable(product, backend=NAME, name=name,
+                               expected="a callable written in jax.numpy")

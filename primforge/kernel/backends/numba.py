@@ -13,7 +13,9 @@ machine code serve it, both built in the process that calls it:
   native batch levels and calls the entry. XLA calls it directly: no Python, no GIL.
 
 This module is the backend's contract (``NAME``, ``PLATFORMS``, ``EXTRA``,
-:func:`is_available`, :func:`make_callable`, :func:`product_form`) and its public helpers;
+:func:`is_available`, :func:`make_callable`, :func:`product_form`, :func:`release`,
+:func:`owns`, :func:`debug_prefill`, :func:`debug_gate`, :func:`export_checks`) and its
+public helpers;
 :mod:`._numba_signature` checks a call (dtypes, batch levels, aliases).
 
 What is cached: nothing on disk. primforge never switches on Numba's disk cache for a
@@ -70,6 +72,7 @@ from __future__ import annotations
 import dataclasses
 import functools
 import inspect
+import sys
 import types as _pytypes
 from collections.abc import Callable, Mapping, Sequence
 from typing import Any
@@ -83,6 +86,7 @@ from primforge._compat import ffi as _ffi
 from primforge.kernel.backends import (
     _common,
     _numba_boundscheck,
+    _numba_debug,
     _numba_identity,
     _numba_signature,
     _numba_targets,
@@ -105,16 +109,21 @@ __all__ = [
     "PLATFORMS",
     "NumbaKernel",
     "clear",
+    "debug_gate",
+    "debug_prefill",
     "disabled_checks",
+    "export_checks",
     "exportable_targets",
     "held_kernels",
     "is_available",
     "make_callable",
     "max_kernels",
     "numba_kernel",
+    "owns",
     "prepare",
     "product_form",
     "registered_targets",
+    "release",
 ]
 
 NAME = "numba"
@@ -538,3 +547,71 @@ def clear(kernel: Any = None) -> int:
             kernel = kernel.fn
         _numba_boundscheck.forget(_numba_identity.jitted(kernel))
         return _numba_targets.drop(_numba_identity.jitted(kernel))
+
+
+# --------------------------------------------------------------------------------------
+# The other hooks of the contract: release, debug mode, export
+# --------------------------------------------------------------------------------------
+
+
+def release(product: Any) -> None:
+    """Drop the compiled code held for a kernel this backend built (see :func:`clear`).
+
+    Example:
+        >>> release(lambda x, out: None)  # never built: nothing to drop
+    """
+    clear(product)
+
+
+def owns(product: Any) -> bool:
+    """Whether ``product`` is a Numba CPU kernel (a :class:`NumbaKernel` or a dispatcher),
+    whichever backend's generator returned it.
+
+    Example:
+        >>> import numba
+        >>> owns(numba.njit(lambda x, out: None)), owns(lambda x: x)
+        (True, False)
+    """
+    if isinstance(product, NumbaKernel):
+        return True
+    registry = sys.modules.get("numba.core.registry")  # not imported: not a dispatcher
+    return registry is not None and isinstance(product, registry.CPUDispatcher)
+
+
+def debug_prefill(product: Any, *, n_ins: int, outs: Sequence[Any], name: str):
+    """Debug mode: ``product`` with its not-aliased outputs pre-filled (extra inputs).
+
+    Example:
+        >>> import jax, jax.numpy as jnp, numba
+        >>> s = jax.ShapeDtypeStruct((2,), jnp.float32)
+        >>> new, filled = debug_prefill(numba.njit(lambda x, out: None), n_ins=1, outs=[s],
+        ...                             name='k')
+        >>> filled, new.input_output_aliases
+        ([0], {1: 0})
+    """
+    return _numba_debug.prefilled(product, n_ins, outs, name, numba=_require_numba(),
+                                  kernel_type=NumbaKernel)
+
+
+def debug_gate(outs: Sequence[Any], report: type[Exception], platform: str):
+    """Debug mode: a Numba kernel passing outputs through that raises ``report`` (CPU).
+
+    Example:
+        >>> debug_gate([], RuntimeError, 'gpu') is None
+        True
+    """
+    if platform not in PLATFORMS or not is_available(platform):
+        return None
+    return _numba_debug.gate(outs, report, numba=_require_numba(), numba_kernel=numba_kernel)
+
+
+def export_checks(fn: Callable, *specs: Any) -> list[Any]:
+    """``jax.export``'s exemptions for the Numba targets ``fn`` calls (see :func:`prepare`).
+
+    Example:
+        >>> import jax, jax.numpy as jnp
+        >>> export_checks(jnp.sin, jax.ShapeDtypeStruct((2,), jnp.float32))
+        []
+    """
+    targets = prepare(fn, *specs)
+    return disabled_checks(targets) if targets else []

@@ -36,7 +36,7 @@ import jax
 import jax.numpy as jnp
 import numpy as np
 
-from primforge.kernel.backends import _common
+from primforge.kernel.backends import _common, _contract
 from primforge.kernel.backends._ptx_launcher import HANDLER, launcher
 
 NAME = "numba_cuda"
@@ -353,23 +353,10 @@ def _simulated(spec: NumbaCudaKernel, outs, name: str):
     return call
 
 
-def product_form(product: Any, *, n_ins: int, n_outs: int, name: str) -> str:
-    """What a 'numba_cuda' kernel generator returned: ``"kernel"`` or ``"callable"``.
-
-    ``"kernel"``: a ``@cuda.jit`` kernel or a :class:`NumbaCudaKernel`, which this backend launches (anything else that is not callable
-    is reported by :func:`make_callable`). ``"callable"``: any other callable, taken to be
-    a traceable JAX function of the inputs (e.g. one that launches the kernel itself); the
-    kernel then uses it as it is.
-
-    Example:
-        >>> product_form(lambda x: x, n_ins=1, n_outs=1, name='k')
-        'callable'
-        >>> product_form(42, n_ins=1, n_outs=1, name='k')
-        'kernel'
-    """
-    if isinstance(product, NumbaCudaKernel) or hasattr(product, "py_func") or callable(getattr(product, "__getitem__", None)) or not callable(product):
-        return "kernel"
-    return "callable"
+product_form = _contract.launcher_product_form(
+    NAME, "a ``@cuda.jit`` kernel or a :class:`NumbaCudaKernel`",
+    lambda p: (isinstance(p, NumbaCudaKernel) or hasattr(p, "py_func")
+               or callable(getattr(p, "__getitem__", None))))
 
 
 def _check_bound_outs(spec: NumbaCudaKernel, outs, name: str) -> None:

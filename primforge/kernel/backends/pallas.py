@@ -22,7 +22,7 @@ from typing import Any
 
 import jax
 
-from primforge.kernel.backends import _common, tuple_results
+from primforge.kernel.backends import _common, _contract
 
 NAME = "pallas"
 PLATFORMS = ("cpu", "gpu", "tpu")
@@ -108,12 +108,8 @@ def make_callable(
         raise _common.missing_package(NAME, "jax.experimental.pallas (it ships with jax)",
                                       EXTRA)
     _common.check_options(NAME, name, options)
-    if not callable(product):
-        raise TypeError(
-            f"kernel {name!r}: the 'pallas' kernel generator must return a function built on "
-            f"pl.pallas_call, got {type(product).__name__}."
-        )
+    call = _contract.traceable(product, backend=NAME, name=name,
+                               expected="a function built on pl.pallas_call")
     if platform == "cpu":
         _check_interpreted(product, ins, name)
-
-    return tuple_results(product)
+    return call

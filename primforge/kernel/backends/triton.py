@@ -36,7 +36,7 @@ import jax
 import numpy as np
 
 from primforge import _compat
-from primforge.kernel.backends import _common
+from primforge.kernel.backends import _common, _contract
 from primforge.kernel.backends._triton_ir import (  # noqa: F401 - also this module's names
     _UNSUPPORTED,
     DEFAULT_CC,
@@ -274,23 +274,9 @@ def _default_cc(ctx: Any = None) -> int:
     return DEFAULT_CC if cc is None else cc[0] * 10 + cc[1]
 
 
-def product_form(product: Any, *, n_ins: int, n_outs: int, name: str) -> str:
-    """What a 'triton' kernel generator returned: ``"kernel"`` or ``"callable"``.
-
-    ``"kernel"``: a ``@triton.jit`` function or a :class:`TritonKernel`, which this backend
-    launches (anything else that is not callable is reported by :func:`make_callable`). ``"callable"``: any other callable, taken to be
-    a traceable JAX function of the inputs (e.g. one that launches the kernel itself); the
-    kernel then uses it as it is.
-
-    Example:
-        >>> product_form(lambda x: x, n_ins=1, n_outs=1, name='k')
-        'callable'
-        >>> product_form(42, n_ins=1, n_outs=1, name='k')
-        'kernel'
-    """
-    if isinstance(product, TritonKernel) or hasattr(product, "arg_names") or not callable(product):
-        return "kernel"
-    return "callable"
+product_form = _contract.launcher_product_form(
+    NAME, "a ``@triton.jit`` function or a :class:`TritonKernel`",
+    lambda p: isinstance(p, TritonKernel) or hasattr(p, "arg_names"))
 
 
 def make_callable(

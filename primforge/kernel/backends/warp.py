@@ -22,7 +22,7 @@ from typing import Any
 
 import jax
 
-from primforge.kernel.backends import _common
+from primforge.kernel.backends import _common, _contract
 
 NAME = "warp"
 PLATFORMS = ("cpu", "gpu")
@@ -120,23 +120,9 @@ def warp_kernel(
     return WarpKernel(kernel, dim, block_dim, dict(scalars or {}), vmap_method)
 
 
-def product_form(product: Any, *, n_ins: int, n_outs: int, name: str) -> str:
-    """What a 'warp' kernel generator returned: ``"kernel"`` or ``"callable"``.
-
-    ``"kernel"``: a ``@wp.kernel`` or a :class:`WarpKernel`, which this backend launches (anything else that is not callable
-    is reported by :func:`make_callable`). ``"callable"``: any other callable, taken to be
-    a traceable JAX function of the inputs (e.g. one that launches the kernel itself); the
-    kernel then uses it as it is.
-
-    Example:
-        >>> product_form(lambda x: x, n_ins=1, n_outs=1, name='k')
-        'callable'
-        >>> product_form(42, n_ins=1, n_outs=1, name='k')
-        'kernel'
-    """
-    if isinstance(product, WarpKernel) or hasattr(product, "adj") or not callable(product):
-        return "kernel"
-    return "callable"
+product_form = _contract.launcher_product_form(
+    NAME, "a ``@wp.kernel`` or a :class:`WarpKernel`",
+    lambda p: isinstance(p, WarpKernel) or hasattr(p, "adj"))
 
 
 def _parameter_names(kernel, spec: WarpKernel, n_ins: int, n_out: int,
