@@ -84,7 +84,7 @@ def _event_product(w, ev):
 
 def _numba_generator(binary: bool, matrix: bool):
     def generate(*, transpose, **_):
-        from primforge.ops import _numba_dense_event
+        from primforge.ops.dense_event import numba as _numba_dense_event
 
         make = _numba_dense_event.mm_kernel if matrix else _numba_dense_event.mv_kernel
         return make(binary, bool(transpose))
@@ -117,7 +117,7 @@ def _weight_cotangent(binary, matrix, ct, w_aval, structure, x, *, transpose, ba
 
 FAMILY.build(jax_gen=_jax_generator, numba_gen=_numba_generator, shape_rule=_shape_rule,
              weight_cotangent=_weight_cotangent, tags=("dense",),
-             pallas_module="primforge.ops._pallas_dense_event")
+             pallas_module="primforge.ops.dense_event.pallas")
 _sharding.install(FAMILY.kernels.values(), _sharding.dense_rule)
 densemv_p = KERNELS[(False, False)]
 binary_densemv_p = KERNELS[(True, False)]

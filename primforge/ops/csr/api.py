@@ -36,7 +36,10 @@ import jax
 import jax.numpy as jnp
 import numpy as np
 
-from primforge.ops import _common, _csr_grad, _numba_csr, _scaffold, _sharding
+from primforge.ops import _scaffold, _sharding
+from primforge.ops.csr import grad as _csr_grad
+from primforge.ops.csr import numba as _numba_csr
+from primforge.ops.csr import structure as _common
 
 __all__ = [
     "binary_csrmm",
@@ -92,7 +95,7 @@ def _jax_generator(binary: bool, matrix: bool):
 
 def _numba_generator(binary: bool, matrix: bool):
     def generate(*, ins, outs, transpose, **_):
-        from primforge.ops import _numba_csr
+        from primforge.ops.csr import numba as _numba_csr
 
         homo = _common.is_homogeneous(ins[0], ins[1])
         make = _numba_csr.mm_kernel if matrix else _numba_csr.mv_kernel
@@ -107,7 +110,7 @@ def _numba_generator(binary: bool, matrix: bool):
 
 def _cuda_generator(binary: bool, matrix: bool):
     def generate(*, platform, **kw):
-        from primforge.ops import _cuda_csr
+        from primforge.ops.csr import cuda as _cuda_csr
 
         return _cuda_csr.generator(binary, matrix, platform)(**kw)
 
@@ -143,7 +146,7 @@ def _weight_cotangent(binary, matrix, ct, w_aval, structure, x, *, shape, transp
 
 
 FAMILY.build(jax_gen=_jax_generator, numba_gen=_numba_generator, cuda_gen=_cuda_generator,
-             pallas_module="primforge.ops._pallas_csr", shape_rule=_shape_rule,
+             pallas_module="primforge.ops.csr.pallas", shape_rule=_shape_rule,
              weight_cotangent=_weight_cotangent, tags=("csr", "sparse"))
 for (_binary, _matrix), _kernel in FAMILY.kernels.items():
     # Opt-in: W @ x with rows spread over Numba's threads (tbb/omp layer only).

@@ -57,8 +57,9 @@ import jax
 import jax.numpy as jnp
 import numpy as np
 
-from primforge.ops import _jitc_generator, _scaffold, _sharding
-from primforge.ops._jitc_generator import (  # the generator; these names stay importable here
+from primforge.ops import _scaffold, _sharding
+from primforge.ops.jitconn import generator as _jitc_generator
+from primforge.ops.jitconn.generator import (  # the generator; these names stay importable here
     FEW_FLIPS,
     FLIP,
     GAMMA_SALT,
@@ -160,7 +161,7 @@ def _jax_generator(binary: bool, matrix: bool):
 
 def _numba_generator(binary: bool, matrix: bool):
     def generate(*, prob, transpose, weight_kind, **_):
-        from primforge.ops import _numba_jitconn
+        from primforge.ops.jitconn import numba as _numba_jitconn
 
         return _numba_jitconn.kernel(binary, matrix, bool(transpose), weight_kind, float(prob))
 
@@ -202,7 +203,7 @@ def _weight_cotangent(binary, matrix, ct, w_aval, structure, x, *, backend, **kw
 
 
 FAMILY.build(jax_gen=_jax_generator, numba_gen=_numba_generator,
-             pallas_module="primforge.ops._pallas_jitconn", shape_rule=_shape_rule,
+             pallas_module="primforge.ops.jitconn.pallas", shape_rule=_shape_rule,
              weight_cotangent=_weight_cotangent, tags=("jitconn", "sparse"))
 _sharding.install(FAMILY.kernels.values(), _sharding.jitc_rule)
 jitc_matvec_p = KERNELS[(False, False)]

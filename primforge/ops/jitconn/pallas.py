@@ -24,9 +24,9 @@ import jax
 import jax.numpy as jnp
 import numpy as np
 
-from primforge.ops import _common
-from primforge.ops import jitconn as _jc
-from primforge.ops._pallas_csr import _term
+from primforge.ops.csr import structure as _common
+from primforge.ops.csr.pallas import _term
+from primforge.ops.jitconn import api as _jc
 
 __all__ = ["BLOCK_COLS", "BLOCK_ROWS", "NUM_WARPS", "generator"]
 

@@ -20,7 +20,7 @@ from typing import Any
 
 import numpy as np
 
-from primforge.ops._jitc_generator import check_prob, threshold_table
+from primforge.ops.jitconn.generator import check_prob, threshold_table
 
 __all__ = ["jitc_numba_columns"]
 
@@ -85,7 +85,7 @@ def _compiled(prob: float) -> Any:
     except ImportError:  # pragma: no cover - numba is a core dependency here
         raise ImportError("jitc_numba_columns needs Numba: pip install 'primforge[cpu]'") from None
 
-    from primforge.ops._numba_jitconn import _helpers
+    from primforge.ops.jitconn.numba import _helpers
 
     mix, seed_keys, row_stream = _helpers()[:3]  # the generator's integer helpers
     table = threshold_table(prob)

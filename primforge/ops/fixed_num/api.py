@@ -23,7 +23,8 @@ import jax
 import jax.numpy as jnp
 import numpy as np
 
-from primforge.ops import _fixed_num_grad, _scaffold, _sharding
+from primforge.ops import _scaffold, _sharding
+from primforge.ops.fixed_num import grad as _fixed_num_grad
 
 __all__ = [
     "binary_fixed_num_mm",
@@ -83,7 +84,7 @@ def _jax_generator(binary: bool, matrix: bool):
 
 def _numba_generator(binary: bool, matrix: bool):
     def generate(*, ins, transpose, **_):
-        from primforge.ops import _numba_fixed_num
+        from primforge.ops.fixed_num import numba as _numba_fixed_num
 
         make = _numba_fixed_num.mm_kernel if matrix else _numba_fixed_num.mv_kernel
         return make(binary, bool(transpose), len(ins[0].shape) == 1)
@@ -97,7 +98,8 @@ def _parallel_generator(binary: bool, matrix: bool):
 
     def generate(*, ins, outs, transpose, **_):
         from primforge.kernel.backends.numba import numba_kernel
-        from primforge.ops import _numba_csr, _numba_fixed_num
+        from primforge.ops.csr import numba as _numba_csr
+        from primforge.ops.fixed_num import numba as _numba_fixed_num
 
         homo = len(ins[0].shape) == 1
         if matrix or transpose:
@@ -171,7 +173,7 @@ def _weight_cotangent(binary, matrix, ct, w_aval, structure, x, *, shape, transp
 
 
 FAMILY.build(jax_gen=_jax_generator, numba_gen=_numba_generator,
-             pallas_module="primforge.ops._pallas_fixed_num", shape_rule=_shape_rule,
+             pallas_module="primforge.ops.fixed_num.pallas", shape_rule=_shape_rule,
              weight_cotangent=_weight_cotangent, tags=("fixed_num", "sparse"))
 _sharding.install(FAMILY.kernels.values(), _sharding.fixed_num_rule)
 for (_binary, _matrix), _kernel in FAMILY.kernels.items():

@@ -26,7 +26,7 @@ import jax
 import jax.numpy as jnp
 import numpy as np
 
-from primforge.ops._pallas_csr import _compiler_params, _values
+from primforge.ops.csr.pallas import _compiler_params, _values
 
 __all__ = ["BLOCK_COLS", "BLOCK_M", "BLOCK_N", "generator"]
 

@@ -38,8 +38,9 @@ import jax
 import jax.numpy as jnp
 import numpy as np
 
-from primforge.ops import _fixed_num_kernels, _scaffold
-from primforge.ops._fixed_num_kernels import (
+from primforge.ops import _scaffold
+from primforge.ops.fixed_num import api as _fixed_num_kernels
+from primforge.ops.fixed_num.api import (
     binary_fixed_num_mm,
     binary_fixed_num_mm_p,
     binary_fixed_num_mv,
@@ -180,7 +181,7 @@ class FixedNum:
             >>> FixedNum.from_indices([[0, 5]], 1.0, shape=(1, 3))
             Traceback (most recent call last):
             ...
-            primforge.ops.fixed_num.FixedNumStructureError: FixedNum: indices must lie in [0, 3), but indices[0, 1] = 5 (1 entry out of range)
+            primforge.ops.fixed_num.matrix.FixedNumStructureError: FixedNum: indices must lie in [0, 3), but indices[0, 1] = 5 (1 entry out of range)
         """
         ind = np.asarray(indices)
         if ind.ndim == 2 and ind.size and not np.issubdtype(ind.dtype, np.integer):

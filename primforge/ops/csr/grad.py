@@ -26,7 +26,8 @@ import numpy as np
 
 from primforge import _compat
 from primforge.kernel.kernel import XLACustomKernel
-from primforge.ops import _common, _scaffold, _sharding
+from primforge.ops import _scaffold, _sharding
+from primforge.ops.csr import structure as _common
 
 __all__ = ["weight_grad"]
 
@@ -51,14 +52,14 @@ def _jax_generator(*, outs, binary, transpose, matrix, **_):
 
 
 def _numba_generator(*, ins, binary, transpose, matrix, **_):
-    from primforge.ops import _numba_csr
+    from primforge.ops.csr import numba as _numba_csr
 
     wide = np.dtype(ins[0].dtype).itemsize > 4
     return _numba_csr.weight_grad_kernel(binary, transpose, matrix, wide)
 
 
 def _parallel_generator(**kw):
-    from primforge.ops import _numba_csr
+    from primforge.ops.csr import numba as _numba_csr
 
     return _numba_csr.parallel_weight_grad_generator(**kw)
 

@@ -24,8 +24,8 @@ import jax
 import jax.numpy as jnp
 import numpy as np
 
-from primforge.ops import _common
-from primforge.ops._pallas_csr import NUM_WARPS, _chunks, _row_range
+from primforge.ops.csr import structure as _common
+from primforge.ops.csr.pallas import NUM_WARPS, _chunks, _row_range
 
 __all__ = ["BLOCK_NNZ", "generator"]
 

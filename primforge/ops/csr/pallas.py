@@ -35,7 +35,7 @@ import jax
 import jax.numpy as jnp
 import numpy as np
 
-from primforge.ops import _common
+from primforge.ops.csr import structure as _common
 
 __all__ = ["BLOCK_COLS", "BLOCK_NNZ", "NUM_WARPS", "generator"]
 

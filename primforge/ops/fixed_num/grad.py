@@ -46,7 +46,7 @@ def _jax_generator(*, outs, binary, transpose, matrix, **_):
 
 
 def _numba_generator(*, binary, transpose, matrix, **_):
-    from primforge.ops import _numba_fixed_num
+    from primforge.ops.fixed_num import numba as _numba_fixed_num
 
     return _numba_fixed_num.weight_grad_kernel(binary, transpose, matrix)
 
@@ -54,7 +54,8 @@ def _numba_generator(*, binary, transpose, matrix, **_):
 def _parallel_generator(*, outs, binary, transpose, matrix, **_):
     """``numba_parallel``: the rows over Numba's threads (vector inputs; matrices serial)."""
     from primforge.kernel.backends.numba import numba_kernel
-    from primforge.ops import _numba_csr, _numba_fixed_num
+    from primforge.ops.csr import numba as _numba_csr
+    from primforge.ops.fixed_num import numba as _numba_fixed_num
 
     if matrix:
         return numba_kernel(_numba_fixed_num.weight_grad_kernel(binary, transpose, True),

@@ -25,8 +25,8 @@ import jax
 import jax.numpy as jnp
 import numpy as np
 
-from primforge.ops import _common
-from primforge.ops._pallas_csr import _compiler_params, _scatter_add, _term, _values
+from primforge.ops.csr import structure as _common
+from primforge.ops.csr.pallas import _compiler_params, _scatter_add, _term, _values
 
 __all__ = ["BLOCK_COLS", "BLOCK_K", "generator"]
 

@@ -43,10 +43,11 @@ import numpy as np
 
 from primforge import _compat
 from primforge.kernel.kernel import XLACustomKernel
-from primforge.ops import _common, _scaffold, _sharding
+from primforge.ops import _scaffold, _sharding
 from primforge.ops.column_index import ColumnIndexed, with_column_index
-from primforge.ops.csr import CSC, CSR
-from primforge.ops.fixed_num import FixedNum
+from primforge.ops.csr import structure as _common
+from primforge.ops.csr.matrix import CSC, CSR
+from primforge.ops.fixed_num.matrix import FixedNum
 from primforge.ops.packed import as_events
 
 __all__ = [
@@ -127,7 +128,7 @@ def _in_place(fn, outs):
 
 
 def _numba_compressed(*, ins, outs, on_rows, masked, w_min, w_max, **_):
-    from primforge.ops import _numba_plasticity
+    from primforge.ops.plasticity import numba as _numba_plasticity
 
     dtype = outs[0].dtype
     lo, hi = _cast_bound(w_min, dtype), _cast_bound(w_max, dtype)
@@ -146,7 +147,7 @@ def _jax_dense(*, on_rows, w_min, w_max, **_):
 
 
 def _numba_dense(*, outs, on_rows, w_min, w_max, **_):
-    from primforge.ops import _numba_plasticity
+    from primforge.ops.plasticity import numba as _numba_plasticity
 
     dtype = outs[0].dtype
     return _in_place(_numba_plasticity.dense_kernel(bool(on_rows), _cast_bound(w_min, dtype),
@@ -266,7 +267,7 @@ def _dense_jvp(primals, tangents, *, outs, on_rows, w_min, w_max, backend=None, 
 
 # ----------------------------------------------------------------------------- kernels
 def _pallas_compressed(**kw):
-    from primforge.ops import _pallas_plasticity
+    from primforge.ops.plasticity import pallas as _pallas_plasticity
 
     return _pallas_plasticity.generator(_jax_compressed)(**kw)
 

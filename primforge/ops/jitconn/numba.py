@@ -28,7 +28,7 @@ import math
 
 import numpy as np
 
-from primforge.ops._jitc_generator import (
+from primforge.ops.jitconn.generator import (
     FEW_FLIPS,
     FLIP,
     GAMMA_SALT,
@@ -120,7 +120,7 @@ def kernel(binary: bool, matrix: bool, transpose: bool, kind: str, prob: float):
     """
     import numba
 
-    from primforge.ops._jitc_generator import threshold_table
+    from primforge.ops.jitconn.generator import threshold_table
 
     GUIDE, SHIFT = guide_table(threshold_table(prob))
 

@@ -203,7 +203,7 @@ def validate_concrete(indices, indptr, shape: tuple[int, int], who: str = "CSR")
         >>> validate_concrete(np.array([0, 5]), np.array([0, 1, 2]), (2, 3))
         Traceback (most recent call last):
         ...
-        primforge.ops._common.CSRStructureError: CSR: indices must lie in [0, 3) for 3 columns, but indices[1] = 5 (1 entry out of range)
+        primforge.ops.csr.structure.CSRStructureError: CSR: indices must lie in [0, 3) for 3 columns, but indices[1] = 5 (1 entry out of range)
     """
     if not (_is_concrete(indices) and _is_concrete(indptr)):
         return
