@@ -63,6 +63,7 @@ from primforge.ops.jitconn.generator import (  # the generator; these names stay
     FEW_FLIPS,
     FLIP,
     GAMMA_SALT,
+    MASK,
     MIX_1,
     MIX_2,
     ROW_SALT,
@@ -378,7 +379,7 @@ def jitc_todense(seed: int, shape: tuple[int, int], prob: float, weight: Any = 1
         raise ValueError(f"jitc_todense: 'weight' needs {WEIGHT_KINDS[weight_kind]} value(s) "
                          f"for weight_kind={weight_kind!r}, got {len(theta)}")
     neg = -cached_table(p)[:-1].astype(np.int64)  # ascending
-    full = 0xFFFFFFFF
+    full = MASK
 
     def mix(v):
         v ^= v >> 16

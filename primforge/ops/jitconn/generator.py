@@ -26,6 +26,7 @@ __all__ = [
     "FEW_FLIPS",
     "FLIP",
     "GAMMA_SALT",
+    "MASK",
     "MAX_TABLE",
     "MIX_1",
     "MIX_2",
@@ -55,6 +56,7 @@ MIX_1 = 0x7FEB352D  # the finaliser's two multipliers
 MIX_2 = 0x846CA68B
 FLIP = 0xAAAAAAAA  # toggles every other bit of an increment with few bit flips ...
 FEW_FLIPS = 12  # ... i.e. fewer than this many adjacent-bit changes
+MASK = 0xFFFFFFFF  # the generator works in 32-bit words
 MAX_TABLE = 2**23  # thresholds; prob >= ~2.7e-6
 
 

@@ -32,13 +32,13 @@ from primforge.ops.jitconn.generator import (
     FEW_FLIPS,
     FLIP,
     GAMMA_SALT,
+    MASK,
     MIX_1,
     MIX_2,
     ROW_SALT,
     SEED_SALT,
 )
 
-MASK = 0xFFFFFFFF
 _M2_LO = MIX_2 & 0xFFFF  # MIX_1 < 2**31: x * MIX_1 fits in int64 for x < 2**32; MIX_2 does not
 _M2_HI = MIX_2 >> 16
 

@@ -20,11 +20,9 @@ from typing import Any
 
 import numpy as np
 
-from primforge.ops.jitconn.generator import check_prob, threshold_table
+from primforge.ops.jitconn.generator import MASK, check_prob, threshold_table
 
 __all__ = ["jitc_numba_columns"]
-
-_MASK = 0xFFFFFFFF
 
 
 def jitc_numba_columns(prob: float) -> Callable[..., int]:
@@ -109,6 +107,6 @@ def _compiled(prob: float) -> Any:
             j += 1 + g
             out[s] = j
             s += 1
-            ctr = (ctr + step) & _MASK
+            ctr = (ctr + step) & MASK
 
     return columns
