@@ -294,34 +294,6 @@ def binary_csrmm(data: Any, indices: Any, indptr: Any, events: Any, *, shape: tu
 
 # ----------------------------------------------------------------------------- benchmark hooks
 # Each kernel gets a call function (the public one above, used by ``kernel.call`` and
-# ``kernel.benchmark``) and a few small deterministic configs, so that ``primforge bench``
-# and ``primforge check`` can time every backend and compare it with the 'jax' reference.
-_BENCH_PROB = 0.05  # connection probability
-# (n, transpose, shared weight): both sizes and directions, and one shared-weight case.
-_BENCH_CASES = ((200, False, False), (200, True, True), (1000, False, False), (1000, True, False))
-
-
-def _bench_csr(rs, n: int, prob: float):
-    """A random ``n x n`` CSR structure (sorted columns) with per-synapse float32 weights."""
-    mask = rs.random_sample((n, n)) < prob
-    rows, cols = np.nonzero(mask)
-    indptr = np.zeros(n + 1, dtype=np.int32)
-    np.cumsum(np.bincount(rows, minlength=n), out=indptr[1:])
-    data = rs.standard_normal(cols.size).astype(np.float32)
-    return data, cols.astype(np.int32), indptr
-
-
-def _bench_case(rs, case, binary: bool, matrix: bool):
-    n, transpose, shared = case
-    data, indices, indptr = _bench_csr(rs, n, _BENCH_PROB)
-    if shared:
-        data = np.array([0.5], np.float32)
-    x = _scaffold.bench_input(rs, n, binary, matrix)
-    params = {"n": n, "p": _BENCH_PROB, "rate": _scaffold.BENCH_RATE, "transpose": transpose,
-              "weight": "shared" if shared else "per-synapse"}
-    if matrix:
-        params["k"] = _scaffold.BENCH_COLS
-    return (data, indices, indptr, x), {"shape": (n, n), "transpose": transpose}, params
-
-
-FAMILY.install((csrmv, binary_csrmv, csrmm, binary_csrmm), _BENCH_CASES, 1234, _bench_case)
+# ``kernel.benchmark``) and the small deterministic cases of ``bench``, loaded only when
+# ``primforge bench`` or ``primforge check`` asks for them.
+FAMILY.install((csrmv, binary_csrmv, csrmm, binary_csrmm), "primforge.ops.csr.bench")

@@ -120,32 +120,6 @@ def _call(indices, indptr, ct, x, *, binary, transpose, matrix, backend=None):
                        dtype=np.asarray(ct).dtype, backend=backend)
 
 
-def _bench(*, platform: str) -> list:
-    """Both directions, binary and float events, vector and matrix inputs, with empty rows
-    and a zero input row (square matrices, so the cotangent and input have one length)."""
-    del platform
-    from primforge.bench import BenchmarkConfig
-
-    out = []
-    for i, (n, p) in enumerate(((1_000, 0.02), (4_000, 0.01))):
-        rs = np.random.RandomState(7 + i)
-        counts = rs.binomial(n, p, n)
-        counts[::13] = 0  # empty rows
-        indptr = np.concatenate([[0], np.cumsum(counts)]).astype(np.int32)
-        indices = np.concatenate([np.sort(rs.choice(n, c, replace=False)) for c in counts])
-        for binary in (True, False):
-            for matrix in (False, True):
-                for transpose in (False, True):
-                    x = _scaffold.bench_input(rs, n, binary, matrix)
-                    x[: n // 10] = 0  # silent sources
-                    ct = rs.standard_normal(x.shape).astype(np.float32)
-                    out.append(BenchmarkConfig(
-                        args=(indices.astype(np.int32), indptr, ct, x),
-                        kwargs={"binary": binary, "transpose": transpose, "matrix": matrix},
-                        params={"n": n, "p": p, "binary": binary, "matrix": matrix,
-                                "transpose": transpose}))
-    return out
-
-
 weight_grad_p.def_call(_call)
-weight_grad_p.def_benchmark_data(_bench)
+weight_grad_p.def_benchmark_data(
+    _scaffold.lazy_benchmark_data("primforge.ops.csr.bench", "weight_grad"))

@@ -27,7 +27,6 @@ from typing import Any
 
 import jax
 import jax.numpy as jnp
-import numpy as np
 
 from primforge.ops import _scaffold, _sharding
 
@@ -232,16 +231,5 @@ def binary_densemm(weights: Any, events: Any, *, transpose: bool = False,
 
 
 # ----------------------------------------------------------------------------- benchmark hooks
-_BENCH_CASES = ((500, True), (500, False), (2000, True), (2000, False))  # (n, transpose)
-
-
-def _bench_case(rs, case, binary: bool, matrix: bool):
-    n, transpose = case
-    w = rs.standard_normal((n, n)).astype(np.float32)
-    x = _scaffold.bench_input(rs, n, binary, matrix)
-    params = {"n": n, "rate": _scaffold.BENCH_RATE, "transpose": transpose}
-    return (w, x), {"transpose": transpose}, params
-
-
-FAMILY.install((densemv, binary_densemv, densemm, binary_densemm), _BENCH_CASES, 777,
-               _bench_case)
+FAMILY.install((densemv, binary_densemv, densemm, binary_densemm),
+               "primforge.ops.dense_event.bench")

@@ -21,7 +21,6 @@ from typing import Any
 
 import jax
 import jax.numpy as jnp
-import numpy as np
 
 from primforge.ops import _scaffold, _sharding
 from primforge.ops.fixed_num import grad as _fixed_num_grad
@@ -326,19 +325,5 @@ def binary_fixed_num_mm(weights: Any, indices: Any, events: Any, *, shape: tuple
 
 
 # ----------------------------------------------------------------------------- benchmark hooks
-_BENCH_CASES = ((1000, 20, False, True), (1000, 20, True, False), (5000, 50, True, True),
-                (5000, 50, False, False))  # (n, k, transpose, shared weight)
-
-
-def _bench_case(rs, case, binary: bool, matrix: bool):
-    n, k, transpose, shared = case
-    ind = rs.randint(0, n, size=(n, k)).astype(np.int32)
-    w = np.array([0.5], np.float32) if shared else rs.standard_normal((n, k)).astype(np.float32)
-    x = _scaffold.bench_input(rs, n, binary, matrix)
-    params = {"n": n, "k": k, "rate": _scaffold.BENCH_RATE, "transpose": transpose,
-              "weight": "shared" if shared else "per-synapse"}
-    return (w, ind, x), {"shape": (n, n), "transpose": transpose}, params
-
-
 FAMILY.install((fixed_num_mv, binary_fixed_num_mv, fixed_num_mm, binary_fixed_num_mm),
-               _BENCH_CASES, 4321, _bench_case)
+               "primforge.ops.fixed_num.bench")

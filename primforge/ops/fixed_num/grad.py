@@ -120,31 +120,6 @@ def _call(indices, ct, x, *, binary, transpose, matrix, backend=None):
                        dtype=np.asarray(ct).dtype, backend=backend)
 
 
-def _bench(*, platform: str) -> list:
-    """Both directions, binary and float events, vector and matrix inputs, with masked
-    slots (-1 and n) and silent sources (square, so the cotangent and input have one length)."""
-    del platform
-    from primforge.bench import BenchmarkConfig
-
-    out = []
-    for i, (n, k) in enumerate(((1_000, 20), (4_000, 40))):
-        rs = np.random.RandomState(17 + i)
-        indices = rs.randint(0, n, (n, k)).astype(np.int32)
-        indices[::7, -1] = -1
-        indices[::11, 0] = n
-        for binary in (True, False):
-            for matrix in (False, True):
-                for transpose in (False, True):
-                    x = _scaffold.bench_input(rs, n, binary, matrix)
-                    x[: n // 10] = 0  # silent sources
-                    ct = rs.standard_normal(x.shape).astype(np.float32)
-                    out.append(BenchmarkConfig(
-                        args=(indices, ct, x),
-                        kwargs={"binary": binary, "transpose": transpose, "matrix": matrix},
-                        params={"n": n, "k": k, "binary": binary, "matrix": matrix,
-                                "transpose": transpose}))
-    return out
-
-
 weight_grad_p.def_call(_call)
-weight_grad_p.def_benchmark_data(_bench)
+weight_grad_p.def_benchmark_data(
+    _scaffold.lazy_benchmark_data("primforge.ops.fixed_num.bench", "weight_grad"))

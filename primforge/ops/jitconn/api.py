@@ -425,22 +425,5 @@ def jitc_todense(seed: int, shape: tuple[int, int], prob: float, weight: Any = 1
 
 
 # ----------------------------------------------------------------------------- benchmark hooks
-# (n, prob, transpose, weight_kind, seed)
-_BENCH_CASES = ((1000, 0.05, False, "homo", 1234), (1000, 0.05, True, "homo", 1235),
-                (2000, 0.02, True, "uniform", 1236), (2000, 0.02, False, "normal", 1237))
-
-
-def _bench_case(rs, case, binary: bool, matrix: bool):
-    n, prob, transpose, kind, seed = case
-    x = _scaffold.bench_input(rs, n, binary, matrix)
-    weight = np.float32(0.5) if kind == "homo" else np.array([0.1, 0.5], np.float32)
-    params = {"n": n, "p": prob, "rate": _scaffold.BENCH_RATE, "transpose": transpose,
-              "weight": kind}
-    if matrix:
-        params["k"] = _scaffold.BENCH_COLS
-    kwargs = {"shape": (n, n), "prob": prob, "transpose": transpose, "weight_kind": kind}
-    return (weight, seed, x), kwargs, params
-
-
 FAMILY.install((jitc_matvec, binary_jitc_matvec, jitc_matmat, binary_jitc_matmat),
-               _BENCH_CASES, 4321, _bench_case)
+               "primforge.ops.jitconn.bench")

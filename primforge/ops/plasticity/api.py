@@ -44,7 +44,7 @@ import numpy as np
 from primforge import _compat
 from primforge.kernel.kernel import XLACustomKernel
 from primforge.ops import _scaffold, _sharding
-from primforge.ops.column_index import ColumnIndexed, with_column_index
+from primforge.ops.column_index import ColumnIndexed
 from primforge.ops.csr import structure as _common
 from primforge.ops.csr.matrix import CSC, CSR
 from primforge.ops.fixed_num.matrix import FixedNum
@@ -457,52 +457,9 @@ def update_on_post(W: Any, post_spikes: Any, pre_trace: Any, *, w_min: float | N
 
 
 # ----------------------------------------------------------------------------- benchmark hooks
-_BENCH_CASES = ((2_000, 0.02), (10_000, 0.01))  # (n, p)
-_BENCH_RATE = 0.02
-
-
-def _bench_compressed(*, platform: str) -> list:
-    del platform
-    from primforge.bench import BenchmarkConfig
-    from primforge.ops.connectivity import fixed_prob
-
-    out = []
-    for i, (n, p) in enumerate(_BENCH_CASES):
-        W = fixed_prob(n, n, p, weight=0.5, seed=11 + i)
-        rs = np.random.RandomState(5 + i)
-        data = rs.random_sample(W.nnz).astype(np.float32)
-        index = tuple(np.asarray(a) for a in with_column_index(W).index)
-        for on_rows, indexed in ((True, False), (False, False), (False, True)):
-            spikes = rs.random_sample(n) < _BENCH_RATE
-            trace = rs.standard_normal(n).astype(np.float32) * 0.01
-            out.append(BenchmarkConfig(
-                args=(data, np.asarray(W.indices), np.asarray(W.indptr), spikes, trace,
-                      *(index if indexed else ())),
-                kwargs={"shape": (n, n), "on_rows": on_rows, "w_min": 0.0, "w_max": 1.0},
-                params={"n": n, "p": p, "rate": _BENCH_RATE, "on_rows": on_rows,
-                        "column_index": indexed}))
-    return out
-
-
-def _bench_dense(*, platform: str) -> list:
-    del platform
-    from primforge.bench import BenchmarkConfig
-
-    out = []
-    for i, n in enumerate((500, 2_000)):
-        rs = np.random.RandomState(23 + i)
-        weights = rs.random_sample((n, n)).astype(np.float32)
-        for on_rows in (True, False):
-            spikes = rs.random_sample(n) < _BENCH_RATE
-            trace = rs.standard_normal(n).astype(np.float32) * 0.01
-            out.append(BenchmarkConfig(
-                args=(weights, spikes, trace),
-                kwargs={"on_rows": on_rows, "w_min": 0.0, "w_max": 1.0},
-                params={"n": n, "rate": _BENCH_RATE, "on_rows": on_rows}))
-    return out
-
-
 compressed_update_p.def_call(_compressed_call)
-compressed_update_p.def_benchmark_data(_bench_compressed)
+compressed_update_p.def_benchmark_data(
+    _scaffold.lazy_benchmark_data("primforge.ops.plasticity.bench", "compressed"))
 dense_update_p.def_call(_dense_call)
-dense_update_p.def_benchmark_data(_bench_dense)
+dense_update_p.def_benchmark_data(
+    _scaffold.lazy_benchmark_data("primforge.ops.plasticity.bench", "dense"))
