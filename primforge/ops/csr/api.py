@@ -7,10 +7,10 @@ Design:
       static params ``shape`` (of ``W``) and ``transpose`` (compute ``W.T @ x``). One shared
       weight (``data.shape == (1,)``) or one weight per synapse is read from ``data``'s shape.
     * Backends: ``jax`` (reference, every platform; the GPU/TPU default), ``numba`` (CPU
-      default, event-driven, see :mod:`primforge.ops._numba_csr`), and two opt-in GPU
+      default, event-driven, see :mod:`primforge.ops.csr.numba`), and two opt-in GPU
       backends, each with a CPU twin that runs the same kernel bodies here: ``pallas``
-      (Triton; interpreted on CPU, :mod:`primforge.ops._pallas_csr`) and ``cuda_raw`` (CUDA
-      C++; the C++ twin on CPU, :mod:`primforge.ops._cuda_csr`). The GPU kernels have not
+      (Triton; interpreted on CPU, :mod:`primforge.ops.csr.pallas`) and ``cuda_raw`` (CUDA
+      C++; the C++ twin on CPU, :mod:`primforge.ops.csr.cuda`). The GPU kernels have not
       run on a GPU yet, hence not defaults.
     * Autodiff: the product is bilinear in ``data`` and ``x``. The JVP is two kernel calls;
       the transpose w.r.t. ``x`` is the float kernel with ``transpose`` flipped; w.r.t. a

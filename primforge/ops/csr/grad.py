@@ -6,7 +6,7 @@ Design:
     * ``jax`` backend: gathers in jax.numpy, then the structure check and the NaN fill (the
       reference; on GPU and TPU the default). ``numba`` backend (CPU default): one pass over
       the stored entries with the column check folded in
-      (:func:`primforge.ops._numba_csr.weight_grad_kernel`), so validating costs no extra
+      (:func:`primforge.ops.csr.numba.weight_grad_kernel`), so validating costs no extra
       pass over ``indices``; for ``W @ x`` that pass is branch-free (a clamped gather from
       a float copy of the events and one multiply per entry). ``numba_parallel`` (opt-in,
       chosen when the product's backend is): the rows of that pass over Numba's threads.

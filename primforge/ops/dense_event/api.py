@@ -10,7 +10,7 @@ Design:
       and ``numba`` (CPU default): ``x @ W`` adds only the rows of active events (unit-stride,
       vectorised); ``W @ x`` reads only the columns of active events. Work is proportional
       to the number of active events times the other dimension. ``pallas`` (opt-in; Triton
-      on the GPU, interpreted on the CPU; :mod:`primforge.ops._pallas_dense_event`): both
+      on the GPU, interpreted on the CPU; :mod:`primforge.ops.dense_event.pallas`): both
       directions as gathers that read weights only where the input is active.
     * Autodiff: bilinear in ``W`` and ``x``. The JVP is two kernel calls; the cotangent of
       ``x`` is the float kernel with ``transpose`` flipped; of ``W``, an outer product (a

@@ -9,8 +9,8 @@ Design:
     * Every backend masks an index outside ``[0, n)`` (the entry is skipped; no memory
       outside the arrays is touched); :class:`~primforge.ops.FixedNum` validates once, at
       construction. Backends: ``jax`` (reference, every platform), ``numba`` (CPU default,
-      :mod:`primforge.ops._numba_fixed_num`), ``pallas`` (opt-in,
-      :mod:`primforge.ops._pallas_fixed_num`).
+      :mod:`primforge.ops.fixed_num.numba`), ``pallas`` (opt-in,
+      :mod:`primforge.ops.fixed_num.pallas`).
     * Rules, kernel wiring and benchmark hooks come from :mod:`primforge.ops._scaffold`
       (bilinear in weights and input); only the weights' cotangent is specific here.
 """

@@ -5,7 +5,7 @@ Design:
       ``t = indices[i, j]``, ``ev`` being ``x`` or, for binary products, ``x != 0``; a
       masked slot (``t`` outside ``[0, n)``) has gradient 0, as it adds nothing.
     * ``jax`` backend: gathers in jax.numpy (the reference; the GPU/TPU default).
-      ``numba`` backend (CPU default, :func:`primforge.ops._numba_fixed_num.weight_grad_kernel`):
+      ``numba`` backend (CPU default, :func:`primforge.ops.fixed_num.numba.weight_grad_kernel`):
       one pass writing the ``(m, k)`` result; for ``A.T @ x`` the rows of silent sources are
       zero-filled without reading their indices (event-driven, like the product).
       ``numba_parallel`` (opt-in; used when the product's backend is ``numba_parallel``):

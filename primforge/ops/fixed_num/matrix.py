@@ -19,10 +19,10 @@ Design:
       :class:`FixedNumStructureError`. In the hot path every backend *masks* an index
       outside ``[0, n)``: the entry is skipped and no memory outside the arrays is touched;
       there is no extra validation pass over the stored entries.
-    * The kernels and their public calls live in :mod:`primforge.ops._fixed_num_kernels`
+    * The kernels and their public calls live in :mod:`primforge.ops.fixed_num.api`
       (re-exported here). Backends: ``jax`` (reference, every platform; GPU/TPU default),
-      ``numba`` (CPU default, :mod:`primforge.ops._numba_fixed_num`) and ``pallas`` (opt-in;
-      Triton on the GPU, interpreted on the CPU, :mod:`primforge.ops._pallas_fixed_num`).
+      ``numba`` (CPU default, :mod:`primforge.ops.fixed_num.numba`) and ``pallas`` (opt-in;
+      Triton on the GPU, interpreted on the CPU, :mod:`primforge.ops.fixed_num.pallas`).
     * Autodiff, batching and benchmarking follow the CSR kernels (shared through
       :mod:`primforge.ops._scaffold`): bilinear in weights and input (JVP is two calls;
       transposes are the flipped float kernel, one unit-weight call for a shared weight, a

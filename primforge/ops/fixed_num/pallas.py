@@ -10,7 +10,7 @@ Design:
       atomics, deterministic). ``A.T @ x`` (scatter, event-driven): a row with no active
       input column runs its loop zero times; contributions go through ``atomic_add`` into an
       aliased zero buffer (an exact scatter-add when interpreted, see
-      :func:`primforge.ops._pallas_csr.scatter_add`).
+      :func:`primforge.ops._pallas_common.scatter_add`).
     * Out-of-range column indices are masked exactly as in the other backends: the entry
       is skipped and no load or store touches memory outside the arrays.
     * Bool events are widened to int8 (Triton has no 1-bit memory type). Weights must be

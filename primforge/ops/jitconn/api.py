@@ -28,7 +28,7 @@ Design:
       weights: ``'homo'`` one shared weight; ``'uniform'`` ``low + (high - low) * unit(d1)``;
       ``'normal'`` ``mean + std * sqrt(-2 log unit(d1)) * cos(2 pi unit(d2))``. Weights are
       floating-point functions of exact integers: equal across backends up to rounding.
-      Its functions live in :mod:`primforge.ops._jitc_generator` (importable from here).
+      Its functions live in :mod:`primforge.ops.jitconn.generator` (importable from here).
     * Four :class:`~primforge.XLACustomKernel` objects (float or binary input, vector or
       matrix), each taking ``(theta, seed, table, x)``: ``theta`` the weight parameters
       (``(w,)``, ``(low, high)`` or ``(mean, std)``), ``seed`` a ``(1,)`` uint32 array,
@@ -36,8 +36,8 @@ Design:
       ``weight_kind``. Backends: ``jax`` (reference: all rows advance together one synapse
       per step of a ``while_loop``, the gap found by a fixed-length binary search; work
       ``rows x longest row``), ``numba`` (CPU default; event-driven, see
-      :mod:`primforge.ops._numba_jitconn`) and ``pallas`` (blocks of rows per program;
-      Triton on the GPU, interpreted on the CPU; :mod:`primforge.ops._pallas_jitconn`).
+      :mod:`primforge.ops.jitconn.numba`) and ``pallas`` (blocks of rows per program;
+      Triton on the GPU, interpreted on the CPU; :mod:`primforge.ops.jitconn.pallas`).
     * Autodiff: every weight kind is linear in ``theta`` (``low + (high - low) u = low (1 - u)
       + high u``), so the product is bilinear in ``(theta, x)``: the JVP is two kernel calls,
       the transpose w.r.t. ``x`` is the float kernel with ``transpose`` flipped, and w.r.t.

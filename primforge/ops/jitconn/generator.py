@@ -1,14 +1,14 @@
 """The counter-based generator behind the just-in-time connectivity products.
 
 Design:
-    * The generator is stated exactly in the design note of :mod:`primforge.ops.jitconn`:
+    * The generator is stated exactly in the design note of :mod:`primforge.ops.jitconn.api`:
       every row is its own Weyl sequence (a start and an odd increment, both hashed from
       the seed and the row) passed through a 32-bit integer finaliser; gaps between columns
       read off a threshold table with integer comparisons only; weights as float functions
       of the same draws.
     * Its constants are defined here once; the ``jax`` and ``pallas`` backends trace the
       ``jax.numpy`` functions below (uint32, wrapping), the Numba kernels
-      (:mod:`primforge.ops._numba_jitconn`) and :func:`primforge.ops.jitconn.jitc_todense`
+      (:mod:`primforge.ops.jitconn.numba`) and :func:`primforge.ops.jitconn.jitc_todense`
       (a plain NumPy loop) compute the same integers from the same constants.
 """
 

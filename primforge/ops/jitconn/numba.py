@@ -2,7 +2,7 @@
 
 Every kernel follows the numba backend's convention ``kernel(theta, seed, table, x, out)``
 and regenerates each row of ``W`` from the seed while it runs; nothing of size nnz is ever
-stored. The generator is the one :mod:`primforge.ops.jitconn` defines (integer hash, skip
+stored. The generator is the one :mod:`primforge.ops.jitconn.generator` defines (integer hash, skip
 counts from the threshold ``table``); here its 32-bit unsigned arithmetic is done in int64
 with explicit masking (a product whose true value exceeds 2**63 is split in two halves, so no
 signed overflow ever happens).

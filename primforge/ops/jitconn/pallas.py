@@ -6,7 +6,7 @@ Design:
       synapse per step of a ``while_loop`` that ends when every row of the block has passed
       its last column; the generator (row streams, draws, the binary search through the
       threshold table, the weights) is the same code as the 'jax' reference
-      (:mod:`primforge.ops.jitconn`), so the connectivity is bitwise the same.
+      (:mod:`primforge.ops.jitconn.api`), so the connectivity is bitwise the same.
     * ``W @ x`` (gather): each program accumulates its rows in registers and writes them: no
       atomics, deterministic. ``W.T @ x`` (scatter, event-driven): a row whose input is zero
       starts dead, so a block without an active row runs no step at all; contributions are
