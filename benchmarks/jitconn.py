@@ -41,7 +41,7 @@ import jax.numpy as jnp
 import numpy as np
 
 from primforge import ops
-from primforge.ops import jitconn
+from primforge.ops.jitconn import api as jitconn
 
 RESULTS = os.path.join(os.path.dirname(os.path.abspath(__file__)), "results")
 GRIDS = {

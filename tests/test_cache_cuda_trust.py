@@ -526,7 +526,7 @@ def test_autotune_symlinked_file_is_not_read(tmp_path):
 
 def test_csr_products_on_gpu_fall_back_when_nvcc_is_missing(monkeypatch, fresh_availability):
     """The shipped CSR kernels: asking for cuda_raw on a GPU without nvcc falls back."""
-    from primforge.ops import _kernels
+    from primforge.ops.csr import api as _kernels
 
     monkeypatch.setattr(pcuda, "find_nvcc", lambda: None)
     monkeypatch.setattr(pcuda, "find_cxx", lambda: "/usr/bin/g++", raising=False)

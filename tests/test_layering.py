@@ -264,3 +264,89 @@ def test_store_layer_does_not_reach_the_kernel(module):
     assert not {m for m in reached if m == "primforge.kernel" or (
         m.startswith("primforge.kernel.") and not m.startswith("primforge.kernel.backends")
     )}
+
+
+# ------------------------------------------------------------- the operator families
+OPS = "primforge.ops"
+#: What every family of :mod:`primforge.ops` builds on (it imports no family).
+OPS_SHARED = {f"{OPS}._scaffold", f"{OPS}._sharding", f"{OPS}._pallas_common", f"{OPS}.packed"}
+#: Modules over the families: they wrap CSR and fixed-number matrices.
+OPS_OVER = {f"{OPS}.column_index": {"csr", "fixed_num"}, f"{OPS}.connectivity": {"csr"}}
+#: Each family (a folder of primforge.ops) and the families and modules above it may import.
+FAMILIES: dict[str, set[str]] = {
+    "csr": set(),
+    "dense_event": set(),
+    "jitconn": set(),
+    "fixed_num": {"csr"},  # the CSR kernels' threading-layer check
+    "plasticity": {"csr", "fixed_num", "column_index", "connectivity"},
+}
+#: The module roles every family folder has; the optional roles some families add.
+FAMILY_ROLES = {"__init__", "api", "numba", "pallas", "bench"}
+OPTIONAL_ROLES = {"matrix", "structure", "grad", "cuda", "generator", "numba_columns"}
+
+
+def _ops_unit(module: str) -> str | None:
+    """The family or top-level module of primforge.ops that ``module`` belongs to."""
+    if not module.startswith(OPS + "."):
+        return None
+    return module[len(OPS) + 1:].split(".")[0]
+
+
+def test_every_ops_folder_is_a_declared_family_of_the_same_shape():
+    root = PACKAGE / "ops"
+    folders = {p.name for p in root.iterdir() if (p / "__init__.py").is_file()}
+    assert folders == set(FAMILIES), (
+        f"family folders {sorted(folders)} differ from FAMILIES in tests/test_layering.py")
+    for name in sorted(folders):
+        roles = {p.stem for p in (root / name).glob("*.py")}
+        assert FAMILY_ROLES <= roles, f"primforge/ops/{name} lacks {FAMILY_ROLES - roles}"
+        assert roles <= FAMILY_ROLES | OPTIONAL_ROLES, (
+            f"primforge/ops/{name} has modules of no known role: "
+            f"{roles - FAMILY_ROLES - OPTIONAL_ROLES}")
+
+
+def test_ops_families_import_only_what_they_build_on():
+    wrong = []
+    for module, targets in sorted(import_edges().items()):
+        unit = _ops_unit(module)
+        if unit is None:
+            continue
+        if module in OPS_SHARED:
+            allowed = {f"{OPS}.{m.rsplit('.', 1)[1]}" for m in OPS_SHARED}
+        elif module in OPS_OVER:
+            allowed = OPS_SHARED | {f"{OPS}.{f}" for f in OPS_OVER[module]}
+        elif unit in FAMILIES:
+            allowed = OPS_SHARED | {f"{OPS}.{f}" for f in FAMILIES[unit] | {unit}}
+        else:
+            continue
+        for target, line in sorted(targets.items()):
+            there = _ops_unit(target)
+            if target == OPS or (there is not None and not any(
+                    target == a or target.startswith(a + ".") for a in allowed)):
+                wrong.append(f"{MODULES[module].relative_to(ROOT)}:{line}: {module} imports "
+                             f"{target}")
+    assert not wrong, "imports across the operator families:\n  " + "\n  ".join(wrong)
+
+
+def test_no_module_imports_a_family_bench_module():
+    """Benchmark cases are loaded by name when benchmark data is asked for, never imported."""
+    wrong = [f"{module} imports {target}" for module, targets in sorted(import_edges().items())
+             for target in targets
+             if _ops_unit(target) in FAMILIES and target.endswith(".bench")
+             and not module.endswith(".bench")]
+    assert not wrong, wrong
+
+
+def test_importing_ops_leaves_the_benchmark_cases_unloaded():
+    import os
+    import subprocess
+    import sys
+
+    benches = [f"{OPS}.{name}.bench" for name in sorted(FAMILIES)]
+    code = ("import sys, primforge.ops\n"
+            f"print([m for m in {benches!r} if m in sys.modules])\n"
+            "import primforge.ops.csr.bench\n"
+            "print('primforge.ops.csr.bench' in sys.modules)\n")
+    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True,
+                         check=True, cwd=ROOT, env={**os.environ, "JAX_PLATFORMS": "cpu"})
+    assert out.stdout.split() == ["[]", "True"], out.stdout + out.stderr

@@ -24,7 +24,7 @@ import pytest
 from jax.test_util import check_grads
 
 from primforge import ops
-from primforge.ops import plasticity
+from primforge.ops.plasticity import api as plasticity
 from tests.test_ops_plasticity import numpy_update
 
 BACKENDS = ["jax", "numba", "pallas"]
@@ -295,7 +295,7 @@ def test_an_unvalidated_out_of_range_column_poisons_as_without_the_index(backend
 _FUZZ = textwrap.dedent("""
     import numpy as np, jax.numpy as jnp
     from primforge import ops
-    from primforge.ops import plasticity
+    from primforge.ops.plasticity import api as plasticity
     rs = np.random.RandomState(0)
     dense = np.where(rs.random_sample((30, 25)) < 0.3, 0.5, 0).astype(np.float32)
     W = ops.CSR.from_dense(dense)

@@ -17,7 +17,7 @@ from jax.test_util import check_grads
 import primforge
 from primforge import ops
 from primforge.kernel.backends import cuda as pcuda
-from primforge.ops import _cuda_csr
+from primforge.ops.csr import cuda as _cuda_csr
 
 FUNCS = {
     (False, False): ops.csrmv,

@@ -23,7 +23,7 @@ import pytest
 from test_ops_csr import FUNCS, K, M, N, make_input, random_csr
 
 from primforge import ops
-from primforge.ops import _csr_grad
+from primforge.ops.csr import grad as _csr_grad
 
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 VARIANTS = list(itertools.product([False, True], [False, True], [False, True], [False, True]))

@@ -20,7 +20,7 @@ import pytest
 from gpu_utils import lower_for_cuda, requires_gpu
 
 from primforge import ops
-from primforge.ops import _pallas_csr
+from primforge.ops.csr import pallas as _pallas_csr
 
 FUNCS = {
     (False, False): ops.csrmv,
@@ -129,7 +129,7 @@ def test_half_precision_weights_are_refused_with_a_clear_error():
 
 
 def test_pallas_is_opt_in_and_the_defaults_stay():
-    for kernel in ops._kernels.KERNELS.values():
+    for kernel in ops.csr.api.KERNELS.values():
         assert "pallas" in kernel.available_backends("gpu")
         assert "pallas" in kernel.available_backends("cpu")
         assert kernel.defaults["gpu"] == "jax" and kernel.defaults["cpu"] == "numba"

@@ -29,7 +29,7 @@ import pytest
 
 from primforge import autotune, ops
 from primforge.bench import _run as bench_run
-from primforge.ops import _csr_grad
+from primforge.ops.csr import grad as _csr_grad
 
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 M, N, K = 7, 6, 3
@@ -246,7 +246,7 @@ def test_autotune_never_picks_outside_its_candidates(fake_times, tmp_path):
 def test_autotune_drops_a_threaded_candidate_that_disagrees(fake_times, tmp_path,
                                                             monkeypatch):
     # A wrong threaded kernel that is fastest must lose to the correct serial one.
-    from primforge.ops import _numba_csr
+    from primforge.ops.csr import numba as _numba_csr
 
     real = _numba_csr.parallel_kernel
 

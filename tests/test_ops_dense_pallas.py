@@ -19,7 +19,7 @@ import pytest
 
 import primforge
 from primforge import ops
-from primforge.ops import _pallas_dense_event
+from primforge.ops.dense_event import pallas as _pallas_dense_event
 
 FUNCS = {
     (False, False): ops.densemv,

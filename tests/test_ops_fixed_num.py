@@ -447,7 +447,7 @@ def test_pallas_is_opt_in_and_the_defaults_stay():
 @pytest.mark.parametrize("k,cols", [(_k, _c) for _k in (1, 33, 70) for _c in (1, 5, 37)])
 def test_pallas_chunks_and_column_blocks(k, cols):
     """Rows longer than one chunk of entries, more columns than one block (interpreted)."""
-    from primforge.ops import _pallas_fixed_num
+    from primforge.ops.fixed_num import pallas as _pallas_fixed_num
 
     assert max(k, cols) > _pallas_fixed_num.BLOCK_K or k == 1
     rng = np.random.default_rng([k, cols])

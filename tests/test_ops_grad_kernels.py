@@ -6,7 +6,8 @@ import pytest
 
 import primforge
 import primforge.ops
-from primforge.ops import _csr_grad, _fixed_num_grad
+from primforge.ops.csr import grad as _csr_grad
+from primforge.ops.fixed_num import grad as _fixed_num_grad
 
 
 def test_every_ops_kernel_has_a_call_and_benchmark_data():

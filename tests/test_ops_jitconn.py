@@ -26,7 +26,7 @@ from jax.test_util import check_grads
 
 from primforge import ops
 from primforge.kernel.kernel import KernelError
-from primforge.ops import jitconn
+from primforge.ops.jitconn import api as jitconn
 
 BACKENDS = ["jax", "numba", "pallas"]
 KINDS = {"homo": 0.75, "uniform": (-0.5, 1.5), "normal": (0.25, 1.0)}

@@ -20,7 +20,7 @@ import pytest
 from gpu_utils import compile_for_targets, requires_gpu_compiler
 
 from primforge import ops
-from primforge.ops import plasticity
+from primforge.ops.plasticity import api as plasticity
 
 pytestmark = requires_gpu_compiler
 

@@ -90,7 +90,7 @@ def _source_files() -> set[str]:
 def test_wheel_ships_every_module_and_every_csrc_source(wheel):
     names = set(wheel.namelist())
     source = _source_files()
-    assert any(f.startswith("primforge/ops/csrc/") for f in source)  # the check is not vacuous
+    assert any(f.startswith("primforge/ops/csr/csrc/") for f in source)  # the check is not vacuous
     missing = sorted(source - names)
     assert not missing, f"files of the source tree missing from the wheel: {missing}"
     assert "primforge/py.typed" in names

@@ -11,7 +11,7 @@ import numpy as np
 import pytest
 
 from primforge.ops import CSR, fixed_prob
-from primforge.ops._kernels import csrmv_p
+from primforge.ops.csr.api import csrmv_p
 
 BACKENDS = csrmv_p.available_backends("cpu")
 SHAPES = [(0, 5), (5, 0), (0, 0), (4, 5)]

@@ -26,7 +26,7 @@ import importlib.metadata, pathlib, sys, primforge
 site = pathlib.Path(primforge.__file__).parent
 assert "site-packages" in str(site), f"imported the source tree: {site}"
 assert importlib.metadata.version("primforge") == primforge.__version__
-assert (site / "ops" / "csrc" / "csr_body.h").is_file(), "CSR sources missing"
+assert (site / "ops" / "csr" / "csrc" / "csr_body.h").is_file(), "CSR sources missing"
 print(f"installed primforge {primforge.__version__} from {pathlib.Path(sys.argv[1]).name}")
 PY
 "$work/venv/bin/python" "$work/src/examples/quickstart.py" | tail -1

@@ -10,8 +10,11 @@
   :func:`jitc_todense` is the explicit matrix a seed describes.
 """
 
-from primforge.ops._common import CSRStructureError
-from primforge.ops._kernels import (
+from primforge.ops.connectivity import fixed_prob
+from primforge.ops.csr import (
+    CSC,
+    CSR,
+    CSRStructureError,
     binary_csrmm,
     binary_csrmm_p,
     binary_csrmv,
@@ -21,8 +24,6 @@ from primforge.ops._kernels import (
     csrmv,
     csrmv_p,
 )
-from primforge.ops.connectivity import fixed_prob
-from primforge.ops.csr import CSC, CSR
 from primforge.ops.jitconn import (
     binary_jitc_matmat,
     binary_jitc_matmat_p,
@@ -127,6 +128,6 @@ from primforge.ops.packed import PackedEvents, pack_events
 __all__ += ["PackedEvents", "pack_events"]
 
 # The just-in-time generator as a Numba function, for fused kernels of one's own.
-from primforge.ops.jitc_numba import jitc_numba_columns
+from primforge.ops.jitconn import jitc_numba_columns
 
 __all__ += ["jitc_numba_columns"]

@@ -36,7 +36,6 @@ import numpy as np
 
 from primforge import _compat
 from primforge._compat import Tracer
-from primforge.bench import BenchmarkConfig
 from primforge.kernel.kernel import XLACustomKernel
 from primforge.ops.packed import as_events
 
@@ -51,6 +50,7 @@ __all__ = [
     "float_weights",
     "index_array",
     "input_name",
+    "lazy_benchmark_data",
     "promote_input",
     "unit_weight_cotangent",
 ]
@@ -381,27 +381,47 @@ class Family:
             self.kernels[(binary, matrix)] = kernel
         return tuple(self.kernels[v] for v in VARIANTS)
 
-    def install(self, publics: Sequence[Callable], cases: Sequence, seed: int,
-                make_case: Callable) -> None:
+    def install(self, publics: Sequence[Callable], bench: str) -> None:
         """Give each kernel its call function and benchmark data.
 
-        ``publics`` are the four public calls in :meth:`build`'s order. The benchmark data
-        of a kernel is one config per entry of ``cases``: ``make_case(rs, case, binary,
-        matrix) -> (args, kwargs, params)`` with ``rs`` a ``RandomState(seed + i)``.
+        ``publics`` are the four public calls in :meth:`build`'s order. ``bench`` names the
+        module of the benchmark cases, imported only when benchmark data is asked for: a
+        kernel's data is one config per entry of its ``CASES``, ``case(rs, entry, binary,
+        matrix) -> (args, kwargs, params)`` with ``rs`` a ``RandomState(SEED + i)``.
         """
         for (binary, matrix), public in zip(VARIANTS, publics):
             kernel = self.kernels[(binary, matrix)]
             kernel.def_call(public)
-            kernel.def_benchmark_data(_configs(cases, seed, make_case, binary, matrix))
+            kernel.def_benchmark_data(_configs(bench, binary, matrix))
 
 
-def _configs(cases, seed, make_case, binary, matrix):
+def _configs(bench, binary, matrix):
     def configs(*, platform: str) -> list:
         del platform  # the same small cases everywhere
+        from primforge.bench import BenchmarkConfig
+
+        cases = importlib.import_module(bench)
         out = []
-        for i, case in enumerate(cases):
-            args, kwargs, params = make_case(np.random.RandomState(seed + i), case, binary, matrix)
+        for i, entry in enumerate(cases.CASES):
+            rs = np.random.RandomState(cases.SEED + i)
+            args, kwargs, params = cases.case(rs, entry, binary, matrix)
             out.append(BenchmarkConfig(args=args, kwargs=kwargs, params=params))
         return out
+
+    return configs
+
+
+def lazy_benchmark_data(module: str, name: str) -> Callable[..., list]:
+    """Benchmark data ``fn(*, platform)`` that imports ``module`` on first use and calls its
+    function ``name``: the cases stay out of the operators' import path.
+
+    Example:
+        >>> fn = lazy_benchmark_data("primforge.ops.plasticity.bench", "dense")
+        >>> [config.params["n"] for config in fn(platform="cpu")]
+        [500, 500, 2000, 2000]
+    """
+
+    def configs(*, platform: str) -> list:
+        return getattr(importlib.import_module(module), name)(platform=platform)
 
     return configs

@@ -35,9 +35,9 @@ import jax
 import jax.numpy as jnp
 import numpy as np
 
-from primforge.ops import _common
-from primforge.ops.csr import CSC, CSR
-from primforge.ops.fixed_num import FixedNum
+from primforge.ops.csr import structure as _common
+from primforge.ops.csr.matrix import CSC, CSR
+from primforge.ops.fixed_num.matrix import FixedNum
 from primforge.utils import dataclass
 
 __all__ = ["ColumnIndexed", "with_column_index"]

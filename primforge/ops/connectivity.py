@@ -15,7 +15,7 @@ from collections.abc import Callable
 import jax.numpy as jnp
 import numpy as np
 
-from primforge.ops.csr import CSR
+from primforge.ops.csr.matrix import CSR
 
 __all__ = ["fixed_prob"]
 

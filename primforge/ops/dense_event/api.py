@@ -10,7 +10,7 @@ Design:
       and ``numba`` (CPU default): ``x @ W`` adds only the rows of active events (unit-stride,
       vectorised); ``W @ x`` reads only the columns of active events. Work is proportional
       to the number of active events times the other dimension. ``pallas`` (opt-in; Triton
-      on the GPU, interpreted on the CPU; :mod:`primforge.ops._pallas_dense_event`): both
+      on the GPU, interpreted on the CPU; :mod:`primforge.ops.dense_event.pallas`): both
       directions as gathers that read weights only where the input is active.
     * Autodiff: bilinear in ``W`` and ``x``. The JVP is two kernel calls; the cotangent of
       ``x`` is the float kernel with ``transpose`` flipped; of ``W``, an outer product (a
@@ -27,7 +27,6 @@ from typing import Any
 
 import jax
 import jax.numpy as jnp
-import numpy as np
 
 from primforge.ops import _scaffold, _sharding
 
@@ -84,7 +83,7 @@ def _event_product(w, ev):
 
 def _numba_generator(binary: bool, matrix: bool):
     def generate(*, transpose, **_):
-        from primforge.ops import _numba_dense_event
+        from primforge.ops.dense_event import numba as _numba_dense_event
 
         make = _numba_dense_event.mm_kernel if matrix else _numba_dense_event.mv_kernel
         return make(binary, bool(transpose))
@@ -117,7 +116,7 @@ def _weight_cotangent(binary, matrix, ct, w_aval, structure, x, *, transpose, ba
 
 FAMILY.build(jax_gen=_jax_generator, numba_gen=_numba_generator, shape_rule=_shape_rule,
              weight_cotangent=_weight_cotangent, tags=("dense",),
-             pallas_module="primforge.ops._pallas_dense_event")
+             pallas_module="primforge.ops.dense_event.pallas")
 _sharding.install(FAMILY.kernels.values(), _sharding.dense_rule)
 densemv_p = KERNELS[(False, False)]
 binary_densemv_p = KERNELS[(True, False)]
@@ -235,16 +234,5 @@ def binary_densemm(weights: Any, events: Any, *, transpose: bool = False,
 
 
 # ----------------------------------------------------------------------------- benchmark hooks
-_BENCH_CASES = ((500, True), (500, False), (2000, True), (2000, False))  # (n, transpose)
-
-
-def _bench_case(rs, case, binary: bool, matrix: bool):
-    n, transpose = case
-    w = rs.standard_normal((n, n)).astype(np.float32)
-    x = _scaffold.bench_input(rs, n, binary, matrix)
-    params = {"n": n, "rate": _scaffold.BENCH_RATE, "transpose": transpose}
-    return (w, x), {"transpose": transpose}, params
-
-
-FAMILY.install((densemv, binary_densemv, densemm, binary_densemm), _BENCH_CASES, 777,
-               _bench_case)
+FAMILY.install((densemv, binary_densemv, densemm, binary_densemm),
+               "primforge.ops.dense_event.bench")

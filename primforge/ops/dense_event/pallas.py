@@ -26,7 +26,7 @@ import jax
 import jax.numpy as jnp
 import numpy as np
 
-from primforge.ops._pallas_csr import _compiler_params, _values
+from primforge.ops._pallas_common import compiler_params, values
 
 __all__ = ["BLOCK_COLS", "BLOCK_M", "BLOCK_N", "generator"]
 
@@ -71,7 +71,7 @@ def _program(binary, transpose, *, m, n, cols, dtype, platform, wide):
                 act = both & (xv != 0)
                 need = jnp.sum(act.astype(jnp.int32), axis=1) > 0  # rows of x with an event
                 w = plgpu.load(w_ref.at[jnp.where(need, w_offsets(i, j), 0)], mask=need, other=0)
-                terms = w.astype(dtype)[:, None] * _values(xv, binary=binary, dtype=dtype)
+                terms = w.astype(dtype)[:, None] * values(xv, binary=binary, dtype=dtype)
                 return acc + jnp.sum(jnp.where(act, terms, 0), axis=0)
 
             acc = jax.lax.fori_loop(0, chunks, step, jnp.zeros((bcols,), dtype))
@@ -81,7 +81,7 @@ def _program(binary, transpose, *, m, n, cols, dtype, platform, wide):
             out = jax.ShapeDtypeStruct((m, col_blocks * bcols), dtype)
             y = pl.pallas_call(gather, out_shape=out, grid=(m, col_blocks),
                                interpret=platform == "cpu",
-                               compiler_params=_compiler_params(platform),
+                               compiler_params=compiler_params(platform),
                                name="pf_dense_gather")(weights.reshape(-1), x.reshape(-1))
             return y[:, :cols]
 
@@ -106,7 +106,7 @@ def _program(binary, transpose, *, m, n, cols, dtype, platform, wide):
                 tile = act[:, None] & jmask[None, :]
                 w = plgpu.load(w_ref.at[jnp.where(tile, w_offsets(r[:, None], jvec[None, :]), 0)],
                                mask=tile, other=0)
-                terms = w.astype(dtype) * _values(xv, binary=binary, dtype=dtype)[:, None]
+                terms = w.astype(dtype) * values(xv, binary=binary, dtype=dtype)[:, None]
                 return acc + jnp.sum(jnp.where(tile, terms, 0), axis=0)
 
             acc = jax.lax.fori_loop(0, rchunks, step, jnp.zeros((block,), dtype))
@@ -127,7 +127,7 @@ def _program(binary, transpose, *, m, n, cols, dtype, platform, wide):
                 need = jmask & busy
                 w = plgpu.load(w_ref.at[jnp.where(need, w_offsets(i, jvec), 0)], mask=need,
                                other=0)
-                terms = w.astype(dtype)[:, None] * _values(xv, binary=binary, dtype=dtype)[None, :]
+                terms = w.astype(dtype)[:, None] * values(xv, binary=binary, dtype=dtype)[None, :]
                 return acc + jnp.where(need[:, None] & act[None, :], terms, 0)
 
             acc = jax.lax.fori_loop(0, m, step, jnp.zeros((block, bcols), dtype))
@@ -138,7 +138,7 @@ def _program(binary, transpose, *, m, n, cols, dtype, platform, wide):
         out = jax.ShapeDtypeStruct((out_blocks * block, col_blocks * bcols), dtype)
         y = pl.pallas_call(columns, out_shape=out, grid=(out_blocks, col_blocks),
                            interpret=platform == "cpu",
-                           compiler_params=_compiler_params(platform),
+                           compiler_params=compiler_params(platform),
                            name="pf_dense_columns")(weights.reshape(-1), x.reshape(-1))
         return y[:n, :cols]
 

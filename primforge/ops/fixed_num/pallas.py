@@ -10,7 +10,7 @@ Design:
       atomics, deterministic). ``A.T @ x`` (scatter, event-driven): a row with no active
       input column runs its loop zero times; contributions go through ``atomic_add`` into an
       aliased zero buffer (an exact scatter-add when interpreted, see
-      :func:`primforge.ops._pallas_csr._scatter_add`).
+      :func:`primforge.ops._pallas_common.scatter_add`).
     * Out-of-range column indices are masked exactly as in the other backends: the entry
       is skipped and no load or store touches memory outside the arrays.
     * Bool events are widened to int8 (Triton has no 1-bit memory type). Weights must be
@@ -25,8 +25,13 @@ import jax
 import jax.numpy as jnp
 import numpy as np
 
-from primforge.ops import _common
-from primforge.ops._pallas_csr import _compiler_params, _scatter_add, _term, _values
+from primforge.ops._pallas_common import (
+    check_float_weights,
+    compiler_params,
+    scatter_add,
+    term,
+    values,
+)
 
 __all__ = ["BLOCK_COLS", "BLOCK_K", "generator"]
 
@@ -45,7 +50,7 @@ def _program(binary, transpose, homo, *, m, n, k, cols, dtype, platform, wide):
     col_blocks = -(-cols // bcols)
     chunks = -(-k // block)
     rows_out = n if transpose else m
-    value = functools.partial(_values, binary=binary, dtype=dtype)
+    value = functools.partial(values, binary=binary, dtype=dtype)
 
     def col_vector():
         cvec = pl.program_id(1) * bcols + jnp.arange(bcols, dtype=jnp.int32)
@@ -78,7 +83,7 @@ def _program(binary, transpose, homo, *, m, n, k, cols, dtype, platform, wide):
                 both = ok[:, None] & cmask[None, :]
                 offs = jnp.where(both, flat(tgt[:, None], cvec[None, :]), 0)
                 xv = value(plgpu.load(x_ref.at[offs], mask=both, other=0))
-                return acc + jnp.sum(jnp.where(both, _term(w[:, None], xv, binary), 0), axis=0)
+                return acc + jnp.sum(jnp.where(both, term(w[:, None], xv, binary), 0), axis=0)
 
             acc = jax.lax.fori_loop(0, chunks, step, jnp.zeros((bcols,), dtype))
             acc = acc * w_ref[0].astype(dtype) if homo else acc
@@ -88,7 +93,7 @@ def _program(binary, transpose, homo, *, m, n, k, cols, dtype, platform, wide):
             out = jax.ShapeDtypeStruct((m, col_blocks * bcols), dtype)
             y = pl.pallas_call(gather, out_shape=out, grid=(m, col_blocks),
                                interpret=platform == "cpu",
-                               compiler_params=_compiler_params(platform),
+                               compiler_params=compiler_params(platform),
                                name="pf_fixed_num_gather")(weights.reshape(-1),
                                                            indices.reshape(-1), x.reshape(-1))
             return y[:, :cols]
@@ -111,7 +116,7 @@ def _program(binary, transpose, homo, *, m, n, k, cols, dtype, platform, wide):
             tgt, ok, w = entries(w_ref, i_ref, i, c, w0)
             both = ok[:, None] & act[None, :]
             offs = jnp.where(both, flat(tgt[:, None], cvec[None, :]), 0)
-            _scatter_add(y_ref, offs, w[:, None] * xv[None, :], both, platform)
+            scatter_add(y_ref, offs, w[:, None] * xv[None, :], both, platform)
             return carry
 
         jax.lax.fori_loop(jnp.int32(0), trips, step, jnp.int32(0))
@@ -121,7 +126,7 @@ def _program(binary, transpose, homo, *, m, n, k, cols, dtype, platform, wide):
         zeros = jnp.zeros((rows_out * cols,), dtype)
         return pl.pallas_call(scatter, out_shape=out, grid=(m, col_blocks),
                               input_output_aliases={3: 0}, interpret=platform == "cpu",
-                              compiler_params=_compiler_params(platform),
+                              compiler_params=compiler_params(platform),
                               name="pf_fixed_num_scatter")(weights.reshape(-1),
                                                            indices.reshape(-1), x.reshape(-1),
                                                            zeros)
@@ -155,7 +160,7 @@ def generator(binary: bool, matrix: bool, fallback):
         k = int(indices.shape[1])
         cols = int(x.shape[1]) if matrix else 1
         kind = ("binary_" if binary else "") + ("fixed_num_mm" if matrix else "fixed_num_mv")
-        _common.check_float_weights(kind, "pallas", dtype)
+        check_float_weights(kind, "pallas", dtype)
         if min(m, n, k, cols) == 0:
             return fallback(ins=ins, outs=outs, shape=shape, transpose=transpose, **params)
         homo = len(weights.shape) == 1

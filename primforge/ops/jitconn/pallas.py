@@ -6,7 +6,7 @@ Design:
       synapse per step of a ``while_loop`` that ends when every row of the block has passed
       its last column; the generator (row streams, draws, the binary search through the
       threshold table, the weights) is the same code as the 'jax' reference
-      (:mod:`primforge.ops.jitconn`), so the connectivity is bitwise the same.
+      (:mod:`primforge.ops.jitconn.api`), so the connectivity is bitwise the same.
     * ``W @ x`` (gather): each program accumulates its rows in registers and writes them: no
       atomics, deterministic. ``W.T @ x`` (scatter, event-driven): a row whose input is zero
       starts dead, so a block without an active row runs no step at all; contributions are
@@ -24,34 +24,20 @@ import jax
 import jax.numpy as jnp
 import numpy as np
 
-from primforge.ops import _common
-from primforge.ops import jitconn as _jc
-from primforge.ops._pallas_csr import _term
+from primforge.ops._pallas_common import (
+    NUM_WARPS,
+    check_float_weights,
+    compiler_params,
+    scatter_add,
+    term,
+)
+from primforge.ops.jitconn import api as _jc
 
 __all__ = ["BLOCK_COLS", "BLOCK_ROWS", "NUM_WARPS", "generator"]
 
 BLOCK_ROWS = 64  # rows of W per program
 BLOCK_ROWS_MM = 32  # rows per program for the matmat kernels
 BLOCK_COLS = 16  # most input columns per program for the matmat kernels
-NUM_WARPS = 4
-
-
-def _compiler_params(platform: str):
-    if platform == "cpu":
-        return None
-    from jax.experimental.pallas import triton as plgpu
-
-    return plgpu.CompilerParams(num_warps=NUM_WARPS, num_stages=1)
-
-
-def _scatter_add(y_ref, offs, vals, mask, platform):
-    """``y[offs] += vals`` where ``mask``: atomics on the GPU, an exact sum when interpreted."""
-    if platform == "cpu":
-        y_ref[...] = y_ref[...].at[offs].add(jnp.where(mask, vals, 0))
-        return
-    from jax.experimental.pallas import triton as plgpu
-
-    plgpu.atomic_add(y_ref, offs, vals, mask=mask)
 
 
 def _any(mask):
@@ -117,17 +103,17 @@ def _build(binary, matrix, transpose, kind, *, m, n, k, k_max, dtype, platform):
                 if matrix:
                     live = alive[:, None] & act
                     offs = jnp.where(live, jc[:, None] * k + cvec[None, :], 0)
-                    _scatter_add(y_ref, offs, w[:, None] * xv, live, platform)
+                    scatter_add(y_ref, offs, w[:, None] * xv, live, platform)
                 else:
-                    _scatter_add(y_ref, jc, w * xv, alive, platform)
+                    scatter_add(y_ref, jc, w * xv, alive, platform)
             elif matrix:
                 live = alive[:, None] & cmask[None, :]
                 offs = jnp.where(live, jc[:, None] * k + cvec[None, :], 0)
                 got = value(plgpu.load(x_ref.at[offs], mask=live, other=0))
-                acc = acc + jnp.where(live, _term(w[:, None], got, binary), 0)
+                acc = acc + jnp.where(live, term(w[:, None], got, binary), 0)
             else:
                 got = value(plgpu.load(x_ref.at[jc], mask=alive, other=0))
-                acc = acc + jnp.where(alive, _term(w, got, binary), 0)
+                acc = acc + jnp.where(alive, term(w, got, binary), 0)
             return s + jnp.uint32(1), j, alive, acc
 
         init = (jnp.uint32(0), jnp.full((br,), -1, jnp.int32), alive0, acc0)
@@ -151,7 +137,7 @@ def _build(binary, matrix, transpose, kind, *, m, n, k, k_max, dtype, platform):
         out = jax.ShapeDtypeStruct((row_blocks * br,), dtype)
     name = "pf_jitc_" + ("scatter" if transpose else "gather") + ("_mm" if matrix else "_mv")
     common = {"out_shape": out, "grid": grid, "interpret": platform == "cpu",
-              "compiler_params": _compiler_params(platform), "name": name}
+              "compiler_params": compiler_params(platform), "name": name}
 
     if transpose:
         def scatter(t_ref, s_ref, tab_ref, x_ref, _zeros_ref, y_ref):
@@ -197,7 +183,7 @@ def generator(binary: bool, matrix: bool, fallback):
         dtype = np.dtype(outs[0].dtype)
         k = int(x.shape[1]) if matrix else 1
         who = _jc._name(binary, matrix)
-        _common.check_float_weights(who, "pallas", dtype)
+        check_float_weights(who, "pallas", dtype)
         if min(m, n, k) == 0:
             return fallback(ins=ins, outs=outs, shape=shape, prob=prob, transpose=transpose,
                             weight_kind=weight_kind, platform=platform, **params)

@@ -43,10 +43,11 @@ import numpy as np
 
 from primforge import _compat
 from primforge.kernel.kernel import XLACustomKernel
-from primforge.ops import _common, _scaffold, _sharding
-from primforge.ops.column_index import ColumnIndexed, with_column_index
-from primforge.ops.csr import CSC, CSR
-from primforge.ops.fixed_num import FixedNum
+from primforge.ops import _scaffold, _sharding
+from primforge.ops.column_index import ColumnIndexed
+from primforge.ops.csr import structure as _common
+from primforge.ops.csr.matrix import CSC, CSR
+from primforge.ops.fixed_num.matrix import FixedNum
 from primforge.ops.packed import as_events
 
 __all__ = [
@@ -127,7 +128,7 @@ def _in_place(fn, outs):
 
 
 def _numba_compressed(*, ins, outs, on_rows, masked, w_min, w_max, **_):
-    from primforge.ops import _numba_plasticity
+    from primforge.ops.plasticity import numba as _numba_plasticity
 
     dtype = outs[0].dtype
     lo, hi = _cast_bound(w_min, dtype), _cast_bound(w_max, dtype)
@@ -146,7 +147,7 @@ def _jax_dense(*, on_rows, w_min, w_max, **_):
 
 
 def _numba_dense(*, outs, on_rows, w_min, w_max, **_):
-    from primforge.ops import _numba_plasticity
+    from primforge.ops.plasticity import numba as _numba_plasticity
 
     dtype = outs[0].dtype
     return _in_place(_numba_plasticity.dense_kernel(bool(on_rows), _cast_bound(w_min, dtype),
@@ -266,7 +267,7 @@ def _dense_jvp(primals, tangents, *, outs, on_rows, w_min, w_max, backend=None, 
 
 # ----------------------------------------------------------------------------- kernels
 def _pallas_compressed(**kw):
-    from primforge.ops import _pallas_plasticity
+    from primforge.ops.plasticity import pallas as _pallas_plasticity
 
     return _pallas_plasticity.generator(_jax_compressed)(**kw)
 
@@ -456,52 +457,9 @@ def update_on_post(W: Any, post_spikes: Any, pre_trace: Any, *, w_min: float | N
 
 
 # ----------------------------------------------------------------------------- benchmark hooks
-_BENCH_CASES = ((2_000, 0.02), (10_000, 0.01))  # (n, p)
-_BENCH_RATE = 0.02
-
-
-def _bench_compressed(*, platform: str) -> list:
-    del platform
-    from primforge.bench import BenchmarkConfig
-    from primforge.ops.connectivity import fixed_prob
-
-    out = []
-    for i, (n, p) in enumerate(_BENCH_CASES):
-        W = fixed_prob(n, n, p, weight=0.5, seed=11 + i)
-        rs = np.random.RandomState(5 + i)
-        data = rs.random_sample(W.nnz).astype(np.float32)
-        index = tuple(np.asarray(a) for a in with_column_index(W).index)
-        for on_rows, indexed in ((True, False), (False, False), (False, True)):
-            spikes = rs.random_sample(n) < _BENCH_RATE
-            trace = rs.standard_normal(n).astype(np.float32) * 0.01
-            out.append(BenchmarkConfig(
-                args=(data, np.asarray(W.indices), np.asarray(W.indptr), spikes, trace,
-                      *(index if indexed else ())),
-                kwargs={"shape": (n, n), "on_rows": on_rows, "w_min": 0.0, "w_max": 1.0},
-                params={"n": n, "p": p, "rate": _BENCH_RATE, "on_rows": on_rows,
-                        "column_index": indexed}))
-    return out
-
-
-def _bench_dense(*, platform: str) -> list:
-    del platform
-    from primforge.bench import BenchmarkConfig
-
-    out = []
-    for i, n in enumerate((500, 2_000)):
-        rs = np.random.RandomState(23 + i)
-        weights = rs.random_sample((n, n)).astype(np.float32)
-        for on_rows in (True, False):
-            spikes = rs.random_sample(n) < _BENCH_RATE
-            trace = rs.standard_normal(n).astype(np.float32) * 0.01
-            out.append(BenchmarkConfig(
-                args=(weights, spikes, trace),
-                kwargs={"on_rows": on_rows, "w_min": 0.0, "w_max": 1.0},
-                params={"n": n, "rate": _BENCH_RATE, "on_rows": on_rows}))
-    return out
-
-
 compressed_update_p.def_call(_compressed_call)
-compressed_update_p.def_benchmark_data(_bench_compressed)
+compressed_update_p.def_benchmark_data(
+    _scaffold.lazy_benchmark_data("primforge.ops.plasticity.bench", "compressed"))
 dense_update_p.def_call(_dense_call)
-dense_update_p.def_benchmark_data(_bench_dense)
+dense_update_p.def_benchmark_data(
+    _scaffold.lazy_benchmark_data("primforge.ops.plasticity.bench", "dense"))

@@ -2,7 +2,7 @@
 
 Every kernel follows the numba backend's convention ``kernel(theta, seed, table, x, out)``
 and regenerates each row of ``W`` from the seed while it runs; nothing of size nnz is ever
-stored. The generator is the one :mod:`primforge.ops.jitconn` defines (integer hash, skip
+stored. The generator is the one :mod:`primforge.ops.jitconn.generator` defines (integer hash, skip
 counts from the threshold ``table``); here its 32-bit unsigned arithmetic is done in int64
 with explicit masking (a product whose true value exceeds 2**63 is split in two halves, so no
 signed overflow ever happens).
@@ -28,17 +28,17 @@ import math
 
 import numpy as np
 
-from primforge.ops._jitc_generator import (
+from primforge.ops.jitconn.generator import (
     FEW_FLIPS,
     FLIP,
     GAMMA_SALT,
+    MASK,
     MIX_1,
     MIX_2,
     ROW_SALT,
     SEED_SALT,
 )
 
-MASK = 0xFFFFFFFF
 _M2_LO = MIX_2 & 0xFFFF  # MIX_1 < 2**31: x * MIX_1 fits in int64 for x < 2**32; MIX_2 does not
 _M2_HI = MIX_2 >> 16
 
@@ -120,7 +120,7 @@ def kernel(binary: bool, matrix: bool, transpose: bool, kind: str, prob: float):
     """
     import numba
 
-    from primforge.ops._jitc_generator import threshold_table
+    from primforge.ops.jitconn.generator import threshold_table
 
     GUIDE, SHIFT = guide_table(threshold_table(prob))
 

@@ -28,7 +28,7 @@ Design:
       weights: ``'homo'`` one shared weight; ``'uniform'`` ``low + (high - low) * unit(d1)``;
       ``'normal'`` ``mean + std * sqrt(-2 log unit(d1)) * cos(2 pi unit(d2))``. Weights are
       floating-point functions of exact integers: equal across backends up to rounding.
-      Its functions live in :mod:`primforge.ops._jitc_generator` (importable from here).
+      Its functions live in :mod:`primforge.ops.jitconn.generator` (importable from here).
     * Four :class:`~primforge.XLACustomKernel` objects (float or binary input, vector or
       matrix), each taking ``(theta, seed, table, x)``: ``theta`` the weight parameters
       (``(w,)``, ``(low, high)`` or ``(mean, std)``), ``seed`` a ``(1,)`` uint32 array,
@@ -36,8 +36,8 @@ Design:
       ``weight_kind``. Backends: ``jax`` (reference: all rows advance together one synapse
       per step of a ``while_loop``, the gap found by a fixed-length binary search; work
       ``rows x longest row``), ``numba`` (CPU default; event-driven, see
-      :mod:`primforge.ops._numba_jitconn`) and ``pallas`` (blocks of rows per program;
-      Triton on the GPU, interpreted on the CPU; :mod:`primforge.ops._pallas_jitconn`).
+      :mod:`primforge.ops.jitconn.numba`) and ``pallas`` (blocks of rows per program;
+      Triton on the GPU, interpreted on the CPU; :mod:`primforge.ops.jitconn.pallas`).
     * Autodiff: every weight kind is linear in ``theta`` (``low + (high - low) u = low (1 - u)
       + high u``), so the product is bilinear in ``(theta, x)``: the JVP is two kernel calls,
       the transpose w.r.t. ``x`` is the float kernel with ``transpose`` flipped, and w.r.t.
@@ -57,11 +57,13 @@ import jax
 import jax.numpy as jnp
 import numpy as np
 
-from primforge.ops import _jitc_generator, _scaffold, _sharding
-from primforge.ops._jitc_generator import (  # the generator; these names stay importable here
+from primforge.ops import _scaffold, _sharding
+from primforge.ops.jitconn import generator as _jitc_generator
+from primforge.ops.jitconn.generator import (  # the generator; these names stay importable here
     FEW_FLIPS,
     FLIP,
     GAMMA_SALT,
+    MASK,
     MIX_1,
     MIX_2,
     ROW_SALT,
@@ -160,7 +162,7 @@ def _jax_generator(binary: bool, matrix: bool):
 
 def _numba_generator(binary: bool, matrix: bool):
     def generate(*, prob, transpose, weight_kind, **_):
-        from primforge.ops import _numba_jitconn
+        from primforge.ops.jitconn import numba as _numba_jitconn
 
         return _numba_jitconn.kernel(binary, matrix, bool(transpose), weight_kind, float(prob))
 
@@ -202,7 +204,7 @@ def _weight_cotangent(binary, matrix, ct, w_aval, structure, x, *, backend, **kw
 
 
 FAMILY.build(jax_gen=_jax_generator, numba_gen=_numba_generator,
-             pallas_module="primforge.ops._pallas_jitconn", shape_rule=_shape_rule,
+             pallas_module="primforge.ops.jitconn.pallas", shape_rule=_shape_rule,
              weight_cotangent=_weight_cotangent, tags=("jitconn", "sparse"))
 _sharding.install(FAMILY.kernels.values(), _sharding.jitc_rule)
 jitc_matvec_p = KERNELS[(False, False)]
@@ -378,7 +380,7 @@ def jitc_todense(seed: int, shape: tuple[int, int], prob: float, weight: Any = 1
         raise ValueError(f"jitc_todense: 'weight' needs {WEIGHT_KINDS[weight_kind]} value(s) "
                          f"for weight_kind={weight_kind!r}, got {len(theta)}")
     neg = -cached_table(p)[:-1].astype(np.int64)  # ascending
-    full = 0xFFFFFFFF
+    full = MASK
 
     def mix(v):
         v ^= v >> 16
@@ -424,22 +426,5 @@ def jitc_todense(seed: int, shape: tuple[int, int], prob: float, weight: Any = 1
 
 
 # ----------------------------------------------------------------------------- benchmark hooks
-# (n, prob, transpose, weight_kind, seed)
-_BENCH_CASES = ((1000, 0.05, False, "homo", 1234), (1000, 0.05, True, "homo", 1235),
-                (2000, 0.02, True, "uniform", 1236), (2000, 0.02, False, "normal", 1237))
-
-
-def _bench_case(rs, case, binary: bool, matrix: bool):
-    n, prob, transpose, kind, seed = case
-    x = _scaffold.bench_input(rs, n, binary, matrix)
-    weight = np.float32(0.5) if kind == "homo" else np.array([0.1, 0.5], np.float32)
-    params = {"n": n, "p": prob, "rate": _scaffold.BENCH_RATE, "transpose": transpose,
-              "weight": kind}
-    if matrix:
-        params["k"] = _scaffold.BENCH_COLS
-    kwargs = {"shape": (n, n), "prob": prob, "transpose": transpose, "weight_kind": kind}
-    return (weight, seed, x), kwargs, params
-
-
 FAMILY.install((jitc_matvec, binary_jitc_matvec, jitc_matmat, binary_jitc_matmat),
-               _BENCH_CASES, 4321, _bench_case)
+               "primforge.ops.jitconn.bench")

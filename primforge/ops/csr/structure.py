@@ -21,6 +21,7 @@ import jax.numpy as jnp
 import numpy as np
 
 from primforge._compat import Tracer
+from primforge.ops._pallas_common import check_float_weights
 from primforge.ops._scaffold import check_shape as check_shape_param
 
 __all__ = [
@@ -86,23 +87,6 @@ def is_homogeneous(data, indices) -> bool:
         (True, False)
     """
     return tuple(jnp.shape(data)) == (1,) and jnp.shape(indices)[0] != 1
-
-
-def check_float_weights(kind: str, backend: str, dtype) -> None:
-    """Raise a clear error unless ``dtype`` is float32 or float64 (the GPU kernels' types).
-
-    Example:
-        >>> check_float_weights('csrmv', 'pallas', np.float16)
-        Traceback (most recent call last):
-        ...
-        TypeError: csrmv: backend 'pallas' supports float32 or float64 weights ('data'), got float16; cast the weights or use backend='jax'
-    """
-    dtype = np.dtype(dtype)
-    if dtype not in (np.dtype(np.float32), np.dtype(np.float64)):
-        raise TypeError(
-            f"{kind}: backend {backend!r} supports float32 or float64 weights ('data'), got "
-            f"{dtype.name}; cast the weights or use backend='jax'"
-        )
 
 
 def clip_to(w: jax.Array, lo: float | None, hi: float | None) -> jax.Array:
@@ -203,7 +187,7 @@ def validate_concrete(indices, indptr, shape: tuple[int, int], who: str = "CSR")
         >>> validate_concrete(np.array([0, 5]), np.array([0, 1, 2]), (2, 3))
         Traceback (most recent call last):
         ...
-        primforge.ops._common.CSRStructureError: CSR: indices must lie in [0, 3) for 3 columns, but indices[1] = 5 (1 entry out of range)
+        primforge.ops.csr.structure.CSRStructureError: CSR: indices must lie in [0, 3) for 3 columns, but indices[1] = 5 (1 entry out of range)
     """
     if not (_is_concrete(indices) and _is_concrete(indptr)):
         return

@@ -5,7 +5,7 @@ Design:
       ``t = indices[i, j]``, ``ev`` being ``x`` or, for binary products, ``x != 0``; a
       masked slot (``t`` outside ``[0, n)``) has gradient 0, as it adds nothing.
     * ``jax`` backend: gathers in jax.numpy (the reference; the GPU/TPU default).
-      ``numba`` backend (CPU default, :func:`primforge.ops._numba_fixed_num.weight_grad_kernel`):
+      ``numba`` backend (CPU default, :func:`primforge.ops.fixed_num.numba.weight_grad_kernel`):
       one pass writing the ``(m, k)`` result; for ``A.T @ x`` the rows of silent sources are
       zero-filled without reading their indices (event-driven, like the product).
       ``numba_parallel`` (opt-in; used when the product's backend is ``numba_parallel``):
@@ -46,7 +46,7 @@ def _jax_generator(*, outs, binary, transpose, matrix, **_):
 
 
 def _numba_generator(*, binary, transpose, matrix, **_):
-    from primforge.ops import _numba_fixed_num
+    from primforge.ops.fixed_num import numba as _numba_fixed_num
 
     return _numba_fixed_num.weight_grad_kernel(binary, transpose, matrix)
 
@@ -54,7 +54,8 @@ def _numba_generator(*, binary, transpose, matrix, **_):
 def _parallel_generator(*, outs, binary, transpose, matrix, **_):
     """``numba_parallel``: the rows over Numba's threads (vector inputs; matrices serial)."""
     from primforge.kernel.backends.numba import numba_kernel
-    from primforge.ops import _numba_csr, _numba_fixed_num
+    from primforge.ops.csr import numba as _numba_csr
+    from primforge.ops.fixed_num import numba as _numba_fixed_num
 
     if matrix:
         return numba_kernel(_numba_fixed_num.weight_grad_kernel(binary, transpose, True),
@@ -119,31 +120,6 @@ def _call(indices, ct, x, *, binary, transpose, matrix, backend=None):
                        dtype=np.asarray(ct).dtype, backend=backend)
 
 
-def _bench(*, platform: str) -> list:
-    """Both directions, binary and float events, vector and matrix inputs, with masked
-    slots (-1 and n) and silent sources (square, so the cotangent and input have one length)."""
-    del platform
-    from primforge.bench import BenchmarkConfig
-
-    out = []
-    for i, (n, k) in enumerate(((1_000, 20), (4_000, 40))):
-        rs = np.random.RandomState(17 + i)
-        indices = rs.randint(0, n, (n, k)).astype(np.int32)
-        indices[::7, -1] = -1
-        indices[::11, 0] = n
-        for binary in (True, False):
-            for matrix in (False, True):
-                for transpose in (False, True):
-                    x = _scaffold.bench_input(rs, n, binary, matrix)
-                    x[: n // 10] = 0  # silent sources
-                    ct = rs.standard_normal(x.shape).astype(np.float32)
-                    out.append(BenchmarkConfig(
-                        args=(indices, ct, x),
-                        kwargs={"binary": binary, "transpose": transpose, "matrix": matrix},
-                        params={"n": n, "k": k, "binary": binary, "matrix": matrix,
-                                "transpose": transpose}))
-    return out
-
-
 weight_grad_p.def_call(_call)
-weight_grad_p.def_benchmark_data(_bench)
+weight_grad_p.def_benchmark_data(
+    _scaffold.lazy_benchmark_data("primforge.ops.fixed_num.bench", "weight_grad"))

@@ -6,7 +6,7 @@ Design:
     * ``jax`` backend: gathers in jax.numpy, then the structure check and the NaN fill (the
       reference; on GPU and TPU the default). ``numba`` backend (CPU default): one pass over
       the stored entries with the column check folded in
-      (:func:`primforge.ops._numba_csr.weight_grad_kernel`), so validating costs no extra
+      (:func:`primforge.ops.csr.numba.weight_grad_kernel`), so validating costs no extra
       pass over ``indices``; for ``W @ x`` that pass is branch-free (a clamped gather from
       a float copy of the events and one multiply per entry). ``numba_parallel`` (opt-in,
       chosen when the product's backend is): the rows of that pass over Numba's threads.
@@ -26,7 +26,8 @@ import numpy as np
 
 from primforge import _compat
 from primforge.kernel.kernel import XLACustomKernel
-from primforge.ops import _common, _scaffold, _sharding
+from primforge.ops import _scaffold, _sharding
+from primforge.ops.csr import structure as _common
 
 __all__ = ["weight_grad"]
 
@@ -51,14 +52,14 @@ def _jax_generator(*, outs, binary, transpose, matrix, **_):
 
 
 def _numba_generator(*, ins, binary, transpose, matrix, **_):
-    from primforge.ops import _numba_csr
+    from primforge.ops.csr import numba as _numba_csr
 
     wide = np.dtype(ins[0].dtype).itemsize > 4
     return _numba_csr.weight_grad_kernel(binary, transpose, matrix, wide)
 
 
 def _parallel_generator(**kw):
-    from primforge.ops import _numba_csr
+    from primforge.ops.csr import numba as _numba_csr
 
     return _numba_csr.parallel_weight_grad_generator(**kw)
 
@@ -119,32 +120,6 @@ def _call(indices, indptr, ct, x, *, binary, transpose, matrix, backend=None):
                        dtype=np.asarray(ct).dtype, backend=backend)
 
 
-def _bench(*, platform: str) -> list:
-    """Both directions, binary and float events, vector and matrix inputs, with empty rows
-    and a zero input row (square matrices, so the cotangent and input have one length)."""
-    del platform
-    from primforge.bench import BenchmarkConfig
-
-    out = []
-    for i, (n, p) in enumerate(((1_000, 0.02), (4_000, 0.01))):
-        rs = np.random.RandomState(7 + i)
-        counts = rs.binomial(n, p, n)
-        counts[::13] = 0  # empty rows
-        indptr = np.concatenate([[0], np.cumsum(counts)]).astype(np.int32)
-        indices = np.concatenate([np.sort(rs.choice(n, c, replace=False)) for c in counts])
-        for binary in (True, False):
-            for matrix in (False, True):
-                for transpose in (False, True):
-                    x = _scaffold.bench_input(rs, n, binary, matrix)
-                    x[: n // 10] = 0  # silent sources
-                    ct = rs.standard_normal(x.shape).astype(np.float32)
-                    out.append(BenchmarkConfig(
-                        args=(indices.astype(np.int32), indptr, ct, x),
-                        kwargs={"binary": binary, "transpose": transpose, "matrix": matrix},
-                        params={"n": n, "p": p, "binary": binary, "matrix": matrix,
-                                "transpose": transpose}))
-    return out
-
-
 weight_grad_p.def_call(_call)
-weight_grad_p.def_benchmark_data(_bench)
+weight_grad_p.def_benchmark_data(
+    _scaffold.lazy_benchmark_data("primforge.ops.csr.bench", "weight_grad"))

@@ -22,7 +22,9 @@ import jax
 import jax.numpy as jnp
 import numpy as np
 
-from primforge.ops import _common, _kernels, _scaffold
+from primforge.ops import _scaffold
+from primforge.ops.csr import api as _kernels
+from primforge.ops.csr import structure as _common
 from primforge.ops.packed import as_events
 from primforge.utils import dataclass, field
 

@@ -5,7 +5,7 @@ Design:
       reads just-in-time connectivity must regenerate exactly the rows the jitc products
       use. :func:`jitc_numba_columns` hands it the generator itself: an ``njit`` function
       that writes the column indices of one row into a buffer, built from the same integer
-      helpers as the jitc products' Numba kernels (:mod:`primforge.ops._numba_jitconn`), so
+      helpers as the jitc products' Numba kernels (:mod:`primforge.ops.jitconn.numba`), so
       the rows are bitwise those of :func:`~primforge.ops.jitc_todense`.
     * One compiled function per ``prob`` (its threshold and guide tables are frozen into
       the code as constants), cached; it is declared ``inline='always'`` so a kernel that
@@ -20,12 +20,10 @@ from typing import Any
 
 import numpy as np
 
-from primforge.kernel.backends._common import install_hint
-from primforge.ops._jitc_generator import check_prob, threshold_table
+from primforge.kernel.backends import install_hint
+from primforge.ops.jitconn.generator import MASK, check_prob, threshold_table
 
 __all__ = ["jitc_numba_columns"]
-
-_MASK = 0xFFFFFFFF
 
 
 def jitc_numba_columns(prob: float) -> Callable[..., int]:
@@ -88,7 +86,7 @@ def _compiled(prob: float) -> Any:
         raise ImportError(
             f"jitc_numba_columns needs Numba: {install_hint('cpu')}") from None
 
-    from primforge.ops._numba_jitconn import _helpers
+    from primforge.ops.jitconn.numba import _helpers
 
     mix, seed_keys, row_stream = _helpers()[:3]  # the generator's integer helpers
     table = threshold_table(prob)
@@ -112,6 +110,6 @@ def _compiled(prob: float) -> Any:
             j += 1 + g
             out[s] = j
             s += 1
-            ctr = (ctr + step) & _MASK
+            ctr = (ctr + step) & MASK
 
     return columns

@@ -24,20 +24,12 @@ import jax
 import jax.numpy as jnp
 import numpy as np
 
-from primforge.ops import _common
-from primforge.ops._pallas_csr import NUM_WARPS, _chunks, _row_range
+from primforge.ops._pallas_common import chunks, compiler_params, row_range
+from primforge.ops.csr import structure as _common
 
 __all__ = ["BLOCK_NNZ", "generator"]
 
 BLOCK_NNZ = 128  # stored entries per chunk
-
-
-def _compiler_params(platform: str):
-    if platform == "cpu":
-        return None
-    from jax.experimental.pallas import triton as plgpu
-
-    return plgpu.CompilerParams(num_warps=NUM_WARPS, num_stages=1)
 
 
 def _store(y_ref, offs, vals, mask, *, nnz, platform):
@@ -68,9 +60,9 @@ def _program(on_rows, *, m, n, nnz, lo, hi, platform):
 
     def body(i_ref, p_ref, s_ref, t_ref, any_ref, _w_ref, y_ref, bad_ref):
         i = pl.program_id(0)
-        start, end = _row_range(p_ref, i, nnz)
+        start, end = row_range(p_ref, i, nnz)
         fires = (s_ref[i] != 0) if on_rows else (any_ref[0] != 0)
-        trips = jnp.where(fires, _chunks(start, end, BLOCK_NNZ), 0)
+        trips = jnp.where(fires, chunks(start, end, BLOCK_NNZ), 0)
         t_row = None if on_rows else t_ref[i]
 
         def step(c, bad):
@@ -93,7 +85,7 @@ def _program(on_rows, *, m, n, nnz, lo, hi, platform):
         name = "pf_plasticity_rows" if on_rows else "pf_plasticity_cols"
         return pl.pallas_call(body, out_shape=outs, grid=(m,), input_output_aliases={5: 0},
                               interpret=platform == "cpu",
-                              compiler_params=_compiler_params(platform),
+                              compiler_params=compiler_params(platform),
                               name=name)(indices, indptr, spikes, trace, any_fired, data)
 
     return call

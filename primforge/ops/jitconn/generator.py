@@ -1,14 +1,14 @@
 """The counter-based generator behind the just-in-time connectivity products.
 
 Design:
-    * The generator is stated exactly in the design note of :mod:`primforge.ops.jitconn`:
+    * The generator is stated exactly in the design note of :mod:`primforge.ops.jitconn.api`:
       every row is its own Weyl sequence (a start and an odd increment, both hashed from
       the seed and the row) passed through a 32-bit integer finaliser; gaps between columns
       read off a threshold table with integer comparisons only; weights as float functions
       of the same draws.
     * Its constants are defined here once; the ``jax`` and ``pallas`` backends trace the
       ``jax.numpy`` functions below (uint32, wrapping), the Numba kernels
-      (:mod:`primforge.ops._numba_jitconn`) and :func:`primforge.ops.jitconn.jitc_todense`
+      (:mod:`primforge.ops.jitconn.numba`) and :func:`primforge.ops.jitconn.jitc_todense`
       (a plain NumPy loop) compute the same integers from the same constants.
 """
 
@@ -26,6 +26,7 @@ __all__ = [
     "FEW_FLIPS",
     "FLIP",
     "GAMMA_SALT",
+    "MASK",
     "MAX_TABLE",
     "MIX_1",
     "MIX_2",
@@ -55,6 +56,7 @@ MIX_1 = 0x7FEB352D  # the finaliser's two multipliers
 MIX_2 = 0x846CA68B
 FLIP = 0xAAAAAAAA  # toggles every other bit of an increment with few bit flips ...
 FEW_FLIPS = 12  # ... i.e. fewer than this many adjacent-bit changes
+MASK = 0xFFFFFFFF  # the generator works in 32-bit words
 MAX_TABLE = 2**23  # thresholds; prob >= ~2.7e-6
 
 

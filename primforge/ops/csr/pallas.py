@@ -13,7 +13,7 @@ Design:
       whose input is zero runs its loop zero times, so the work is proportional to the active
       rows. Contributions are added with ``atomic_add`` into an output that starts as an
       aliased zero buffer (interpreted on the CPU: an exact scatter-add, see
-      :func:`_scatter_add`). Float sums in this direction are therefore order-dependent
+      :func:`scatter_add`). Float sums in this direction are therefore order-dependent
       (like every atomics-based GPU scatter).
     * Validation without out-of-bounds access: each program clamps its row range to
       ``[0, nnz]``, masks every load, and counts column indices outside ``[0, cols)`` in a
@@ -35,34 +35,22 @@ import jax
 import jax.numpy as jnp
 import numpy as np
 
-from primforge.ops import _common
+from primforge.ops._pallas_common import (
+    NUM_WARPS,
+    chunks,
+    compiler_params,
+    row_range,
+    scatter_add,
+    term,
+    values,
+)
+from primforge.ops.csr import structure as _common
 
 __all__ = ["BLOCK_COLS", "BLOCK_NNZ", "NUM_WARPS", "generator"]
 
 BLOCK_NNZ = 128  # stored entries per chunk for the matvec kernels
 BLOCK_NNZ_MM = 32  # stored entries per chunk for the matmat kernels
 BLOCK_COLS = 32  # most input columns per program for the matmat kernels
-NUM_WARPS = 4
-
-def _compiler_params(platform: str):
-    if platform == "cpu":
-        return None
-    from jax.experimental.pallas import triton as plgpu
-
-    return plgpu.CompilerParams(num_warps=NUM_WARPS, num_stages=1)
-
-
-def _row_range(p_ref, i, nnz):
-    """Row ``i``'s stored-entry range, clamped to ``[0, nnz]`` and never decreasing."""
-    start = jnp.clip(p_ref[i], 0, nnz)
-    end = jnp.clip(p_ref[i + 1], start, nnz)
-    return start, end
-
-
-def _chunks(start, end, block):
-    return (end - start + block - 1) // block
-
-
 def _entry_chunk(i_ref, d_ref, start, end, c, *, block, n, homo, w0):
     """Columns, in-range mask, weights and bad-index count of one chunk of a row."""
     from jax.experimental.pallas import triton as plgpu
@@ -80,44 +68,18 @@ def _entry_chunk(i_ref, d_ref, start, end, c, *, block, n, homo, w0):
     return jnp.where(ok, cols, 0), ok, w, bad
 
 
-def _term(w, xv, binary):
-    """One gathered summand: the weight of an active binary event (a select, so that an
-    inactive event's weight, even NaN or inf, never enters), else weight times input."""
-    return jnp.where(xv != 0, w, 0) if binary else w * xv
-
-
-def _values(v, *, binary, dtype):
-    """Input entries as summands: 1/0 for binary events, else the value in ``dtype``."""
-    return (v != 0).astype(dtype) if binary else v.astype(dtype)
-
-
-def _scatter_add(y_ref, offs, vals, mask, platform):
-    """``y[offs] += vals`` where ``mask``: atomics on the GPU, an exact sum when interpreted.
-
-    Pallas' interpreter has no masked atomics and keeps only one of several updates to the
-    same offset, so on 'cpu' (programs run one after another) the whole buffer is updated
-    with a scatter-add instead. The GPU path is what ``atomic_add`` means on hardware.
-    """
-    if platform == "cpu":
-        y_ref[...] = y_ref[...].at[offs].add(jnp.where(mask, vals, 0))
-        return
-    from jax.experimental.pallas import triton as plgpu
-
-    plgpu.atomic_add(y_ref, offs, vals, mask=mask)
-
-
 def _matvec(binary, transpose, homo, *, m, n, nnz, dtype, platform):
     from jax.experimental import pallas as pl
     from jax.experimental.pallas import triton as plgpu
 
     block = BLOCK_NNZ
-    value = functools.partial(_values, binary=binary, dtype=dtype)
+    value = functools.partial(values, binary=binary, dtype=dtype)
 
     if not transpose:
 
         def gather(d_ref, i_ref, p_ref, x_ref, y_ref, bad_ref):
             i = pl.program_id(0)
-            start, end = _row_range(p_ref, i, nnz)
+            start, end = row_range(p_ref, i, nnz)
             one = jnp.ones((), dtype)  # a shared weight multiplies the row's sum once
 
             def step(c, carry):
@@ -125,10 +87,10 @@ def _matvec(binary, transpose, homo, *, m, n, nnz, dtype, platform):
                 cols, ok, w, b = _entry_chunk(i_ref, d_ref, start, end, c, block=block, n=n,
                                               homo=homo, w0=one)
                 xv = value(plgpu.load(x_ref.at[cols], mask=ok, other=0))
-                return acc + jnp.where(ok, _term(w, xv, binary), 0), bad + b
+                return acc + jnp.where(ok, term(w, xv, binary), 0), bad + b
 
             init = (jnp.zeros((block,), dtype), jnp.int32(0))
-            acc, bad = jax.lax.fori_loop(0, _chunks(start, end, block), step, init)
+            acc, bad = jax.lax.fori_loop(0, chunks(start, end, block), step, init)
             y_ref[i] = jnp.sum(acc) * d_ref[0] if homo else jnp.sum(acc)
             bad_ref[i] = bad
 
@@ -136,23 +98,23 @@ def _matvec(binary, transpose, homo, *, m, n, nnz, dtype, platform):
             outs = (jax.ShapeDtypeStruct((m,), dtype), jax.ShapeDtypeStruct((m,), jnp.int32))
             return pl.pallas_call(gather, out_shape=outs, grid=(m,),
                                   interpret=platform == "cpu",
-                                  compiler_params=_compiler_params(platform),
+                                  compiler_params=compiler_params(platform),
                                   name="pf_csr_gather_mv")(data, indices, indptr, x)
 
         return call
 
     def scatter(d_ref, i_ref, p_ref, x_ref, _zeros_ref, y_ref, bad_ref):
         i = pl.program_id(0)
-        start, end = _row_range(p_ref, i, nnz)
+        start, end = row_range(p_ref, i, nnz)
         xi = x_ref[i]
         xv = value(xi)
         w0 = d_ref[0] if homo else None
-        trips = jnp.where(xi != 0, _chunks(start, end, block), 0)  # inactive rows: no work
+        trips = jnp.where(xi != 0, chunks(start, end, block), 0)  # inactive rows: no work
 
         def step(c, bad):
             cols, ok, w, b = _entry_chunk(i_ref, d_ref, start, end, c, block=block, n=n,
                                           homo=homo, w0=w0)
-            _scatter_add(y_ref, cols, w * xv, ok, platform)
+            scatter_add(y_ref, cols, w * xv, ok, platform)
             return bad + b
 
         bad_ref[i] = jax.lax.fori_loop(0, trips, step, jnp.int32(0))
@@ -162,7 +124,7 @@ def _matvec(binary, transpose, homo, *, m, n, nnz, dtype, platform):
         zeros = jnp.zeros((n,), dtype)
         return pl.pallas_call(scatter, out_shape=outs, grid=(m,), input_output_aliases={4: 0},
                               interpret=platform == "cpu",
-                              compiler_params=_compiler_params(platform),
+                              compiler_params=compiler_params(platform),
                               name="pf_csr_scatter_mv")(data, indices, indptr, x, zeros)
 
     return call
@@ -178,7 +140,7 @@ def _matmat(binary, transpose, homo, *, m, n, nnz, k, dtype, platform, wide):
     bcols = min(BLOCK_COLS, pl.next_power_of_2(k))
     col_blocks = -(-k // bcols)
     rows_out = n if transpose else m
-    value = functools.partial(_values, binary=binary, dtype=dtype)
+    value = functools.partial(values, binary=binary, dtype=dtype)
 
     def col_vector():
         cvec = pl.program_id(1) * bcols + jnp.arange(bcols, dtype=jnp.int32)
@@ -194,7 +156,7 @@ def _matmat(binary, transpose, homo, *, m, n, nnz, k, dtype, platform, wide):
 
         def gather(d_ref, i_ref, p_ref, x_ref, y_ref, bad_ref):
             i = pl.program_id(0)
-            start, end = _row_range(p_ref, i, nnz)
+            start, end = row_range(p_ref, i, nnz)
             cvec, cmask = col_vector()
             one = jnp.ones((), dtype)  # a shared weight multiplies the row's sums once
 
@@ -205,11 +167,11 @@ def _matmat(binary, transpose, homo, *, m, n, nnz, k, dtype, platform, wide):
                 both = ok[:, None] & cmask[None, :]
                 offs = jnp.where(both, flat(cols[:, None], cvec[None, :]), 0)
                 xv = value(plgpu.load(x_ref.at[offs], mask=both, other=0))
-                acc = acc + jnp.sum(jnp.where(both, _term(w[:, None], xv, binary), 0), axis=0)
+                acc = acc + jnp.sum(jnp.where(both, term(w[:, None], xv, binary), 0), axis=0)
                 return acc, bad + b
 
             init = (jnp.zeros((bcols,), dtype), jnp.int32(0))
-            acc, bad = jax.lax.fori_loop(0, _chunks(start, end, block), step, init)
+            acc, bad = jax.lax.fori_loop(0, chunks(start, end, block), step, init)
             acc = acc * d_ref[0] if homo else acc
             # Rows of the output are padded to whole column blocks, so this store needs no mask.
             y_ref[i, pl.ds(pl.program_id(1) * bcols, bcols)] = acc
@@ -220,7 +182,7 @@ def _matmat(binary, transpose, homo, *, m, n, nnz, k, dtype, platform, wide):
                     jax.ShapeDtypeStruct((m, col_blocks), jnp.int32))
             y, bad = pl.pallas_call(gather, out_shape=outs, grid=(m, col_blocks),
                                     interpret=platform == "cpu",
-                                    compiler_params=_compiler_params(platform),
+                                    compiler_params=compiler_params(platform),
                                     name="pf_csr_gather_mm")(data, indices, indptr, x.reshape(-1))
             return y[:, :k], bad
 
@@ -228,21 +190,21 @@ def _matmat(binary, transpose, homo, *, m, n, nnz, k, dtype, platform, wide):
 
     def scatter(d_ref, i_ref, p_ref, x_ref, _zeros_ref, y_ref, bad_ref):
         i = pl.program_id(0)
-        start, end = _row_range(p_ref, i, nnz)
+        start, end = row_range(p_ref, i, nnz)
         cvec, cmask = col_vector()
         xi = plgpu.load(x_ref.at[jnp.where(cmask, flat(i, cvec), 0)], mask=cmask, other=0)
         act = cmask & (xi != 0)
         xv = value(xi)
         w0 = d_ref[0] if homo else None
         busy = jnp.sum(act.astype(jnp.int32), dtype=jnp.int32) > 0
-        trips = jnp.where(busy, _chunks(start, end, block), 0)  # no active column: no work
+        trips = jnp.where(busy, chunks(start, end, block), 0)  # no active column: no work
 
         def step(c, bad):
             cols, ok, w, b = _entry_chunk(i_ref, d_ref, start, end, c, block=block, n=n,
                                           homo=homo, w0=w0)
             both = ok[:, None] & act[None, :]
             offs = jnp.where(both, flat(cols[:, None], cvec[None, :]), 0)
-            _scatter_add(y_ref, offs, w[:, None] * xv[None, :], both, platform)
+            scatter_add(y_ref, offs, w[:, None] * xv[None, :], both, platform)
             return bad + b
 
         bad_ref[i, pl.program_id(1)] = jax.lax.fori_loop(0, trips, step, jnp.int32(0))
@@ -253,7 +215,7 @@ def _matmat(binary, transpose, homo, *, m, n, nnz, k, dtype, platform, wide):
         zeros = jnp.zeros((rows_out * k,), dtype)
         return pl.pallas_call(scatter, out_shape=outs, grid=(m, col_blocks),
                               input_output_aliases={4: 0}, interpret=platform == "cpu",
-                              compiler_params=_compiler_params(platform),
+                              compiler_params=compiler_params(platform),
                               name="pf_csr_scatter_mm")(data, indices, indptr, x.reshape(-1),
                                                         zeros)
 

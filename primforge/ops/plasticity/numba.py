@@ -66,7 +66,7 @@ def compressed_kernel(on_rows: bool, masked: bool, lo, hi):
     """
     import numba
 
-    from primforge.ops._numba_csr import _indptr_checker
+    from primforge.ops.csr.numba import _indptr_checker
 
     indptr_ok = _indptr_checker()
     clamp = _clamp(lo, hi)
@@ -156,7 +156,7 @@ def indexed_kernel(masked: bool, lo, hi):
     columns (``out`` is ``data``)."""
     import numba
 
-    from primforge.ops._numba_csr import _indptr_checker
+    from primforge.ops.csr.numba import _indptr_checker
 
     indptr_ok = _indptr_checker()
     clamp = _clamp(lo, hi)

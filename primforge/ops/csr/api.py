@@ -7,10 +7,10 @@ Design:
       static params ``shape`` (of ``W``) and ``transpose`` (compute ``W.T @ x``). One shared
       weight (``data.shape == (1,)``) or one weight per synapse is read from ``data``'s shape.
     * Backends: ``jax`` (reference, every platform; the GPU/TPU default), ``numba`` (CPU
-      default, event-driven, see :mod:`primforge.ops._numba_csr`), and two opt-in GPU
+      default, event-driven, see :mod:`primforge.ops.csr.numba`), and two opt-in GPU
       backends, each with a CPU twin that runs the same kernel bodies here: ``pallas``
-      (Triton; interpreted on CPU, :mod:`primforge.ops._pallas_csr`) and ``cuda_raw`` (CUDA
-      C++; the C++ twin on CPU, :mod:`primforge.ops._cuda_csr`). The GPU kernels have not
+      (Triton; interpreted on CPU, :mod:`primforge.ops.csr.pallas`) and ``cuda_raw`` (CUDA
+      C++; the C++ twin on CPU, :mod:`primforge.ops.csr.cuda`). The GPU kernels have not
       run on a GPU yet, hence not defaults.
     * Autodiff: the product is bilinear in ``data`` and ``x``. The JVP is two kernel calls;
       the transpose w.r.t. ``x`` is the float kernel with ``transpose`` flipped; w.r.t. a
@@ -36,7 +36,10 @@ import jax
 import jax.numpy as jnp
 import numpy as np
 
-from primforge.ops import _common, _csr_grad, _numba_csr, _scaffold, _sharding
+from primforge.ops import _scaffold, _sharding
+from primforge.ops.csr import grad as _csr_grad
+from primforge.ops.csr import numba as _numba_csr
+from primforge.ops.csr import structure as _common
 
 __all__ = [
     "binary_csrmm",
@@ -92,7 +95,7 @@ def _jax_generator(binary: bool, matrix: bool):
 
 def _numba_generator(binary: bool, matrix: bool):
     def generate(*, ins, outs, transpose, **_):
-        from primforge.ops import _numba_csr
+        from primforge.ops.csr import numba as _numba_csr
 
         homo = _common.is_homogeneous(ins[0], ins[1])
         make = _numba_csr.mm_kernel if matrix else _numba_csr.mv_kernel
@@ -107,7 +110,7 @@ def _numba_generator(binary: bool, matrix: bool):
 
 def _cuda_generator(binary: bool, matrix: bool):
     def generate(*, platform, **kw):
-        from primforge.ops import _cuda_csr
+        from primforge.ops.csr import cuda as _cuda_csr
 
         return _cuda_csr.generator(binary, matrix, platform)(**kw)
 
@@ -143,7 +146,7 @@ def _weight_cotangent(binary, matrix, ct, w_aval, structure, x, *, shape, transp
 
 
 FAMILY.build(jax_gen=_jax_generator, numba_gen=_numba_generator, cuda_gen=_cuda_generator,
-             pallas_module="primforge.ops._pallas_csr", shape_rule=_shape_rule,
+             pallas_module="primforge.ops.csr.pallas", shape_rule=_shape_rule,
              weight_cotangent=_weight_cotangent, tags=("csr", "sparse"))
 for (_binary, _matrix), _kernel in FAMILY.kernels.items():
     # Opt-in: W @ x with rows spread over Numba's threads (tbb/omp layer only).
@@ -293,34 +296,6 @@ def binary_csrmm(data: Any, indices: Any, indptr: Any, events: Any, *, shape: tu
 
 # ----------------------------------------------------------------------------- benchmark hooks
 # Each kernel gets a call function (the public one above, used by ``kernel.call`` and
-# ``kernel.benchmark``) and a few small deterministic configs, so that ``primforge bench``
-# and ``primforge check`` can time every backend and compare it with the 'jax' reference.
-_BENCH_PROB = 0.05  # connection probability
-# (n, transpose, shared weight): both sizes and directions, and one shared-weight case.
-_BENCH_CASES = ((200, False, False), (200, True, True), (1000, False, False), (1000, True, False))
-
-
-def _bench_csr(rs, n: int, prob: float):
-    """A random ``n x n`` CSR structure (sorted columns) with per-synapse float32 weights."""
-    mask = rs.random_sample((n, n)) < prob
-    rows, cols = np.nonzero(mask)
-    indptr = np.zeros(n + 1, dtype=np.int32)
-    np.cumsum(np.bincount(rows, minlength=n), out=indptr[1:])
-    data = rs.standard_normal(cols.size).astype(np.float32)
-    return data, cols.astype(np.int32), indptr
-
-
-def _bench_case(rs, case, binary: bool, matrix: bool):
-    n, transpose, shared = case
-    data, indices, indptr = _bench_csr(rs, n, _BENCH_PROB)
-    if shared:
-        data = np.array([0.5], np.float32)
-    x = _scaffold.bench_input(rs, n, binary, matrix)
-    params = {"n": n, "p": _BENCH_PROB, "rate": _scaffold.BENCH_RATE, "transpose": transpose,
-              "weight": "shared" if shared else "per-synapse"}
-    if matrix:
-        params["k"] = _scaffold.BENCH_COLS
-    return (data, indices, indptr, x), {"shape": (n, n), "transpose": transpose}, params
-
-
-FAMILY.install((csrmv, binary_csrmv, csrmm, binary_csrmm), _BENCH_CASES, 1234, _bench_case)
+# ``kernel.benchmark``) and the small deterministic cases of ``bench``, loaded only when
+# ``primforge bench`` or ``primforge check`` asks for them.
+FAMILY.install((csrmv, binary_csrmv, csrmm, binary_csrmm), "primforge.ops.csr.bench")

@@ -19,10 +19,10 @@ Design:
       :class:`FixedNumStructureError`. In the hot path every backend *masks* an index
       outside ``[0, n)``: the entry is skipped and no memory outside the arrays is touched;
       there is no extra validation pass over the stored entries.
-    * The kernels and their public calls live in :mod:`primforge.ops._fixed_num_kernels`
+    * The kernels and their public calls live in :mod:`primforge.ops.fixed_num.api`
       (re-exported here). Backends: ``jax`` (reference, every platform; GPU/TPU default),
-      ``numba`` (CPU default, :mod:`primforge.ops._numba_fixed_num`) and ``pallas`` (opt-in;
-      Triton on the GPU, interpreted on the CPU, :mod:`primforge.ops._pallas_fixed_num`).
+      ``numba`` (CPU default, :mod:`primforge.ops.fixed_num.numba`) and ``pallas`` (opt-in;
+      Triton on the GPU, interpreted on the CPU, :mod:`primforge.ops.fixed_num.pallas`).
     * Autodiff, batching and benchmarking follow the CSR kernels (shared through
       :mod:`primforge.ops._scaffold`): bilinear in weights and input (JVP is two calls;
       transposes are the flipped float kernel, one unit-weight call for a shared weight, a
@@ -38,8 +38,9 @@ import jax
 import jax.numpy as jnp
 import numpy as np
 
-from primforge.ops import _fixed_num_kernels, _scaffold
-from primforge.ops._fixed_num_kernels import (
+from primforge.ops import _scaffold
+from primforge.ops.fixed_num import api as _fixed_num_kernels
+from primforge.ops.fixed_num.api import (
     binary_fixed_num_mm,
     binary_fixed_num_mm_p,
     binary_fixed_num_mv,
@@ -204,7 +205,7 @@ class FixedNum:
             >>> FixedNum.from_indices([[0, 5]], 1.0, shape=(1, 3))
             Traceback (most recent call last):
             ...
-            primforge.ops.fixed_num.FixedNumStructureError: FixedNum: indices must lie in [0, 3), but indices[0, 1] = 5 (1 entry out of range)
+            primforge.ops.fixed_num.matrix.FixedNumStructureError: FixedNum: indices must lie in [0, 3), but indices[0, 1] = 5 (1 entry out of range)
         """
         ind = np.asarray(indices)
         if ind.ndim == 2 and ind.size and not np.issubdtype(ind.dtype, np.integer):

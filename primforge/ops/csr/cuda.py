@@ -49,7 +49,7 @@ import jax
 import jax.numpy as jnp
 import numpy as np
 
-from primforge.ops import _common
+from primforge.ops.csr import structure as _common
 
 __all__ = ["CSRC_DIR", "generator", "load_module"]
 

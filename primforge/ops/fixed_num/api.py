@@ -9,8 +9,8 @@ Design:
     * Every backend masks an index outside ``[0, n)`` (the entry is skipped; no memory
       outside the arrays is touched); :class:`~primforge.ops.FixedNum` validates once, at
       construction. Backends: ``jax`` (reference, every platform), ``numba`` (CPU default,
-      :mod:`primforge.ops._numba_fixed_num`), ``pallas`` (opt-in,
-      :mod:`primforge.ops._pallas_fixed_num`).
+      :mod:`primforge.ops.fixed_num.numba`), ``pallas`` (opt-in,
+      :mod:`primforge.ops.fixed_num.pallas`).
     * Rules, kernel wiring and benchmark hooks come from :mod:`primforge.ops._scaffold`
       (bilinear in weights and input); only the weights' cotangent is specific here.
 """
@@ -21,9 +21,9 @@ from typing import Any
 
 import jax
 import jax.numpy as jnp
-import numpy as np
 
-from primforge.ops import _fixed_num_grad, _scaffold, _sharding
+from primforge.ops import _scaffold, _sharding
+from primforge.ops.fixed_num import grad as _fixed_num_grad
 
 __all__ = [
     "binary_fixed_num_mm",
@@ -83,7 +83,7 @@ def _jax_generator(binary: bool, matrix: bool):
 
 def _numba_generator(binary: bool, matrix: bool):
     def generate(*, ins, transpose, **_):
-        from primforge.ops import _numba_fixed_num
+        from primforge.ops.fixed_num import numba as _numba_fixed_num
 
         make = _numba_fixed_num.mm_kernel if matrix else _numba_fixed_num.mv_kernel
         return make(binary, bool(transpose), len(ins[0].shape) == 1)
@@ -97,7 +97,8 @@ def _parallel_generator(binary: bool, matrix: bool):
 
     def generate(*, ins, outs, transpose, **_):
         from primforge.kernel.backends.numba import numba_kernel
-        from primforge.ops import _numba_csr, _numba_fixed_num
+        from primforge.ops.csr import numba as _numba_csr
+        from primforge.ops.fixed_num import numba as _numba_fixed_num
 
         homo = len(ins[0].shape) == 1
         if matrix or transpose:
@@ -171,7 +172,7 @@ def _weight_cotangent(binary, matrix, ct, w_aval, structure, x, *, shape, transp
 
 
 FAMILY.build(jax_gen=_jax_generator, numba_gen=_numba_generator,
-             pallas_module="primforge.ops._pallas_fixed_num", shape_rule=_shape_rule,
+             pallas_module="primforge.ops.fixed_num.pallas", shape_rule=_shape_rule,
              weight_cotangent=_weight_cotangent, tags=("fixed_num", "sparse"))
 _sharding.install(FAMILY.kernels.values(), _sharding.fixed_num_rule)
 for (_binary, _matrix), _kernel in FAMILY.kernels.items():
@@ -326,19 +327,5 @@ def binary_fixed_num_mm(weights: Any, indices: Any, events: Any, *, shape: tuple
 
 
 # ----------------------------------------------------------------------------- benchmark hooks
-_BENCH_CASES = ((1000, 20, False, True), (1000, 20, True, False), (5000, 50, True, True),
-                (5000, 50, False, False))  # (n, k, transpose, shared weight)
-
-
-def _bench_case(rs, case, binary: bool, matrix: bool):
-    n, k, transpose, shared = case
-    ind = rs.randint(0, n, size=(n, k)).astype(np.int32)
-    w = np.array([0.5], np.float32) if shared else rs.standard_normal((n, k)).astype(np.float32)
-    x = _scaffold.bench_input(rs, n, binary, matrix)
-    params = {"n": n, "k": k, "rate": _scaffold.BENCH_RATE, "transpose": transpose,
-              "weight": "shared" if shared else "per-synapse"}
-    return (w, ind, x), {"shape": (n, n), "transpose": transpose}, params
-
-
 FAMILY.install((fixed_num_mv, binary_fixed_num_mv, fixed_num_mm, binary_fixed_num_mm),
-               _BENCH_CASES, 4321, _bench_case)
+               "primforge.ops.fixed_num.bench")

@@ -1,0 +1,68 @@
+"""Benchmark cases of the CSR kernels, imported only when benchmark data is asked for.
+
+``CASES``, ``SEED`` and :func:`case` feed the four products (see
+:meth:`primforge.ops._scaffold.Family.install`); :func:`weight_grad` the weight gradient.
+"""
+
+from __future__ import annotations
+
+import numpy as np
+
+from primforge.bench import BenchmarkConfig
+from primforge.ops import _scaffold
+
+__all__ = ["CASES", "PROB", "SEED", "case", "random_csr", "weight_grad"]
+
+SEED = 1234
+PROB = 0.05  # connection probability
+# (n, transpose, shared weight): both sizes and directions, and one shared-weight case.
+CASES = ((200, False, False), (200, True, True), (1000, False, False), (1000, True, False))
+
+
+def random_csr(rs, n: int, prob: float):
+    """A random ``n x n`` CSR structure (sorted columns) with per-synapse float32 weights."""
+    mask = rs.random_sample((n, n)) < prob
+    rows, cols = np.nonzero(mask)
+    indptr = np.zeros(n + 1, dtype=np.int32)
+    np.cumsum(np.bincount(rows, minlength=n), out=indptr[1:])
+    data = rs.standard_normal(cols.size).astype(np.float32)
+    return data, cols.astype(np.int32), indptr
+
+
+def case(rs, case, binary: bool, matrix: bool):
+    """One product's ``(args, kwargs, params)`` for the entry ``case`` of ``CASES``."""
+    n, transpose, shared = case
+    data, indices, indptr = random_csr(rs, n, PROB)
+    if shared:
+        data = np.array([0.5], np.float32)
+    x = _scaffold.bench_input(rs, n, binary, matrix)
+    params = {"n": n, "p": PROB, "rate": _scaffold.BENCH_RATE, "transpose": transpose,
+              "weight": "shared" if shared else "per-synapse"}
+    if matrix:
+        params["k"] = _scaffold.BENCH_COLS
+    return (data, indices, indptr, x), {"shape": (n, n), "transpose": transpose}, params
+
+
+def weight_grad(*, platform: str) -> list:
+    """Both directions, binary and float events, vector and matrix inputs, with empty rows
+    and a zero input row (square matrices, so the cotangent and input have one length)."""
+    del platform
+    out = []
+    for i, (n, p) in enumerate(((1_000, 0.02), (4_000, 0.01))):
+        rs = np.random.RandomState(7 + i)
+        counts = rs.binomial(n, p, n)
+        counts[::13] = 0  # empty rows
+        indptr = np.concatenate([[0], np.cumsum(counts)]).astype(np.int32)
+        indices = np.concatenate([np.sort(rs.choice(n, c, replace=False)) for c in counts])
+        for binary in (True, False):
+            for matrix in (False, True):
+                for transpose in (False, True):
+                    x = _scaffold.bench_input(rs, n, binary, matrix)
+                    x[: n // 10] = 0  # silent sources
+                    ct = rs.standard_normal(x.shape).astype(np.float32)
+                    out.append(BenchmarkConfig(
+                        args=(indices.astype(np.int32), indptr, ct, x),
+                        kwargs={"binary": binary, "transpose": transpose, "matrix": matrix},
+                        params={"n": n, "p": p, "binary": binary, "matrix": matrix,
+                                "transpose": transpose}))
+    return out

@@ -1,0 +1,53 @@
+"""Benchmark cases of the fixed-number kernels, imported only when benchmark data is asked for.
+
+``CASES``, ``SEED`` and :func:`case` feed the four products (see
+:meth:`primforge.ops._scaffold.Family.install`); :func:`weight_grad` the weight gradient.
+"""
+
+from __future__ import annotations
+
+import numpy as np
+
+from primforge.bench import BenchmarkConfig
+from primforge.ops import _scaffold
+
+__all__ = ["CASES", "SEED", "case", "weight_grad"]
+
+SEED = 4321
+CASES = ((1000, 20, False, True), (1000, 20, True, False), (5000, 50, True, True),
+         (5000, 50, False, False))  # (n, k, transpose, shared weight)
+
+
+def case(rs, case, binary: bool, matrix: bool):
+    """One product's ``(args, kwargs, params)`` for the entry ``case`` of ``CASES``."""
+    n, k, transpose, shared = case
+    ind = rs.randint(0, n, size=(n, k)).astype(np.int32)
+    w = np.array([0.5], np.float32) if shared else rs.standard_normal((n, k)).astype(np.float32)
+    x = _scaffold.bench_input(rs, n, binary, matrix)
+    params = {"n": n, "k": k, "rate": _scaffold.BENCH_RATE, "transpose": transpose,
+              "weight": "shared" if shared else "per-synapse"}
+    return (w, ind, x), {"shape": (n, n), "transpose": transpose}, params
+
+
+def weight_grad(*, platform: str) -> list:
+    """Both directions, binary and float events, vector and matrix inputs, with masked
+    slots (-1 and n) and silent sources (square, so the cotangent and input have one length)."""
+    del platform
+    out = []
+    for i, (n, k) in enumerate(((1_000, 20), (4_000, 40))):
+        rs = np.random.RandomState(17 + i)
+        indices = rs.randint(0, n, (n, k)).astype(np.int32)
+        indices[::7, -1] = -1
+        indices[::11, 0] = n
+        for binary in (True, False):
+            for matrix in (False, True):
+                for transpose in (False, True):
+                    x = _scaffold.bench_input(rs, n, binary, matrix)
+                    x[: n // 10] = 0  # silent sources
+                    ct = rs.standard_normal(x.shape).astype(np.float32)
+                    out.append(BenchmarkConfig(
+                        args=(indices, ct, x),
+                        kwargs={"binary": binary, "transpose": transpose, "matrix": matrix},
+                        params={"n": n, "k": k, "binary": binary, "matrix": matrix,
+                                "transpose": transpose}))
+    return out
