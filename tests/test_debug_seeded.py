@@ -51,6 +51,14 @@ def _elem_oob_write(x, o0, o1, i):
 
 
 @numba.njit
+def _elem_oob_second(x, o0, o1, i):
+    o0[i] = 2 * x[i]
+    o1[i] = x[i] + 1
+    if i == x.size - 1:
+        o1[x.size + 1] = 0.0  # the second output, one past its end
+
+
+@numba.njit
 def _elem_unwritten(x, o0, o1, i):
     if i != x.size - 1:
         o0[i] = 2 * x[i]
@@ -77,6 +85,7 @@ def _elem_second(x, o0, o1, i):
 
 HELPERS = {
     "ok": _elem_ok, "oob_read": _elem_oob_read, "oob_write": _elem_oob_write,
+    "oob_second": _elem_oob_second,
     "unwritten": _elem_unwritten, "accumulate": _elem_accumulate, "wrong": _elem_wrong,
     "second": _elem_second,
 }
@@ -84,9 +93,14 @@ HELPERS = {
 # What each bug's report says (unbatched index; under vmap batch index 0 comes first).
 EXPECTED = {
     "oob_read": r"primforge numba kernel '{name}' \(.*\) raised BoundsCheckIndexError: index "
-                r"8 is out of bounds for axis 0 with size 8",
+                r"8 is out of bounds for axis 0 with size 8 of array 'x' \(argument of "
+                r"_elem_oob_read\)",
     "oob_write": r"primforge numba kernel '{name}' \(.*\) raised BoundsCheckIndexError: index "
-                 r"11 is out of bounds for axis 0 with size 8",
+                 r"11 is out of bounds for axis 0 with size 8 of array 'o0' \(argument of "
+                 r"_elem_oob_write\)",
+    "oob_second": r"primforge numba kernel '{name}' \(.*\) raised BoundsCheckIndexError: "
+                  r"index 9 is out of bounds for axis 0 with size 8 of array 'o1' \(argument "
+                  r"of _elem_oob_second\)",
     "unwritten": r"kernel '{name}' \(backend '{backend}'\), debug mode: output 0 "
                  r"\(float32\[{shape}\]\) element \({idx}\) was never written",
     "accumulate": r"kernel '{name}' \(backend '{backend}'\), debug mode: output 0 "
@@ -100,7 +114,7 @@ EXPECTED = {
 }
 
 # The first bad element of output 0 (output 1 for "second") per bug.
-ELEMENT = {"oob_read": 0, "oob_write": 0, "unwritten": 7, "accumulate": 0, "wrong": 4,
+ELEMENT = {"oob_read": 0, "oob_write": 0, "oob_second": 0, "unwritten": 7, "accumulate": 0, "wrong": 4,
            "second": 5}
 
 _LOOP = "def kernel(x, o0, o1):\n    for i in {loop}(x.size):\n        elem(x, o0, o1, i)\n"
@@ -266,6 +280,10 @@ for path in T.PATHS:
     for transform in T.TRANSFORMS:
         emit(f"{{path}}/{{transform}}", T.first_line(T.run(k, backend, transform)))
 
+k, backend = T.make("def_numba_kernel", "oob_second")
+for transform in T.TRANSFORMS:
+    emit(f"second/{{transform}}", T.first_line(T.run(k, backend, transform)))
+
 # outs smaller than what the kernel writes, no 'jax' reference to check the shape against
 @numba.njit
 def too_long(x, out):
@@ -299,10 +317,43 @@ def test_out_of_bounds_writes_are_caught_in_debug_mode(tmp_path):
             line = got[f"{path}/{transform}"]
             assert re.match(expected(path, "oob_write", transform), line), \
                 f"{path}/{transform}: {line}"
+    for transform in TRANSFORMS:
+        line = got[f"second/{transform}"]
+        assert re.match(expected("def_numba_kernel", "oob_second", transform), line), line
     for transform in ("eager", "jit"):
         assert re.match(r"primforge numba kernel 'seeded_small_outs' \(.*too_long\) raised "
-                        r"BoundsCheckIndexError: index 8 is out of bounds for axis 0 with size 8",
+                        r"BoundsCheckIndexError: index 8 is out of bounds for axis 0 with size 8 "
+                        r"of array 'out' \(argument of too_long\)",
                         got[f"small/{transform}"]), got[f"small/{transform}"]
+
+
+def test_the_report_names_the_array_in_the_kernel_itself():
+    """Indexing in the kernel's own body: an input read and a local array."""
+
+    @numba.njit
+    def reads_past(x, out):
+        for i in range(x.size):
+            out[i] = x[i] + x[(i + 1) if i < x.size - 1 else x.size]
+
+    @numba.njit
+    def local_past(x, out):
+        tmp = np.zeros(2, np.float32)
+        for i in range(x.size):
+            tmp[i % 3] = x[i]
+            out[i] = tmp[0]
+
+    x = jnp.arange(1.0, N + 1, dtype=jnp.float32)
+    for fn, array, where, index, size in [
+            (reads_past, "x", "argument of", N, N), (local_past, "tmp", "in", 2, 2)]:
+        k = primforge.XLACustomKernel(f"named_{fn.__name__}")
+        k.def_numba_kernel(lambda fn=fn, **kw: fn)
+        with primforge.debug_mode(), pytest.raises(Exception) as info:
+            jax.block_until_ready(jax.jit(lambda v, k=k: k(v, outs=S))(x))
+        line = first_line(info.value)
+        pattern = (rf"primforge numba kernel 'named_{fn.__name__}' .* raised "
+                   rf"BoundsCheckIndexError: index {index} is out of bounds for axis 0 with size "
+                   rf"{size} of array '{array}' \({where} .*{fn.__name__}\)$")
+        assert re.match(pattern, line), line
 
 
 def _reachable(dispatcher, seen):
