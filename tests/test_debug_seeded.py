@@ -390,3 +390,91 @@ def test_the_ops_kernels_and_their_helpers_are_bounds_checked_in_debug_mode():
     assert len(seen) > 1  # helpers reached too
     assert all(d.targetoptions.get("boundscheck") is True for d in seen.values()), [
         d.py_func.__qualname__ for d in seen.values() if not d.targetoptions.get("boundscheck")]
+
+
+# ----------------------------------------------------------------- helpers Numba builds
+@numba.extending.register_jitable
+def _jitable_past(a, i):
+    return a[i + 2]
+
+
+def _overloaded_past(a, i):  # only its @overload implementation runs
+    raise NotImplementedError
+
+
+@numba.extending.overload(_overloaded_past)
+def _overload_past_impl(a, i):
+    def impl(a, i):
+        return a[i + 2]
+    return impl
+
+
+@numba.extending.overload_method(numba.types.Array, "primforge_test_past")
+def _method_past_impl(a, i):
+    def impl(a, i):
+        return a[i + 2]
+    return impl
+
+
+@numba.njit
+def _njit_past(a, i):
+    return a[i + 2]
+
+
+_IN_TUPLE = (_njit_past,)
+
+
+def _helper_kernel(path):
+    """A kernel reading two past the end through a helper reached by ``path``."""
+    if path == "overload":
+        @numba.njit
+        def kernel(x, out):
+            for i in range(x.size):
+                out[i] = _overloaded_past(x, i)
+        return kernel
+    if path == "overload_method":
+        @numba.njit
+        def kernel(x, out):
+            for i in range(x.size):
+                out[i] = x.primforge_test_past(i)
+        return kernel
+    if path == "tuple_global":
+        @numba.njit
+        def kernel(x, out):
+            for i in range(x.size):
+                out[i] = _IN_TUPLE[0](x, i)
+        return kernel
+    held = (_njit_past,)  # a tuple in a closure cell
+
+    @numba.njit
+    def kernel(x, out):
+        for i in range(x.size):
+            out[i] = held[0](x, i)
+    return kernel
+
+
+@pytest.mark.filterwarnings("ignore:.*First-class function type feature is experimental")
+@pytest.mark.parametrize("path, where", [
+    ("register_jitable", "_jitable_past"), ("overload", "_overload_past_impl.<locals>.impl"),
+    ("overload_method", "_method_past_impl.<locals>.impl"),
+    ("tuple_global", "_njit_past"), ("tuple_closure", "_njit_past")])
+def test_helpers_numba_builds_or_holds_in_tuples_are_bounds_checked(path, where):
+    if path == "register_jitable":  # reached as a global of the kernel itself
+        @numba.njit
+        def kernel(x, out):
+            for i in range(x.size):
+                out[i] = _jitable_past(x, i)
+    else:
+        kernel = _helper_kernel(path)
+    k = primforge.XLACustomKernel(f"helper_{path}")
+    k.def_numba_kernel(lambda **kw: kernel)
+    x = jnp.arange(1.0, N + 1, dtype=jnp.float32)
+    pattern = (rf"primforge numba kernel 'helper_{path}' .* raised BoundsCheckIndexError: index "
+               rf"{N} is out of bounds for axis 0 with size {N} of array 'a' \(argument of "
+               rf"{re.escape(where)}\)$")
+    for transform in ("eager", "jit"):
+        call = (lambda v: k(v, outs=S)) if transform == "eager" else jax.jit(
+            lambda v: k(v, outs=S))
+        with primforge.debug_mode(), pytest.raises(Exception) as info:
+            jax.block_until_ready(call(x))
+        assert re.match(pattern, first_line(info.value)), (transform, first_line(info.value))

@@ -8,6 +8,12 @@ hold replaced by its own bounds-checked copy (recursively, and through a module 
 the code reads an attribute of, ``helpers.f``), compiled with the kernel's other options
 and ``boundscheck=True``. Copies are made once per dispatcher and kept while it lives.
 
+Helpers that are not dispatchers are compiled by Numba for the caller: while primforge
+compiles a debug entry, an ``@overload`` implementation (``register_jitable`` too) reached
+from a bounds-checked function is built with ``boundscheck=True`` and cached apart from the
+one built for other callers; dispatchers held in tuples (globals or closure cells) are
+replaced like the others. ``@intrinsic`` code is LLVM written by hand: nothing to check.
+
 A copy runs serially (``parallel=True`` is dropped, ``prange`` is ``range``): Numba drops
 an exception raised on a worker thread, so a threaded copy would stop at a bad index
 without saying so.
@@ -101,17 +107,69 @@ def index_messages():
     """
     from numba.core import cgutils, lowering
     from numba.core.compiler_lock import global_compiler_lock
+    from numba.core.typing import templates
 
+    overloads = templates._OverloadFunctionTemplate
     with global_compiler_lock:
         original = cgutils.do_boundscheck
         original_inst = lowering.Lower.lower_inst
+        original_impl = overloads._get_impl
+        original_jitter = overloads._get_jit_decorator
         cgutils.do_boundscheck = _do_boundscheck
         lowering.Lower.lower_inst = _naming_lower_inst(original_inst)
+        overloads._get_impl = _checked_get_impl(original_impl)
+        overloads._get_jit_decorator = _checked_jit_decorator(original_jitter)
         try:
             yield
         finally:
             cgutils.do_boundscheck = original
             lowering.Lower.lower_inst = original_inst
+            overloads._get_impl = original_impl
+            overloads._get_jit_decorator = original_jitter
+
+
+def _checking_caller() -> bool:
+    """Whether the function being compiled now is compiled with bounds checking."""
+    from numba.core import targetconfig
+
+    flags = targetconfig.ConfigStack.top_or_none()
+    return bool(flags is not None and getattr(flags, "boundscheck", False))
+
+
+def _checked_get_impl(original):
+    """``_OverloadFunctionTemplate._get_impl`` giving a bounds-checked caller its own
+    implementation (``@overload``, ``register_jitable``), compiled with bounds checking and
+    cached apart from the implementations built for callers outside debug mode."""
+    from numba.core import targetconfig
+
+    def _get_impl(self, args, kws):
+        if not _checking_caller():
+            return original(self, args, kws)
+        flags = targetconfig.ConfigStack.top_or_none()
+        key = (self.context, tuple(args), tuple(kws.items()), flags, "primforge-boundscheck")
+        found = self._impl_cache.get(key)
+        if found is not None:
+            return found
+        return self._build_impl(key, args, kws)
+
+    return _get_impl
+
+
+def _checked_jit_decorator(original):
+    """``_get_jit_decorator`` adding ``boundscheck=True`` for a bounds-checked caller."""
+
+    def _get_jit_decorator(self):
+        jitter = original(self)
+        if not _checking_caller():
+            return jitter
+
+        def checked(*args, **options):
+            options["boundscheck"] = True
+            return jitter(*args, **options)
+
+        return checked
+
+    return _get_jit_decorator
 
 
 # (array variable, function) of the indexing statement being lowered, or None.
@@ -281,6 +339,11 @@ def _replacement(value: Any, names: set[str], memo: dict[int, Any]) -> Any:
     """``value`` with the dispatchers it stands for replaced by bounds-checked copies."""
     if _is_dispatcher(value):
         return _copy(value, memo)
+    if isinstance(value, tuple):  # dispatchers held in a (named) tuple, nested too
+        items = [_replacement(v, names, memo) for v in value]
+        if all(a is b for a, b in zip(items, value)):
+            return value
+        return type(value)(*items) if hasattr(value, "_fields") else type(value)(items)
     if isinstance(value, _pytypes.ModuleType):
         hits = {a: getattr(value, a) for a in names
                 if _is_dispatcher(getattr(value, a, None))}
