@@ -351,9 +351,9 @@ _FUZZ = textwrap.dedent("""
 
 
 def test_debug_mode_catches_an_index_with_entries_in_the_wrong_column():
-    """An index that files an entry under another column of the same row passes the
-    kernel's cheap checks; ColumnIndexed refuses it, and debug mode compares with the
-    reference and raises."""
+    """An index that files an entry under another column of the same row: ColumnIndexed
+    refuses it, the kernel gives NaN for it, and debug mode compares with the reference
+    and raises."""
     import primforge
 
     W = ops.CSR.from_dense(np.array([[1., 2.], [0., 3.]], np.float32))
