@@ -51,6 +51,14 @@ def _elem_oob_write(x, o0, o1, i):
 
 
 @numba.njit
+def _elem_oob_second(x, o0, o1, i):
+    o0[i] = 2 * x[i]
+    o1[i] = x[i] + 1
+    if i == x.size - 1:
+        o1[x.size + 1] = 0.0  # the second output, one past its end
+
+
+@numba.njit
 def _elem_unwritten(x, o0, o1, i):
     if i != x.size - 1:
         o0[i] = 2 * x[i]
@@ -77,6 +85,7 @@ def _elem_second(x, o0, o1, i):
 
 HELPERS = {
     "ok": _elem_ok, "oob_read": _elem_oob_read, "oob_write": _elem_oob_write,
+    "oob_second": _elem_oob_second,
     "unwritten": _elem_unwritten, "accumulate": _elem_accumulate, "wrong": _elem_wrong,
     "second": _elem_second,
 }
@@ -84,9 +93,14 @@ HELPERS = {
 # What each bug's report says (unbatched index; under vmap batch index 0 comes first).
 EXPECTED = {
     "oob_read": r"primforge numba kernel '{name}' \(.*\) raised BoundsCheckIndexError: index "
-                r"8 is out of bounds for axis 0 with size 8",
+                r"8 is out of bounds for axis 0 with size 8 of array 'x' \(argument of "
+                r"_elem_oob_read\)",
     "oob_write": r"primforge numba kernel '{name}' \(.*\) raised BoundsCheckIndexError: index "
-                 r"11 is out of bounds for axis 0 with size 8",
+                 r"11 is out of bounds for axis 0 with size 8 of array 'o0' \(argument of "
+                 r"_elem_oob_write\)",
+    "oob_second": r"primforge numba kernel '{name}' \(.*\) raised BoundsCheckIndexError: "
+                  r"index 9 is out of bounds for axis 0 with size 8 of array 'o1' \(argument "
+                  r"of _elem_oob_second\)",
     "unwritten": r"kernel '{name}' \(backend '{backend}'\), debug mode: output 0 "
                  r"\(float32\[{shape}\]\) element \({idx}\) was never written",
     "accumulate": r"kernel '{name}' \(backend '{backend}'\), debug mode: output 0 "
@@ -100,7 +114,7 @@ EXPECTED = {
 }
 
 # The first bad element of output 0 (output 1 for "second") per bug.
-ELEMENT = {"oob_read": 0, "oob_write": 0, "unwritten": 7, "accumulate": 0, "wrong": 4,
+ELEMENT = {"oob_read": 0, "oob_write": 0, "oob_second": 0, "unwritten": 7, "accumulate": 0, "wrong": 4,
            "second": 5}
 
 _LOOP = "def kernel(x, o0, o1):\n    for i in {loop}(x.size):\n        elem(x, o0, o1, i)\n"
@@ -266,6 +280,10 @@ for path in T.PATHS:
     for transform in T.TRANSFORMS:
         emit(f"{{path}}/{{transform}}", T.first_line(T.run(k, backend, transform)))
 
+k, backend = T.make("def_numba_kernel", "oob_second")
+for transform in T.TRANSFORMS:
+    emit(f"second/{{transform}}", T.first_line(T.run(k, backend, transform)))
+
 # outs smaller than what the kernel writes, no 'jax' reference to check the shape against
 @numba.njit
 def too_long(x, out):
@@ -299,10 +317,43 @@ def test_out_of_bounds_writes_are_caught_in_debug_mode(tmp_path):
             line = got[f"{path}/{transform}"]
             assert re.match(expected(path, "oob_write", transform), line), \
                 f"{path}/{transform}: {line}"
+    for transform in TRANSFORMS:
+        line = got[f"second/{transform}"]
+        assert re.match(expected("def_numba_kernel", "oob_second", transform), line), line
     for transform in ("eager", "jit"):
         assert re.match(r"primforge numba kernel 'seeded_small_outs' \(.*too_long\) raised "
-                        r"BoundsCheckIndexError: index 8 is out of bounds for axis 0 with size 8",
+                        r"BoundsCheckIndexError: index 8 is out of bounds for axis 0 with size 8 "
+                        r"of array 'out' \(argument of too_long\)",
                         got[f"small/{transform}"]), got[f"small/{transform}"]
+
+
+def test_the_report_names_the_array_in_the_kernel_itself():
+    """Indexing in the kernel's own body: an input read and a local array."""
+
+    @numba.njit
+    def reads_past(x, out):
+        for i in range(x.size):
+            out[i] = x[i] + x[(i + 1) if i < x.size - 1 else x.size]
+
+    @numba.njit
+    def local_past(x, out):
+        tmp = np.zeros(2, np.float32)
+        for i in range(x.size):
+            tmp[i % 3] = x[i]
+            out[i] = tmp[0]
+
+    x = jnp.arange(1.0, N + 1, dtype=jnp.float32)
+    for fn, array, where, index, size in [
+            (reads_past, "x", "argument of", N, N), (local_past, "tmp", "in", 2, 2)]:
+        k = primforge.XLACustomKernel(f"named_{fn.__name__}")
+        k.def_numba_kernel(lambda fn=fn, **kw: fn)
+        with primforge.debug_mode(), pytest.raises(Exception) as info:
+            jax.block_until_ready(jax.jit(lambda v, k=k: k(v, outs=S))(x))
+        line = first_line(info.value)
+        pattern = (rf"primforge numba kernel 'named_{fn.__name__}' .* raised "
+                   rf"BoundsCheckIndexError: index {index} is out of bounds for axis 0 with size "
+                   rf"{size} of array '{array}' \({where} .*{fn.__name__}\)$")
+        assert re.match(pattern, line), line
 
 
 def _reachable(dispatcher, seen):
@@ -339,3 +390,91 @@ def test_the_ops_kernels_and_their_helpers_are_bounds_checked_in_debug_mode():
     assert len(seen) > 1  # helpers reached too
     assert all(d.targetoptions.get("boundscheck") is True for d in seen.values()), [
         d.py_func.__qualname__ for d in seen.values() if not d.targetoptions.get("boundscheck")]
+
+
+# ----------------------------------------------------------------- helpers Numba builds
+@numba.extending.register_jitable
+def _jitable_past(a, i):
+    return a[i + 2]
+
+
+def _overloaded_past(a, i):  # only its @overload implementation runs
+    raise NotImplementedError
+
+
+@numba.extending.overload(_overloaded_past)
+def _overload_past_impl(a, i):
+    def impl(a, i):
+        return a[i + 2]
+    return impl
+
+
+@numba.extending.overload_method(numba.types.Array, "primforge_test_past")
+def _method_past_impl(a, i):
+    def impl(a, i):
+        return a[i + 2]
+    return impl
+
+
+@numba.njit
+def _njit_past(a, i):
+    return a[i + 2]
+
+
+_IN_TUPLE = (_njit_past,)
+
+
+def _helper_kernel(path):
+    """A kernel reading two past the end through a helper reached by ``path``."""
+    if path == "overload":
+        @numba.njit
+        def kernel(x, out):
+            for i in range(x.size):
+                out[i] = _overloaded_past(x, i)
+        return kernel
+    if path == "overload_method":
+        @numba.njit
+        def kernel(x, out):
+            for i in range(x.size):
+                out[i] = x.primforge_test_past(i)
+        return kernel
+    if path == "tuple_global":
+        @numba.njit
+        def kernel(x, out):
+            for i in range(x.size):
+                out[i] = _IN_TUPLE[0](x, i)
+        return kernel
+    held = (_njit_past,)  # a tuple in a closure cell
+
+    @numba.njit
+    def kernel(x, out):
+        for i in range(x.size):
+            out[i] = held[0](x, i)
+    return kernel
+
+
+@pytest.mark.filterwarnings("ignore:.*First-class function type feature is experimental")
+@pytest.mark.parametrize("path, where", [
+    ("register_jitable", "_jitable_past"), ("overload", "_overload_past_impl.<locals>.impl"),
+    ("overload_method", "_method_past_impl.<locals>.impl"),
+    ("tuple_global", "_njit_past"), ("tuple_closure", "_njit_past")])
+def test_helpers_numba_builds_or_holds_in_tuples_are_bounds_checked(path, where):
+    if path == "register_jitable":  # reached as a global of the kernel itself
+        @numba.njit
+        def kernel(x, out):
+            for i in range(x.size):
+                out[i] = _jitable_past(x, i)
+    else:
+        kernel = _helper_kernel(path)
+    k = primforge.XLACustomKernel(f"helper_{path}")
+    k.def_numba_kernel(lambda **kw: kernel)
+    x = jnp.arange(1.0, N + 1, dtype=jnp.float32)
+    pattern = (rf"primforge numba kernel 'helper_{path}' .* raised BoundsCheckIndexError: index "
+               rf"{N} is out of bounds for axis 0 with size {N} of array 'a' \(argument of "
+               rf"{re.escape(where)}\)$")
+    for transform in ("eager", "jit"):
+        call = (lambda v: k(v, outs=S)) if transform == "eager" else jax.jit(
+            lambda v: k(v, outs=S))
+        with primforge.debug_mode(), pytest.raises(Exception) as info:
+            jax.block_until_ready(call(x))
+        assert re.match(pattern, first_line(info.value)), (transform, first_line(info.value))

@@ -17,14 +17,14 @@ Design:
       under ``jit``) and holds ``2 * nnz + cols + 1`` int32 numbers. Entries whose column
       index is out of range (masked ``FixedNum`` slots) are left out of the index; for a
       ``CSR``/``CSC`` they make the column-side update return NaN, as without the index.
-    * The kernel checks every entry it visits (positions and rows in range, each entry
-      inside its row's range in ``indptr``, its stored column read back), so a malformed
-      index, or one paired with another structure by a pytree edit (``jax.tree.unflatten``
-      does not re-check), yields NaN weights, never a wrong update or an out-of-bounds
-      access. Arrays
-      that did not come from :func:`with_column_index` are checked against the matrix when
-      a ``ColumnIndexed`` is built from them; passed to ``compressed_update_p`` directly,
-      they are the caller's responsibility (debug mode compares with the reference).
+    * The kernel checks the pair on every call where a column fires: the number of stored
+      entries of each firing column (one pass over the stored column indices) must equal
+      its length in the index, and every entry it visits must be in range, inside its
+      row's range in ``indptr`` and read back as that column. A column's list is then
+      exactly its synapses, so a malformed index, or one paired with another structure by
+      a pytree edit (``jax.tree.unflatten`` does not re-check), yields NaN weights, never
+      a wrong update or an out-of-bounds access, for arrays passed to
+      ``compressed_update_p`` directly too.
 """
 
 from __future__ import annotations

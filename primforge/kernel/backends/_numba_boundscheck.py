@@ -8,13 +8,22 @@ hold replaced by its own bounds-checked copy (recursively, and through a module 
 the code reads an attribute of, ``helpers.f``), compiled with the kernel's other options
 and ``boundscheck=True``. Copies are made once per dispatcher and kept while it lives.
 
+Helpers that are not dispatchers are compiled by Numba for the caller: while primforge
+compiles a debug entry, an ``@overload`` implementation (``register_jitable`` too) reached
+from a bounds-checked function is built with ``boundscheck=True`` and cached apart from the
+one built for other callers; dispatchers held in tuples (globals or closure cells) are
+replaced like the others. ``@intrinsic`` code is LLVM written by hand: nothing to check.
+
 A copy runs serially (``parallel=True`` is dropped, ``prange`` is ``range``): Numba drops
 an exception raised on a worker thread, so a threaded copy would stop at a bad index
 without saying so.
 
 While primforge compiles a debug entry (:func:`index_messages`), a failed check raises
-:class:`BoundsCheckIndexError`, an ``IndexError`` naming the index, the axis and its size, where
-Numba's own says only "index is out of bounds".
+:class:`BoundsCheckIndexError`, an ``IndexError`` naming the index, the axis and its size, and
+the array indexed (its variable in the function that indexes it, and that function), where
+Numba's own says only "index is out of bounds". The array's name is fixed when the indexing
+statement is lowered: Numba's lowering of each statement is wrapped to record the array
+that a ``getitem``/``setitem`` indexes.
 
 ``NUMBA_BOUNDSCHECK=0`` turns Numba's bounds checking off everywhere, these copies
 included: :func:`bounds_checked` then warns once.
@@ -65,18 +74,25 @@ def bounds_checked(kernel: Any) -> Any:
 
 
 class BoundsCheckIndexError(IndexError):
-    """An out-of-bounds index found by a debug-mode kernel: ``(index, axis, size)``.
+    """An out-of-bounds index found by a debug-mode kernel: ``(index, axis, size)``, then
+    optionally the array's variable name and where it lives (``argument of f``, ``in f``).
 
     Example:
         >>> str(BoundsCheckIndexError(9, 0, 8))
         'index 9 is out of bounds for axis 0 with size 8'
+        >>> str(BoundsCheckIndexError(9, 0, 8, "out", "argument of kernel"))
+        "index 9 is out of bounds for axis 0 with size 8 of array 'out' (argument of kernel)"
     """
 
     def __str__(self) -> str:
-        if len(self.args) != 3:
+        if len(self.args) not in (3, 5):
             return super().__str__()
-        index, axis, size = self.args
-        return f"index {index} is out of bounds for axis {axis} with size {size}"
+        index, axis, size = self.args[:3]
+        text = f"index {index} is out of bounds for axis {axis} with size {size}"
+        if len(self.args) == 5:
+            array, where = self.args[3:]
+            text += f" of array {array!r} ({where})"
+        return text
 
 
 @contextlib.contextmanager
@@ -89,16 +105,130 @@ def index_messages():
         >>> with index_messages():
         ...     pass
     """
-    from numba.core import cgutils
+    from numba.core import cgutils, lowering
     from numba.core.compiler_lock import global_compiler_lock
+    from numba.core.typing import templates
 
+    overloads = templates._OverloadFunctionTemplate
     with global_compiler_lock:
         original = cgutils.do_boundscheck
+        original_inst = lowering.Lower.lower_inst
+        original_impl = overloads._get_impl
+        original_jitter = overloads._get_jit_decorator
         cgutils.do_boundscheck = _do_boundscheck
+        lowering.Lower.lower_inst = _naming_lower_inst(original_inst)
+        overloads._get_impl = _checked_get_impl(original_impl)
+        overloads._get_jit_decorator = _checked_jit_decorator(original_jitter)
         try:
             yield
         finally:
             cgutils.do_boundscheck = original
+            lowering.Lower.lower_inst = original_inst
+            overloads._get_impl = original_impl
+            overloads._get_jit_decorator = original_jitter
+
+
+def _checking_caller() -> bool:
+    """Whether the function being compiled now is compiled with bounds checking."""
+    from numba.core import targetconfig
+
+    flags = targetconfig.ConfigStack.top_or_none()
+    return bool(flags is not None and getattr(flags, "boundscheck", False))
+
+
+def _checked_get_impl(original):
+    """``_OverloadFunctionTemplate._get_impl`` giving a bounds-checked caller its own
+    implementation (``@overload``, ``register_jitable``), compiled with bounds checking and
+    cached apart from the implementations built for callers outside debug mode."""
+    from numba.core import targetconfig
+
+    def _get_impl(self, args, kws):
+        if not _checking_caller():
+            return original(self, args, kws)
+        flags = targetconfig.ConfigStack.top_or_none()
+        key = (self.context, tuple(args), tuple(kws.items()), flags, "primforge-boundscheck")
+        found = self._impl_cache.get(key)
+        if found is not None:
+            return found
+        return self._build_impl(key, args, kws)
+
+    return _get_impl
+
+
+def _checked_jit_decorator(original):
+    """``_get_jit_decorator`` adding ``boundscheck=True`` for a bounds-checked caller."""
+
+    def _get_jit_decorator(self):
+        jitter = original(self)
+        if not _checking_caller():
+            return jitter
+
+        def checked(*args, **options):
+            options["boundscheck"] = True
+            return jitter(*args, **options)
+
+        return checked
+
+    return _get_jit_decorator
+
+
+# (array variable, function) of the indexing statement being lowered, or None.
+_SITE: list = [None]
+
+
+def _naming_lower_inst(original):
+    """``Lower.lower_inst`` recording which array the statement indexes (see _do_boundscheck)."""
+
+    def lower_inst(self, inst):
+        outer = _SITE[0]
+        _SITE[0] = _indexed_array(inst, self.fndesc, getattr(self, "func_ir", None))
+        try:
+            return original(self, inst)
+        finally:
+            _SITE[0] = outer
+
+    return lower_inst
+
+
+def _indexed_array(inst, fndesc, func_ir) -> tuple[str, str] | None:
+    from numba.core import ir
+
+    var = None
+    if isinstance(inst, (ir.SetItem, ir.StaticSetItem)):
+        var = inst.target
+    elif isinstance(inst, ir.Assign) and isinstance(inst.value, ir.Expr) and \
+            inst.value.op in ("getitem", "static_getitem"):
+        var = inst.value.value
+    if var is None:
+        return None
+    name = _source_name(var.name, func_ir)
+    function = getattr(fndesc, "qualname", None) or "?"
+    if name is None:  # the array is the value of an expression
+        return "<expression>", f"in {function}"
+    if name in tuple(getattr(fndesc, "args", ())):
+        return name, f"argument of {function}"
+    return name, f"in {function}"
+
+
+def _source_name(name: str, func_ir) -> str | None:
+    """The source variable behind IR variable ``name`` (through temporaries that only copy
+    one variable, e.g. a value kept across a branch), or None."""
+    from numba.core import ir
+
+    for _ in range(16):
+        if not name.startswith("$"):
+            return name.split(".")[0]  # SSA versions of a variable: x.1, x.2
+        try:
+            defs = func_ir._definitions[name]
+        except (AttributeError, KeyError, TypeError):
+            return None
+        sources = {d.name for d in defs if isinstance(d, ir.Var)}
+        sources |= {d.name for d in defs if isinstance(d, ir.Arg)}
+        if len(sources) != 1 or len(defs) == 0 or not all(
+                isinstance(d, (ir.Var, ir.Arg)) for d in defs):
+            return None
+        (name,) = sources
+    return None
 
 
 def _do_boundscheck(context, builder, ind, dimlen, axis=None):
@@ -116,9 +246,12 @@ def _do_boundscheck(context, builder, ind, dimlen, axis=None):
     axis_v = wide(-1 if axis is None else axis)
     bad = builder.or_(builder.icmp_signed(">=", ind, dimlen),
                       builder.icmp_signed("<", ind, ind.type(0)))
+    site = _SITE[0]
     with cgutils.if_unlikely(builder, bad):
+        # The array and function names are constants of the exception (static arguments).
         context.call_conv.return_dynamic_user_exc(
-            builder, BoundsCheckIndexError, (wide(ind), axis_v, wide(dimlen)), (types.int64,) * 3)
+            builder, BoundsCheckIndexError,
+            (wide(ind), axis_v, wide(dimlen), *(site or ())), (types.int64,) * 3)
 
 
 def forget(kernel: Any = None) -> None:
@@ -206,6 +339,11 @@ def _replacement(value: Any, names: set[str], memo: dict[int, Any]) -> Any:
     """``value`` with the dispatchers it stands for replaced by bounds-checked copies."""
     if _is_dispatcher(value):
         return _copy(value, memo)
+    if isinstance(value, tuple):  # dispatchers held in a (named) tuple, nested too
+        items = [_replacement(v, names, memo) for v in value]
+        if all(a is b for a, b in zip(items, value)):
+            return value
+        return type(value)(*items) if hasattr(value, "_fields") else type(value)(items)
     if isinstance(value, _pytypes.ModuleType):
         hits = {a: getattr(value, a) for a in names
                 if _is_dispatcher(getattr(value, a, None))}

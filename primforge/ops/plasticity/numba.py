@@ -16,13 +16,15 @@ error) is fixed by closure constants.
   (over 1/25) it updates with a select instead of a branch.
 * Compressed storage with a column index ``(colptr, perm, rows)`` (update on columns):
   visits ``perm[colptr[j]:colptr[j + 1]]`` for the spiking columns ``j`` only
-  (event-driven: no pass over the stored column indices). Every visited
-  entry is checked in the cache-resident arrays only (``colptr`` running from 0 and
-  non-decreasing, the position in range and increasing within the column, the row in range
-  and ``indptr[r] <= p < indptr[r + 1]``, and the stored column ``indices[p]`` read back
-  as ``j``): an index that is malformed, or that belongs to another structure (e.g. after
-  a pytree edit swapped the matrix), gives NaN, never a wrong update or an out-of-bounds
-  access. The read-back is one more load per visited synapse only.
+  (event-driven in the synapses it writes). When a column fires it first counts the
+  stored entries of each column (one sequential pass over the column indices) and
+  requires each firing column's count to equal its length in the index; every visited
+  entry is then checked (``colptr`` running from 0 and non-decreasing, the position in
+  range and increasing within the column, the row in range and
+  ``indptr[r] <= p < indptr[r + 1]``, and the stored column ``indices[p]`` read back as
+  ``j``). Together these make a firing column's list exactly its synapses: an index that
+  is malformed, or that belongs to another structure (e.g. after a pytree edit swapped
+  the matrix), gives NaN, never a wrong update or an out-of-bounds access.
 * Dense ``(m, n)`` weights: ``on_rows`` adds the trace to the rows of active events
   (unit stride); ``on_cols`` first lists the active columns, then updates them row by row.
 * A structural error (``indptr`` not running from 0 to nnz non-decreasingly, or, when
@@ -184,8 +186,25 @@ def indexed_kernel(masked: bool, lo, hi):
                 if spikes[j] != 0:
                     ok = False
                     break
-        um, unnz = np.uint64(m), np.uint64(nnz)
-        if ok:
+        um, unnz, un = np.uint64(m), np.uint64(nnz), np.uint64(n)
+        fired = False
+        for j in range(n):
+            if spikes[j] != 0:
+                fired = True
+                break
+        if ok and fired:
+            # Each firing column must list as many entries as the structure holds in it:
+            # with the read-back below (distinct positions of that column), its list is then
+            # exactly its synapses, not a part of them (an index of another structure).
+            counts = np.zeros(n + 1, np.int32)
+            for p in range(nnz):
+                u = np.uint64(indices[p])
+                counts[min(u, un)] += 1
+            for j in range(n):
+                if spikes[j] != 0 and counts[j] != colptr[j + 1] - colptr[j]:
+                    ok = False
+                    break
+        if ok and fired:
             for j in range(n):
                 if spikes[j] == 0:
                     continue
