@@ -1,11 +1,12 @@
-"""Start N local processes of one script, joined by ``jax.distributed``; stop them all on failure.
+"""Start N local processes of one script, joined by ``jax.distributed``; stop all on failure.
 
 Each rank is ``python SCRIPT ARGS...`` in a session of its own, with the environment that
 :func:`initialize` reads; a rank whose script raises or exits with a nonzero code ends at
-once (``_rank.py``), without waiting in ``jax.distributed``'s shutdown barrier. The launcher forwards every rank's output line by line, and
-watches the ranks: the first one that exits with a nonzero code or dies by a signal, or the
-global timeout, stops every other rank (``SIGTERM`` to its process group, ``SIGKILL``
-after ``grace`` seconds) and raises :class:`LaunchError`.
+once (``_rank.py``), without waiting in ``jax.distributed``'s shutdown barrier. The
+launcher forwards every rank's output line by line and watches the ranks: the first one
+that exits with a nonzero code or dies by a signal, or the global timeout, stops every
+other rank (``SIGTERM`` to its process group, ``SIGKILL`` after ``grace`` seconds) and
+raises :class:`LaunchError`.
 """
 
 from __future__ import annotations
