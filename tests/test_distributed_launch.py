@@ -27,7 +27,8 @@ def _env() -> dict[str, str]:
     env["PYTHONPATH"] = os.pathsep.join(filter(None, [str(ROOT), env.get("PYTHONPATH")]))
     env["JAX_PLATFORMS"] = "cpu"
     env.pop("XLA_FLAGS", None)
-    for name in ("JAX_COORDINATOR_ADDRESS", "PRIMFORGE_NUM_PROCESSES", "PRIMFORGE_PROCESS_ID"):
+    for name in ("JAX_COORDINATOR_ADDRESS", "PRIMFORGE_NUM_PROCESSES", "PRIMFORGE_PROCESS_ID",
+                 "SLURM_JOB_ID", "OMPI_COMM_WORLD_SIZE"):  # the one-process run stays alone
         env.pop(name, None)
     return env
 
