@@ -180,7 +180,8 @@ def test_block_parser_sees_fences_and_exemptions(tmp_path):
 
 # ---- the API reference -------------------------------------------------------------------
 
-API_MODULES = ["primforge", "primforge.utils", "primforge.ops", "primforge.testing"]
+API_MODULES = ["primforge", "primforge.utils", "primforge.ops", "primforge.testing",
+               "primforge.distributed"]
 DIRECTIVE = re.compile(r"^:::\s+(?P<path>[\w.]+)\s*$", re.MULTILINE)
 
 

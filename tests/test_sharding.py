@@ -2,15 +2,15 @@
 
 Multi-device behaviour runs in subprocesses (the pytest process has one CPU device):
 ``sharding_scripts/multidevice.py`` on 8 simulated devices, ``sharding_scripts/multihost.py``
-as two processes joined by ``jax.distributed`` on loopback. Each script compares against
-NumPy references and reports per check; the tests below assert on those reports.
+as two processes started by ``primforge.distributed.launch``, joined on loopback. Each
+script compares against NumPy references and reports per check; the tests below assert on
+those reports.
 """
 
 from __future__ import annotations
 
 import json
 import os
-import socket
 import subprocess
 import sys
 from pathlib import Path
@@ -78,32 +78,13 @@ def test_multidevice_runs_every_check(multidevice):
     assert sorted(multidevice) == sorted(CHECKS)
 
 
-def _free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return s.getsockname()[1]
-
-
 def test_multihost_two_processes_on_loopback(tmp_path):
-    port = _free_port()
-    outs = [tmp_path / f"p{i}.json" for i in range(2)]
-    procs = [
-        subprocess.Popen(
-            [sys.executable, str(SCRIPTS / "multihost.py"), str(i), "2", str(port), str(o)],
-            cwd=ROOT, env=_env(), stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True,
-        )
-        for i, o in enumerate(outs)
-    ]
-    logs = []
-    for p in procs:
-        try:
-            logs.append(p.communicate(timeout=240)[0])
-        except subprocess.TimeoutExpired:
-            p.kill()
-            logs.append(p.communicate()[0])
-    for i, o in enumerate(outs):
-        assert o.exists(), f"process {i} wrote no report:\n{logs[i][-3000:]}"
-        r = json.loads(o.read_text())
+    from primforge.distributed import launch
+
+    launch(SCRIPTS / "multihost.py", [str(tmp_path)], num_processes=2, devices_per_process=2,
+           timeout=240, echo=False, env=_env())
+    for i in range(2):
+        r = json.loads((tmp_path / f"p{i}.json").read_text())
         assert r["ok"], r.get("error")
         assert r["devices"] == [4, 2]
         assert r["ew_no_all_gather"] and r["csr_no_all_gather"]

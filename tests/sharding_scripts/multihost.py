@@ -1,11 +1,12 @@
 """One process of a two-process (multi-host) run on loopback, 2 CPU devices per process.
 
-Usage: python multihost.py PROCESS_ID NUM_PROCESSES PORT OUT.json
+Usage: python -m primforge.distributed -n 2 --devices-per-process 2 multihost.py OUT_DIR
 
-Every process runs the same program (SPMD): it joins the coordinator with
-``jax.distributed.initialize``, builds a global row-sharded array from its local rows,
-calls a kernel with an elementwise sharding rule and a row-sharded blocked-CSR matvec
-under ``jax.jit``, and checks its own shards against NumPy. Results go to OUT.json.
+Every process runs the same program (SPMD): it joins the others with
+``primforge.distributed.initialize`` (``jax.distributed`` underneath), builds a global
+row-sharded array from its local rows, calls a kernel with an elementwise sharding rule
+and a row-sharded blocked-CSR matvec under ``jax.jit``, and checks its own shards against
+NumPy. Results go to OUT_DIR/p<process>.json.
 """
 
 from __future__ import annotations
@@ -15,20 +16,20 @@ import os
 import sys
 import traceback
 
-PID, NPROC, PORT, OUT = int(sys.argv[1]), int(sys.argv[2]), int(sys.argv[3]), sys.argv[4]
+PID = int(os.environ["PRIMFORGE_PROCESS_ID"])
+OUT = os.path.join(sys.argv[1], f"p{PID}.json")
 LOCAL = 2
-os.environ["XLA_FLAGS"] = f"--xla_force_host_platform_device_count={LOCAL}"
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 
 import jax
 
+import primforge.distributed
+
 result: dict = {"process": PID}
 try:
     jax.config.update("jax_cpu_collectives_implementation", "gloo")
-    jax.distributed.initialize(
-        coordinator_address=f"127.0.0.1:{PORT}", num_processes=NPROC, process_id=PID,
-        local_device_ids=list(range(LOCAL)), initialization_timeout=60,
-    )
+    primforge.distributed.initialize(local_device_ids=list(range(LOCAL)),
+                                     initialization_timeout=60)
     import _hooks
     import jax.numpy as jnp
     import kernels
