@@ -1,15 +1,7 @@
 """How the 'cuda_raw' backend builds a library: build key, compile command, disk cache.
 
-Design: a :class:`_Recipe` holds everything that decides a library's machine code
-(source, every local header it includes, followed recursively, flags, include folders,
-GPU architecture, compiler path and version, jax/jaxlib versions, platform) and its key is
-a hash of all of it, bumped by ``_KEY_VERSION`` when the recipe itself changes. A library
-is compiled in a private temporary folder (sources written with ``O_EXCL|O_NOFOLLOW``, the
-compiler run with only the absolute ``PATH`` entries) and stored in the backend's folder
-of :mod:`primforge._cache` (atomic write, digest checked right before ``dlopen``); when the
-cache is off or unusable it goes to a private scratch folder of the process instead.
-Every library also gets generated wrappers that put the module and handler names in front
-of an error a handler returns.
+A :class:`_Recipe` holds everything that decides a library's machine code, and its key is
+a hash of all of it (bumped by ``_KEY_VERSION`` when the recipe changes).
 """
 
 from __future__ import annotations
@@ -252,7 +244,8 @@ def _recipe(source: str, wrapper: str, *, kind: str, flags: Sequence[str], arch:
             raise FileNotFoundError(
                 "nvcc was not found on PATH, under $CUDA_HOME/$CUDA_PATH, or in the NVIDIA pip "
                 "packages: install the CUDA toolkit or "
-                f"{install_hint('cuda')} (nvidia-cuda-nvcc), or set $PRIMFORGE_NVCC to its absolute path"
+                f"{install_hint('cuda')} (nvidia-cuda-nvcc), "
+                "or set $PRIMFORGE_NVCC to its absolute path"
             )
         sm = _normalize_arch(arch)
         compute = "compute_" + sm[3:]
