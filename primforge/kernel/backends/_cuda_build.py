@@ -42,10 +42,6 @@ def _normalize_arch(arch: str | int | None) -> str:
 
     The default is the first visible GPU, else :data:`._common.FALLBACK_COMPUTE_CAPABILITY`
     (built with its PTX, so newer GPUs JIT-compile it).
-
-    Example:
-        >>> _normalize_arch('9.0'), _normalize_arch(80), _normalize_arch('sm_90a')
-        ('sm_90', 'sm_80', 'sm_90a')
     """
     if arch is None:
         major, minor = _common.default_compute_capability()
@@ -79,12 +75,7 @@ _FILE_FLAGS = ("-include", "--pre-include", "-imacros")
 
 
 def _flag_paths(flags: Sequence[str]) -> tuple[list[str], list[str]]:
-    """Include folders and forced-include files named in compiler ``flags``.
-
-    Example:
-        >>> _flag_paths(['-I/a', '-isystem', '/b', '-include', 'c.h', '-O2'])
-        (['/a', '/b'], ['c.h'])
-    """
+    """Include folders and forced-include files named in compiler ``flags``."""
     dirs: list[str] = []
     files: list[str] = []
     flags = list(flags)
@@ -111,15 +102,9 @@ def _local_headers_digest(source: str, include_dirs: Sequence[str],
     """Hash of every local header the source includes, followed recursively.
 
     Local headers are those found in ``include_dirs`` (and, for ``#include "..."``, the
-    including file's folder); ``forced`` are files included by a flag. The cache key must
-    change when such a header changes, or an edited header would keep serving the library
-    built from its old text. Headers found nowhere here (XLA's, the CUDA toolkit's, the
-    system's) are covered by the jaxlib and compiler versions in the key instead. Every
-    ``#include`` line counts, even in a branch the preprocessor skips (a superset is safe).
-
-    Example:
-        >>> _local_headers_digest('int x;', []) == _local_headers_digest('int y;', [])
-        True
+    including file's folder); ``forced`` are files included by a flag. Other headers (XLA's,
+    the toolkit's, the system's) are covered by the versions in the key. Every ``#include``
+    line counts, even in a branch the preprocessor skips (a superset is safe).
     """
     h = hashlib.sha256()
     seen: set[str] = set()
@@ -208,12 +193,7 @@ def _wrapper_symbol(handler: str) -> str:
 
 
 def _wrapper_source(name: str, handlers: Sequence[str]) -> str:
-    """C++ of the error-naming wrappers of ``handlers`` in module ``name``.
-
-    Example:
-        >>> 'PrimforgeNamed_Scale' in _wrapper_source('demo', ['Scale'])
-        True
-    """
+    """C++ of the error-naming wrappers of ``handlers`` in module ``name``."""
     parts = [_WRAPPER_HEAD]
     for h in handlers:
         where = f"cuda_raw module '{name}', handler '{h}': "
