@@ -1,8 +1,8 @@
 """Backends: the registry of backends, each answering the hooks of one contract.
 
 Built-in backends are modules listed in :data:`KNOWN_BACKENDS`, imported lazily by
-:func:`get_backend` (without their optional package); :func:`register_backend` adds one
-defined anywhere. See docs/backends.md.
+:func:`get_backend` (a module imports without its optional package);
+:func:`register_backend` adds one defined anywhere. See docs/backends.md.
 """
 
 from __future__ import annotations
