@@ -54,7 +54,11 @@ static ffi::Error Affine(F x, R y) {
 static ffi::Error RowSum(F x, R y) {
   auto d = x.dimensions(); int64_t r = d[0], c = d[1];
   const float* a = x.typed_data(); float* b = y->typed_data();
-  for (int64_t i = 0; i < r; ++i) { float s = 0; for (int64_t j = 0; j < c; ++j) s += a[i * c + j]; b[i] = s; }
+  for (int64_t i = 0; i < r; ++i) {
+    float s = 0;
+    for (int64_t j = 0; j < c; ++j) s += a[i * c + j];
+    b[i] = s;
+  }
   return ffi::Error::Success();
 }
 static ffi::Error Gather(F x, ffi::Buffer<ffi::S32> idx, R y) {
@@ -92,7 +96,10 @@ __global__ void rowsum_k(const float* a, float* b, int64_t r, int64_t c) {
   int64_t row = blockIdx.x; float acc = 0;
   for (int64_t j = threadIdx.x; j < c; j += blockDim.x) acc += a[row * c + j];
   s[threadIdx.x] = acc; __syncthreads();
-  for (int w = blockDim.x / 2; w > 0; w >>= 1) { if (threadIdx.x < w) s[threadIdx.x] += s[threadIdx.x + w]; __syncthreads(); }
+  for (int w = blockDim.x / 2; w > 0; w >>= 1) {
+    if (threadIdx.x < w) s[threadIdx.x] += s[threadIdx.x + w];
+    __syncthreads();
+  }
   if (threadIdx.x == 0) b[row] = s[0]; }
 __global__ void gather_k(const float* a, const int32_t* k, float* b, size_t n) {
   size_t i = blockIdx.x * (size_t)blockDim.x + threadIdx.x; if (i < n) b[i] = a[k[i]]; }
@@ -101,13 +108,16 @@ __global__ void scatter_k(const float* a, const int32_t* k, float* b, size_t n) 
 
 static unsigned blocks(size_t n) { return (unsigned)((n + 255) / 256); }
 static ffi::Error Affine(cudaStream_t s, F x, R y) {
-  size_t n = x.element_count(); affine_k<<<blocks(n), 256, 0, s>>>(x.typed_data(), y->typed_data(), n);
+  size_t n = x.element_count();
+  affine_k<<<blocks(n), 256, 0, s>>>(x.typed_data(), y->typed_data(), n);
   return ffi::Error::Success(); }
 static ffi::Error RowSum(cudaStream_t s, F x, R y) {
-  auto d = x.dimensions(); rowsum_k<<<(unsigned)d[0], 256, 0, s>>>(x.typed_data(), y->typed_data(), d[0], d[1]);
+  auto d = x.dimensions();
+  rowsum_k<<<(unsigned)d[0], 256, 0, s>>>(x.typed_data(), y->typed_data(), d[0], d[1]);
   return ffi::Error::Success(); }
 static ffi::Error Gather(cudaStream_t s, F x, I idx, R y) {
-  size_t n = idx.element_count(); gather_k<<<blocks(n), 256, 0, s>>>(x.typed_data(), idx.typed_data(), y->typed_data(), n);
+  size_t n = idx.element_count();
+  gather_k<<<blocks(n), 256, 0, s>>>(x.typed_data(), idx.typed_data(), y->typed_data(), n);
   return ffi::Error::Success(); }
 static ffi::Error ScatterAdd(cudaStream_t s, F x, I idx, R y) {
   size_t n = idx.element_count();

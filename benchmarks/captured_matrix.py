@@ -45,7 +45,8 @@ print(time.perf_counter() - t)
 
 def first_call(n: int, p: float, mode: str) -> float:
     root = Path(__file__).resolve().parents[1]
-    env = {**os.environ, "PYTHONPATH": os.pathsep.join([str(root), os.environ.get("PYTHONPATH", "")])}
+    path = os.pathsep.join([str(root), os.environ.get("PYTHONPATH", "")])
+    env = {**os.environ, "PYTHONPATH": path}
     proc = subprocess.run([sys.executable, "-c", CHILD, str(n), str(p), mode], env=env,
                           capture_output=True, text=True, check=True)
     return float(proc.stdout.strip().splitlines()[-1])

@@ -79,25 +79,30 @@ def run(v, ge, gi):
         ge = ge * coba.DECAY_E + brainevent.EventArray(spike[:ne]) @ we
         gi = gi * coba.DECAY_I + brainevent.EventArray(spike[ne:]) @ wi
         v = jnp.where(spike, coba.F32(coba.VR), v)
-        count = count + jnp.stack([spike[:ne].sum(dtype=jnp.int32), spike[ne:].sum(dtype=jnp.int32)])
+        count = count + jnp.stack([spike[:ne].sum(dtype=jnp.int32),
+                                   spike[ne:].sum(dtype=jnp.int32)])
         return ((v, ge, gi, ref), count), None
     init = ((v, ge, gi, jnp.zeros(v.shape, jnp.int32)), jnp.zeros(2, jnp.int32))
     (_, count), _ = jax.lax.scan(body, init, None, length=n_steps)
     return count
 args = (net.v0, net.ge0, net.gi0)
-t0 = time.perf_counter(); compiled = run.lower(*args).compile(); compile_s = time.perf_counter() - t0
+t0 = time.perf_counter()
+compiled = run.lower(*args).compile()
+compile_s = time.perf_counter() - t0
 t0 = time.perf_counter(); count = np.asarray(jax.block_until_ready(compiled(*args)))
 run_s = time.perf_counter() - t0
 print(json.dumps(dict(neurons=net.n, rate_exc_hz=count[0] / net.n_exc / duration,
     rate_inh_hz=count[1] / net.n_inh / duration, compile_s=compile_s, run_s=run_s,
-    s_per_sim_s=run_s / duration, peak_rss_mib=resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024,
+    s_per_sim_s=run_s / duration,
+    peak_rss_mib=resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024,
     version=brainevent.__version__)))
 """
 
 # ----------------------------------------------------------------------------- brian2 child
 _BRIAN = r"""
 import json, os, resource, subprocess, sys, time
-target, scale, seed_, duration, workdir = sys.argv[1], int(sys.argv[2]), int(sys.argv[3]), float(sys.argv[4]), sys.argv[5]
+target, workdir = sys.argv[1], sys.argv[5]
+scale, seed_, duration = int(sys.argv[2]), int(sys.argv[3]), float(sys.argv[4])
 import brian2 as b2
 from brian2 import ms, mV
 if target == "cpp_standalone":
@@ -251,7 +256,8 @@ def main(argv=None):
             order = contenders[seed % len(contenders):] + contenders[:seed % len(contenders)]
             for scale in scales:
                 for name in order:
-                    if (str(scale), name) in skip or (scale != 100 and name.endswith(("stored", "2t"))):
+                    small_only = scale != 100 and name.endswith(("stored", "2t"))
+                    if (str(scale), name) in skip or small_only:
                         continue
                     t0 = time.perf_counter()
                     res = run_one(name, scale, seed, args.duration, args.brian_python, tmp)

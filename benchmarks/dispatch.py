@@ -82,12 +82,14 @@ def latency_table(sizes):
         return out
 
     routes = {
-        "numba (primforge FFI)": jax.jit(lambda x: k(x, outs=jax.ShapeDtypeStruct(x.shape, x.dtype))),
+        "numba (primforge FFI)": jax.jit(
+            lambda x: k(x, outs=jax.ShapeDtypeStruct(x.shape, x.dtype))),
         "jax.numpy": jax.jit(lambda x: 2.0 * x + 1.0),
         "pure_callback + njit": jax.jit(
             lambda x: jax.pure_callback(host, jax.ShapeDtypeStruct(x.shape, x.dtype), x)
         ),
-        "numba parallel=True": jax.jit(lambda x: kp(x, outs=jax.ShapeDtypeStruct(x.shape, x.dtype))),
+        "numba parallel=True": jax.jit(
+            lambda x: kp(x, outs=jax.ShapeDtypeStruct(x.shape, x.dtype))),
     }
     rows = []
     for n in sizes:

@@ -211,8 +211,9 @@ def table(rows):
         vs_dense = f"{t['dense'] / tb:.0f}" if "dense" in t and tb else "skip"
         vs_bcoo = f"{t['bcoo'] / tb:.0f}" if "bcoo" in t and tb else "skip"
         vs_be = f"{t['brainevent'] / tb:.1f}" if "brainevent" in t and tb else "skip"
-        lines.append(f"| {r['n']} | {r['p']} | {r['rate']:.1%} | {r['nnz']:.3g} | {r['n_events']} | "
-                     + " | ".join(cells) + f" | {best or '-'} | {vs_dense} | {vs_bcoo} | {vs_be} |")
+        head = f"| {r['n']} | {r['p']} | {r['rate']:.1%} | {r['nnz']:.3g} | {r['n_events']} | "
+        tail = f" | {best or '-'} | {vs_dense} | {vs_bcoo} | {vs_be} |"
+        lines.append(head + " | ".join(cells) + tail)
     notes = sorted({f"{m}: {why}" for r in rows for m, why in r["skipped"].items()})
     if notes:
         lines.append("")
@@ -276,7 +277,8 @@ def plot(rows, path):
 
 
 def main(argv=None):
-    ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    ap = argparse.ArgumentParser(description=__doc__,
+                                 formatter_class=argparse.RawDescriptionHelpFormatter)
     mode = ap.add_mutually_exclusive_group()
     mode.add_argument("--quick", action="store_true", help="small grid (seconds)")
     mode.add_argument("--full", action="store_true", help="the whole grid (long; needs ~16 GB)")

@@ -136,7 +136,8 @@ def main() -> None:
                      "speedup": t_jnp / t_numba})
         print(f"{name:44} {t_numba * 1e6:10.1f} {t_jnp * 1e6:10.1f} {t_jnp / t_numba:8.2f}")
     meta = {"machine": platform.machine(), "processor": platform.processor(),
-            "cpus": os.cpu_count(), "load_average": os.getloadavg(), "python": platform.python_version(),
+            "cpus": os.cpu_count(), "load_average": os.getloadavg(),
+            "python": platform.python_version(),
             "jax": jax.__version__, "numba": numba.__version__,
             "primforge": primforge.__version__, "runs": args.runs}
     with open(args.out, "w") as f:

@@ -146,7 +146,8 @@ def _cases(maker: Callable[[str, dict[str, Any]], type | None], lib: str) -> dic
         cls = maker(f"Wide{n}_{tag}", _annotations(n))
         if cls is None:
             return {}
-        out[f"{n}-field class"] = (_wide_instance(cls, n, np_leaf), _wide_instance(cls, n, jax_leaf))
+        out[f"{n}-field class"] = (_wide_instance(cls, n, np_leaf),
+                                   _wide_instance(cls, n, jax_leaf))
     cls = maker(f"Node_{tag}", _node_annotations())
     if cls is None:
         return {}
@@ -225,7 +226,8 @@ def measure(repeats: int, min_time: float) -> list[dict[str, Any]]:
 def _table(rows: list[dict[str, Any]], suffix: str = "_us") -> str:
     base = {r["case"]: r for r in rows if r["library"] == BASELINE}
     cols = [op.replace(" ", "_") + suffix for op in OPS]
-    head = f"| {'case':<23} | {'library':<21} | " + " | ".join(f"{op + ' (us)':>19}" for op in OPS) + " |"
+    times = " | ".join(f"{op + ' (us)':>19}" for op in OPS)
+    head = f"| {'case':<23} | {'library':<21} | " + times + " |"
     lines = [head, "|" + "|".join("-" * len(c) for c in head.split("|")[1:-1]) + "|"]
     for r in rows:
         cells = []

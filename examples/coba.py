@@ -561,8 +561,9 @@ def simulator(net: Network, n_steps: int, *, fused: bool = False, backend: str |
 
     The result holds the spike counts of each population per step (``counts``, shape
     ``(n_steps, 2)``), spikes per neuron (``per_neuron``) and the spikes of ``raster``
-    neurons per step (``raster``: the first 80% of them excitatory, the rest inhibitory). With ``fused``, each scan iteration is one
-    kernel call that advances ``steps_per_call`` steps (it must divide ``n_steps``).
+    neurons per step (``raster``: the first 80% of them excitatory, the rest inhibitory).
+    With ``fused``, each scan iteration is one kernel call that advances ``steps_per_call``
+    steps (it must divide ``n_steps``).
     """
     ne = net.n_exc
     r_exc = min(ne, round(EXC_FRACTION * raster))

@@ -76,7 +76,8 @@ def main():
     loss = lambda x: jnp.sum(apply(x) ** 2)
     show("grad", jax.grad(loss)(x), jax.grad(lambda x: jnp.sum(reference(x) ** 2))(x))
     show("vmap", jax.vmap(apply)(batch), jax.vmap(reference)(batch))
-    n_calls = sum(e.primitive.name == softclip.name for e in jax.make_jaxpr(jax.vmap(apply))(batch).eqns)
+    eqns = jax.make_jaxpr(jax.vmap(apply))(batch).eqns
+    n_calls = sum(e.primitive.name == softclip.name for e in eqns)
     print(f"vmap over {batch.shape[0]} rows made {n_calls} kernel call (native batching, no loop)")
     with primforge.use_backend("cpu", "jax"):
         show("jax ref", apply(x), reference(x))

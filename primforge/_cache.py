@@ -1,23 +1,8 @@
 """The on-disk cache every backend shares: a private folder, verified entries, safe fallbacks.
 
-Design:
-
-* One root, ``$PRIMFORGE_CACHE_DIR`` or ``$XDG_CACHE_HOME/primforge`` (``~/.cache/primforge``),
-  with one sub-folder per user of it (``numba``, ``cuda``, ...). ``PRIMFORGE_CACHE=0`` turns
-  every disk cache off: :func:`directory` then answers ``None`` and callers compile afresh.
-* A folder is used only when it is a real directory (not a symlink), owned by the current
-  user and not writable by group or others; folders primforge creates are ``0700``. Anything
-  else gets one :class:`CacheWarning` and the caller runs uncached.
-* An entry is written to a fresh temporary file in the same folder (``O_EXCL``, mode
-  ``0600``, so no symlink is followed) and renamed into place atomically, then its SHA-256
-  digest is written beside it the same way. A reader gets the bytes only when the digest
-  matches; a missing, truncated, corrupted or unreadable entry reads as absent (with one
-  warning when it was there but bad) and is removed, so the caller rebuilds it.
-* A full disk or a read-only folder makes writes fail quietly (one warning): the result is
-  still computed, just not kept.
-
-The key of an entry is the caller's business: it must cover everything that decides the
-bytes (source, flags, toolchain and library versions), never a name alone.
+One root (``$PRIMFORGE_CACHE_DIR`` or ``$XDG_CACHE_HOME/primforge``), one sub-folder per
+user of it; ``PRIMFORGE_CACHE=0`` turns it off. An entry's key is the caller's business:
+it must cover everything that decides the bytes.
 """
 
 from __future__ import annotations

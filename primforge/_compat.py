@@ -1,33 +1,8 @@
 """Every JAX-version-dependent and JAX-internal import lives here, and only here.
 
-JAX moves its primitive-level API between releases (``jax.core.Primitive`` became
-``jax.extend.core.Primitive``, ``jax.experimental.shard_map`` became ``jax.shard_map``,
-``jax.extend.ffi`` became ``jax.ffi``, shard_map's varying-axes type moved from
-``aval.vma`` to ``aval.manual_axis_type``). The rest of primforge imports these names from
-this module, so a JAX upgrade touches one file; ``tests/test_compat.py`` fails if another
-module imports ``jax._src``, ``jax.core``, ``jax.interpreters`` or jaxlib's internals.
-
-Supported: JAX ``MIN_JAX_VERSION`` (0.8.0) and newer. Each shim for an older release says
-which releases take which path.
-
-Newer JAX, checked against JAX's changelog and source up to 0.11.0 and its unreleased
-changes (no 0.12 notes yet); ``python -m primforge.gpu_acceptance`` runs the suite on
-whatever JAX a machine has. Nothing primforge uses is removed or deprecated there:
-
-API (what primforge does)                          in 0.11.0 / unreleased
--------------------------------------------------  ---------------------------------------
-jax.core.CallPrimitive and the other removals      removed in 0.11.0 (primforge: unused)
-jax.core.ShapedArray, jax.core.Tracer (used)       kept
-primal_dtype_to_tangent_dtype (jax.extend.core)    kept (jax.core's: removed in 0.11.0)
-jax.extend.core Primitive, Jaxpr, ClosedJaxpr      kept
-jax.interpreters ad / batching / mlir names used   kept, none deprecated
-jax._src.interpreters.mlir.custom_call (keywords)  kept; adds keyword result_tilings
-jax._src.lib.triton.dialect                        kept
-__gpu$xla.gpu.triton (the triton backend's call)   still Pallas's route on GPU
-jax._src.tree_util registries                      kept
-sharding_impls.ShardingContext, dispatch set       kept
-make_user_context, shard_map, typeof, ffi          kept
-jnp.empty (primforge: unused)                      uninitialised from 0.11.0
+Supported: JAX ``MIN_JAX_VERSION`` (0.8.0) and newer; each shim for an older release says
+which releases take which path. ``tests/test_compat.py`` fails if another module imports
+``jax._src``, ``jax.core``, ``jax.interpreters`` or jaxlib's internals.
 """
 
 from __future__ import annotations

@@ -1,23 +1,8 @@
 """Autotuning: pick each kernel's fastest backend per platform and remember it.
 
-Design:
-    * :func:`tune` benchmarks kernels (``primforge.bench.benchmark_kernel``), keeps for each
-      platform the backend with the lowest geometric-mean median time among those that
-      ran on every config and agreed with the reference backend, and writes the choice to
-      a JSON cache: ``$PRIMFORGE_CACHE_DIR/autotune.json``, else
-      ``$XDG_CACHE_HOME/primforge/autotune.json``, else ``~/.cache/primforge/autotune.json``.
-    * Using the choices is opt-in. :func:`load` reads the cache and makes each choice the
-      kernel's default (``set_default``); choices for kernels not registered yet, or whose
-      tuned backend is not registered yet, stay pending and are applied when the backend
-      is defined: this module subscribes to the kernel's events
-      (:mod:`primforge.kernel.hooks`) when it is imported, which ``import primforge``
-      does. Setting ``PRIMFORGE_AUTOTUNE=1`` calls :func:`load` automatically when the
-      first kernel is created.
-    * The cache records, per kernel and platform, the backend, its time, the device kind
-      and JAX version it was measured with, and when. A choice is used only where it was
-      measured: :func:`load` (and ``PRIMFORGE_AUTOTUNE=1``) skip choices recorded on another
-      device kind or JAX version, or without that record, with one
-      :class:`AutotuneMismatchWarning` naming them; ``primforge autotune`` re-measures.
+:func:`tune` measures and stores the choices in ``autotune.json`` under primforge's cache
+folder; :func:`load` (or ``PRIMFORGE_AUTOTUNE=1``) applies them as kernel defaults, only
+where they were measured (same device kind and JAX version).
 """
 
 from __future__ import annotations
@@ -197,7 +182,8 @@ def _usable(path: Path | None) -> dict[str, dict[str, str]]:
                 continue
             usable.setdefault(name, {})[platform] = entry["backend"]
     if skipped:
-        shown = ", ".join(skipped[:5]) + (f" and {len(skipped) - 5} more" if len(skipped) > 5 else "")
+        more = f" and {len(skipped) - 5} more" if len(skipped) > 5 else ""
+        shown = ", ".join(skipped[:5]) + more
         warnings.warn(
             f"autotune: skipped {len(skipped)} stored choice(s) measured elsewhere: {shown}; "
             f"this process runs jax {jax.__version__} on "
@@ -358,8 +344,10 @@ def tune(
         >>> k = primforge.XLACustomKernel('doc_tune')
         >>> k.def_kernel('jax', 'cpu', lambda **kw: lambda x: x * 2)
         >>> k.def_kernel('alt', 'cpu', lambda **kw: lambda x: x + x)
-        >>> _ = k.def_call(lambda x, backend=None: k(x, outs=jax.ShapeDtypeStruct(x.shape, x.dtype), backend=backend))
-        >>> _ = k.def_benchmark_data(lambda *, platform: [BenchmarkConfig(args=(jnp.ones(8),), n=8)])
+        >>> _ = k.def_call(lambda x, backend=None: k(
+        ...     x, outs=jax.ShapeDtypeStruct(x.shape, x.dtype), backend=backend))
+        >>> _ = k.def_benchmark_data(
+        ...     lambda *, platform: [BenchmarkConfig(args=(jnp.ones(8),), n=8)])
         >>> f = os.path.join(tempfile.mkdtemp(), 'autotune.json')
         >>> out = tune([k], platform='cpu', n_runs=2, path=f, apply=False)
         >>> out['doc_tune']['backend'] in ('jax', 'alt'), list(choices(f))

@@ -1,42 +1,15 @@
 """Debug mode: the switch that asks every kernel call to check itself.
 
 Turn it on with ``with primforge.debug_mode():`` around the code that *traces* the calls,
-or with ``PRIMFORGE_DEBUG=1`` in the environment (the context manager wins; ``0``,
-``false``, ``no``, ``off`` or empty mean off). It is read when a call is traced and
-recorded in the call, so it follows the call into its JVP, transpose and batching rules;
-a function already compiled by ``jax.jit`` keeps the mode it was traced in.
+or with ``PRIMFORGE_DEBUG=1`` (the context manager wins; ``0``, ``false``, ``no``, ``off``
+or empty mean off). It is read when a call is traced and follows the call into its JVP,
+transpose and batching rules; a function already compiled keeps the mode it was traced in.
 
-What a kernel call checks in debug mode:
-
-* Numba kernels, however registered, are compiled with bounds checking, and so is every
-  ``@njit`` function they call (reached through globals, closure cells or a module's
-  attributes): an out-of-range index raises an ``IndexError`` naming the index, the axis
-  and its size, instead of reading or writing over memory. ``NUMBA_BOUNDSCHECK=0`` turns that off everywhere (debug mode warns).
-  A ``parallel=True`` kernel runs serially (Numba drops an exception raised on a worker
-  thread).
-* Output coverage (Numba kernels, also those of a backend whose generator returns
-  ``numba_kernel(...)``): the output buffers a kernel receives are pre-filled,
-  and the kernel runs twice with two different fill patterns (NaN-like, then another bit
-  pattern). An element that differs between the two runs was never written by the
-  kernel, or its value depended on what the buffer held before (for example ``out[i] +=
-  ...`` on a buffer assumed to be zero): both are errors. A kernel whose results change
-  from run to run (an unordered parallel reduction) is reported the same way. Outside
-  debug mode output buffers are *uninitialised*: a kernel must write every element of
-  every output. Outputs aliased to inputs (``input_output_aliases``) start from those
-  inputs by design and are not checked.
-* Reference comparison: when the kernel has a ``jax`` backend on the platform, the call
-  also runs it on the same inputs and compares every output, with a tolerance per dtype
-  (:data:`TOLERANCES`; integers and booleans exactly, NaN equals NaN).
-* Failures raise :class:`primforge.KernelError` naming the kernel, the backend, the output
-  and the first bad index (batch dimensions first under ``vmap``), with the values for a
-  mismatch. Eager calls raise the ``KernelError`` itself; inside a function compiled with
-  ``jax.jit`` the error arrives as a ``jax.errors.JaxRuntimeError`` whose message starts
-  with the ``KernelError``'s.
-
-The price: a Numba call runs twice and the reference once more, values travel to the host
-for the report, and sharded calls run gathered (not partitioned). Checks that hold in
-every mode (``outs`` against the ``jax`` reference's ``jax.eval_shape``, integer shapes,
-known static params) are not debug-only.
+In debug mode Numba kernels are compiled with bounds checking and run twice on pre-filled
+outputs (an element that differs was never written), and every backend is compared with
+the kernel's ``jax`` backend (tolerances in :data:`TOLERANCES`). A failure raises
+:class:`primforge.KernelError` naming the kernel, backend, output and first bad index
+(inside ``jax.jit``, a ``jax.errors.JaxRuntimeError`` carrying its message).
 
 Example:
     >>> import jax, jax.numpy as jnp, primforge
@@ -47,7 +20,10 @@ Example:
     ...     k(jnp.zeros(3), outs=jax.ShapeDtypeStruct((3,), jnp.float32))
     Traceback (most recent call last):
     ...
-    primforge.kernel.errors.KernelError: kernel 'doc_debug_mode_demo' (backend 'fast'), debug mode: output 0 (float32[3]) differs from the 'jax' reference backend; first differing index (0,): got 7.0, reference 0.0 (rtol=0.0001, atol=1e-06) [primforge debug #...]
+    primforge.kernel.errors.KernelError: kernel 'doc_debug_mode_demo' (backend 'fast'),
+    debug mode: output 0 (float32[3]) differs from the 'jax' reference backend; first
+    differing index (0,): got 7.0, reference 0.0 (rtol=0.0001, atol=1e-06)
+    [primforge debug #...]
 """
 
 from __future__ import annotations

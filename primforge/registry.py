@@ -1,20 +1,8 @@
 """The global registry of kernels, and tag filtering.
 
-Design: every ``XLACustomKernel`` registers itself here under its name when it is created;
-a second kernel under a taken name replaces the first in the registry, with one
-:class:`KernelReplacedWarning` naming it (silently with ``replace=True``), so re-running a
-notebook cell or re-importing a module works; the replaced object keeps working. Tags
-are plain strings; filtering is ``match='all'`` (every tag present) or ``match='any'`` (at
-least one), with the same semantics wherever tags are filtered (API and CLI):
-:func:`list_kernels` filters quietly, :func:`select_kernels` (what the CLI uses) also
-rejects unknown names and tags with a message listing what exists. :func:`load_modules`
-imports the modules that define kernels (the library's own ``primforge.ops`` and any the
-user names).
-
-The registry is a plain store: it imports nothing else of the library (a kernel registers
-itself; ``primforge.autotune`` learns of new kernels and backends through the kernel's own
-event hook, :mod:`primforge.kernel.hooks`), and it reads kernels only through their
-public API.
+A plain store: every kernel registers itself here under its name; :func:`list_kernels`
+filters by tags (``match='all'`` or ``'any'``), :func:`select_kernels` also rejects
+unknown names and tags, :func:`load_modules` imports the modules that define kernels.
 """
 
 from __future__ import annotations

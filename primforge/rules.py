@@ -1,14 +1,7 @@
 """Named rule tables keyed by primitive, and a jaxpr walker that finds their equations.
 
-Design: JAX keeps each kind of primitive rule (JVP, transpose, batching, ...) in a plain
-dictionary keyed by the primitive. A custom jaxpr interpreter needs the same thing for its
-own kinds of rule (a cost model, a weight-gradient rule, a trace initialiser). A
-:class:`RuleTable` is that dictionary with a name, a readable ``repr`` and unwrapping of
-kernel objects that carry a ``primitive`` attribute. :func:`rule_table` creates or finds a
-table by name, so independent modules can share one without importing each other.
-:func:`iter_rule_eqns` walks a jaxpr, descending into every sub-jaxpr an equation holds in
-its params (``jit``, ``scan``, ``cond`` branches, ``while`` cond/body, custom JVP/VJP calls,
-``remat``, ``shard_map``, ...), and yields the equations whose primitive has a rule.
+:func:`rule_table` creates or finds a :class:`RuleTable` by name; :func:`iter_rule_eqns`
+yields the equations whose primitive has a rule, in every nested jaxpr.
 """
 
 from __future__ import annotations

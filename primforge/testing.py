@@ -1,29 +1,8 @@
 """Compile a function for a GPU that is not there: what XLA:GPU makes of it, on any machine.
 
-Design. XLA:GPU needs a device description, not a device, to compile. JAX exposes that as a
-compile-only topology (``jax.experimental.topologies``) built from a text-format
-``GpuTargetConfigProto``; arguments placed on its devices (``ShapeDtypeStruct`` with a
-sharding) make ``jax.jit(fn).lower(...).compile()`` run XLA:GPU's whole pipeline (HLO passes,
-fusion, Triton, LLVM, ptxas) and stop short of running anything. Each compile is told to dump
-into a private temporary folder (compiler option ``xla_dump_to``, read per compile, so no
-global ``XLA_FLAGS``), and the kernel list (XLA's thunk sequence: every launch with its grid,
-block and shared memory) and the PTX are read back from there.
-
-XLA is also handed the CUDA folder to take ``ptxas`` and libdevice from (found here, from
-``CUDA_ROOT``, pip's ``nvidia-cuda-nvcc``, ``PATH`` or ``/usr/local/cuda``), because jax's own
-guess misses pip's ptxas when another ``nvidia`` wheel is installed beside it.
-
-Requirements: ``pip install -e ".[gpu-compile]"`` in the primforge checkout (the
-``jax-cuda12-plugin`` of the installed jax version, and ``ptxas``), and, on a machine with no GPU driver,
-``JAX_PLATFORMS=cpu`` set before JAX starts (otherwise the plugin fails to initialise and no
-CUDA topology can be made). What this proves: XLA:GPU accepts every kernel of the function
-for that target (custom calls resolve, Triton kernels compile, PTX assembles). What it does
-not: that anything runs (launch, the values an FFI handler decodes at run time, driver
-compatibility, speed).
-
-Layout: this module holds what depends on the machine (is the plugin installed, where is
-ptxas, the compile-only topology) and :func:`compile_for_gpu`; the result types and the
-readers of XLA's output live in ``primforge._gpu_compile`` and are re-exported here.
+Needs ``pip install -e ".[gpu-compile]"`` and, without a GPU driver, ``JAX_PLATFORMS=cpu``
+set before JAX starts. This module holds what depends on the machine and
+:func:`compile_for_gpu`; the result types live in ``primforge._gpu_compile``.
 
 Example (doctests run without the plugin too, so this one only asks):
 
@@ -174,7 +153,8 @@ def target_config(target: str | os.PathLike) -> str:
         >>> target_config('v100')
         Traceback (most recent call last):
         ...
-        ValueError: target='v100': expected one of 'a100', 'h100' or the path of a text-format GpuTargetConfigProto file (.txtpb)
+        ValueError: target='v100': expected one of 'a100', 'h100' or the path of a text-format
+        GpuTargetConfigProto file (.txtpb)
     """
     if isinstance(target, str) and target.lower() in TARGETS:
         return TARGETS[target.lower()].read_text()

@@ -81,6 +81,25 @@ def test_library_is_cached_on_disk_by_source_and_flags():
     assert m3.path != m1.path and not m3.cached
 
 
+def test_build_key_helpers(tmp_path):
+    """Architecture spellings, include paths named by flags, the header digest, wrappers."""
+    from primforge.kernel.backends import _cuda_build as build
+    assert [build._normalize_arch(a) for a in ("9.0", 80, "sm_90a", "compute_75")] == [
+        "sm_90", "sm_80", "sm_90a", "sm_75"]
+    with pytest.raises(ValueError, match="arch must look like"):
+        build._normalize_arch("hopper")
+    flags = ["-I/a", "-isystem", "/b", "-include", "c.h", "--include-path=/d", "-O2"]
+    assert build._flag_paths(flags) == (["/a", "/b", "/d"], ["c.h"])
+    # The digest covers included local headers only, not the source text itself.
+    assert build._local_headers_digest("int x;", []) == build._local_headers_digest("int y;", [])
+    (tmp_path / "h.h").write_text("int a;\n")
+    src = '#include "h.h"\n'
+    before = build._local_headers_digest(src, [str(tmp_path)])
+    (tmp_path / "h.h").write_text("int b;\n")
+    assert build._local_headers_digest(src, [str(tmp_path)]) != before
+    assert "PrimforgeNamed_Scale" in build._wrapper_source("demo", ["Scale"])
+
+
 def test_editing_an_included_header_rebuilds_the_library(tmp_path):
     """The cache key covers local headers (followed recursively), not just the source."""
     (tmp_path / "inner.h").write_text("static const float kScale = 2.0f;\n")

@@ -36,7 +36,8 @@ def test_python_block_runs(index):
     code, expected = _blocks()[index]
     buf = io.StringIO()
     with contextlib.redirect_stdout(buf):
-        exec(compile(code, f"{DOC.name}[block {index}]", "exec"), {"__name__": "__doc__"})  # noqa: S102
+        block = compile(code, f"{DOC.name}[block {index}]", "exec")
+        exec(block, {"__name__": "__doc__"})  # noqa: S102
     if expected is not None:
         assert buf.getvalue() == expected
 

@@ -120,7 +120,8 @@ def test_python_blocks_run(page, tmp_path):
         [sys.executable, str(script), *files],
         cwd=tmp_path, env=env, capture_output=True, text=True, timeout=600, check=False,
     )
-    assert r.returncode == 0, f"a code block of {page.name} failed:\n{r.stdout[-3000:]}\n{r.stderr[-6000:]}"
+    assert r.returncode == 0, (
+        f"a code block of {page.name} failed:\n{r.stdout[-3000:]}\n{r.stderr[-6000:]}")
 
 
 def console_blocks():
@@ -367,7 +368,8 @@ def test_griffe_extension_rewrites_examples_and_roles():
         from griffe_examples import markdown_docstring
     finally:
         sys.path.remove(str(ROOT / "tools"))
-    text = "Uses :class:`ETPPrimitive` and :func:`~primforge.defjvp`.\n\n    Example:\n        >>> 1\n"
+    text = ("Uses :class:`ETPPrimitive` and :func:`~primforge.defjvp`.\n\n"
+            "    Example:\n        >>> 1\n")
     assert markdown_docstring(text) == (
         "Uses `ETPPrimitive` and `primforge.defjvp`.\n\n    Examples:\n        >>> 1\n"
     )
@@ -394,7 +396,8 @@ def test_no_project_internal_wording_where_users_read():
             if isinstance(node, (ast.Module, ast.ClassDef, ast.FunctionDef, ast.AsyncFunctionDef)):
                 doc = ast.get_docstring(node) or ""
                 if INTERNAL.search(doc):
-                    found.append(f"{path.relative_to(ROOT)}: docstring of {getattr(node, 'name', 'the module')}")
+                    where = getattr(node, 'name', 'the module')
+                    found.append(f"{path.relative_to(ROOT)}: docstring of {where}")
     assert not found, "project-internal wording:\n" + "\n".join(found)
 
 

@@ -102,7 +102,8 @@ def test_wrong_outs_are_clear_errors_at_trace_time():
     # Without one, the kernel producing (3,) for outs (4,) is caught when lowering.
     k2 = fresh()
     k2.def_kernel("plain", "cpu", lambda **kw: lambda x: x + 1)
-    with pytest.raises(KernelError, match=r"returned outputs .*\(3,\).* but outs declares .*\(4,\)"):
+    with pytest.raises(KernelError,
+                       match=r"returned outputs .*\(3,\).* but outs declares .*\(4,\)"):
         jax.jit(lambda x: k2(x, outs=f32(4))).trace(x).lower()
 
 
@@ -219,7 +220,8 @@ def test_build_failure_names_primitive_backend_cause_and_alternatives():
     with pytest.raises(KernelError) as info:
         k(jnp.ones(2), outs=f32(2))
     msg = str(info.value)
-    for part in (k.name, "'bad'", "generator exploded", "backend='jax'", "use_backend", "set_default"):
+    for part in (k.name, "'bad'", "generator exploded", "backend='jax'", "use_backend",
+                 "set_default"):
         assert part in msg
     np.testing.assert_allclose(k(jnp.ones(2), outs=f32(2), backend="jax"), np.ones(2))
 
@@ -320,7 +322,8 @@ def test_custom_batching_rule_is_used():
 def _linear_kernel():
     """y = A @ x with a JVP through the kernel and a transpose rule using A.T."""
     k = fresh("lin")
-    k.def_kernel("jax", "cpu", lambda transpose=False, **kw: (lambda a, x: (a.T if transpose else a) @ x))
+    k.def_kernel("jax", "cpu",
+                 lambda transpose=False, **kw: (lambda a, x: (a.T if transpose else a) @ x))
 
     def jvp(primals, tangents, *, outs, transpose=False, **kw):
         a, x = primals

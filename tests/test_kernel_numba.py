@@ -126,7 +126,8 @@ _HIDE_NUMBA = textwrap.dedent(
         warnings.simplefilter("always")
         a = k(jnp.ones(2), outs=o)
         b = k(jnp.ones(2) * 2, outs=o)
-    msgs = [str(x.message) for x in w if issubclass(x.category, primforge.BackendUnavailableWarning)]
+    msgs = [str(x.message) for x in w
+            if issubclass(x.category, primforge.BackendUnavailableWarning)]
     print("RESULT", a.tolist(), b.tolist(), len(msgs))
     print("MSG", msgs[0])
     try:
@@ -138,8 +139,8 @@ _HIDE_NUMBA = textwrap.dedent(
 
 
 def test_missing_numba_falls_back_with_one_warning_and_explicit_request_errors():
-    out = subprocess.run([sys.executable, "-c", _HIDE_NUMBA], capture_output=True, text=True, check=False,
-                         timeout=300, env={**os.environ, "JAX_PLATFORMS": "cpu"})
+    out = subprocess.run([sys.executable, "-c", _HIDE_NUMBA], capture_output=True, text=True,
+                         check=False, timeout=300, env={**os.environ, "JAX_PLATFORMS": "cpu"})
     assert out.returncode == 0, out.stderr
     assert "RESULT [10.0, 10.0] [20.0, 20.0] 1" in out.stdout
     assert 'pip install -e ".[cpu]"' in out.stdout.split("MSG", 1)[1]
@@ -148,6 +149,7 @@ def test_missing_numba_falls_back_with_one_warning_and_explicit_request_errors()
 
 def test_import_primforge_does_not_import_numba():
     code = "import sys, primforge; print('numba' in sys.modules)"
-    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=300, check=False)
+    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True,
+                         timeout=300, check=False)
     assert out.returncode == 0, out.stderr
     assert out.stdout.strip() == "False"

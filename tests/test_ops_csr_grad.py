@@ -38,7 +38,8 @@ def test_float_products_check_grads(backend, matrix, homo, transpose):
     f = lambda d, x: fn(d, indices, indptr, x, shape=(M, N), transpose=transpose,
                         backend=backend)
     # Second order (transpose of the JVP) on the CPU default; first order on the reference.
-    check_grads(f, (data, x), order=2 if backend == "numba" else 1, modes=("fwd", "rev"), atol=2e-2, rtol=2e-2)
+    check_grads(f, (data, x), order=2 if backend == "numba" else 1, modes=("fwd", "rev"),
+                atol=2e-2, rtol=2e-2)
 
 
 @pytest.mark.parametrize(

@@ -402,8 +402,9 @@ GPU_EVIDENCE = {  # (family, backend) -> {column: (cell text, node ids)}
     ("fixed_num", "pallas"): {
         **{col: ("sm_80, sm_90", [_FN_GPU + "test_every_variant_compiles"])
            for col in ("`W @ x`", "`x @ W`", "matrix `x`", "jit")},
-        "binary events": ("bool, int8, float32", [_FN_GPU + "test_every_variant_compiles",
-                                                  _FN_GPU + "test_integer_and_float_events_compile"]),
+        "binary events": ("bool, int8, float32",
+                          [_FN_GPU + "test_every_variant_compiles",
+                           _FN_GPU + "test_integer_and_float_events_compile"]),
         **{col: ("sm_80, sm_90", [_FN_GPU + "test_grad_jvp_and_vmap_compile"])
            for col in ("grad w", "grad x", "jvp")},
         "vmap": ("x, w (sm_80, sm_90)", [_FN_GPU + "test_grad_jvp_and_vmap_compile"]),

@@ -72,7 +72,8 @@ def test_impl_sees_hashable_params():
 )
 def test_array_param_is_rejected(bad):
     p = register_primitive("test_array_param", lambda x, *, w: x)
-    with pytest.raises(TypeError, match=r"static param 'w.*is an array.*an operand of a primitive's `bind`"):
+    with pytest.raises(TypeError,
+                       match=r"static param 'w.*is an array.*an operand of a primitive's `bind`"):
         p.bind(jnp.ones(3), w=bad)
 
 

@@ -18,7 +18,8 @@ from primforge import testing
 
 THUNKS = textwrap.dedent("""\
     001: kCustomCall   [source       | next=002 (1)] kCustomCall
-    002: kCustomKernel [prev=001 (1) | sink        ] loop_add_fusion grid: [4, 2, 1] threads: [128, 1, 1]  shared_memory: 64 bytes
+    002: kCustomKernel [prev=001 (1) | sink        ] loop_add_fusion grid: [4, 2, 1] \
+threads: [128, 1, 1]  shared_memory: 64 bytes
 """)
 META = textwrap.dedent("""\
     thunk_metadata {

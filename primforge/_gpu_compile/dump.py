@@ -1,10 +1,7 @@
 """Reading what XLA:GPU wrote into its dump folder: launches, PTX, and the kernel an error names.
 
-Design: XLA writes, per compile, its thunk sequence (every launch in order, with grid, block
-and shared memory for kernels) beside thunk metadata (the HLO instruction each thunk runs)
-and, on request, the PTX of the kernels it generated. Custom-call thunks are named by their
-``custom_call_target`` (found in the optimised HLO), not by XLA's instruction name, so a
-result lists FFI handlers by the name they were registered under.
+Custom-call thunks are named by their ``custom_call_target``, so a result lists FFI
+handlers by the name they were registered under.
 """
 
 from __future__ import annotations

@@ -1,10 +1,7 @@
 """Custom calls of a lowered module, the kernel names they carry, and the PTX they embed.
 
-Design: some custom calls launch kernels XLA never sees: primforge's PTX launcher (the
-numba_cuda backend) carries its PTX, kernel name, grid and block as attributes and hands
-the PTX to the driver at run time. XLA:GPU accepting the program proves nothing about that
-PTX, so it is assembled here with ptxas for the target; and an XLA error may name any
-custom-call target or the kernels they carry, which :func:`kernel_names` lists.
+PTX that a custom call hands the driver itself (the numba_cuda launcher) is invisible to
+XLA:GPU, so it is assembled here with ptxas for the target.
 """
 
 from __future__ import annotations

@@ -1,10 +1,8 @@
 """What compiling for a GPU target gives back, and its two errors.
 
-Design: plain frozen dataclasses, so a result can be compared, printed and kept; a failed
-compile is a result (``ok=False``) unless the caller asks for :class:`GpuCompileError`
-(``check=True`` / :meth:`GpuCompileResult.check`). :class:`GpuCompilerUnavailable` is the
-other kind of failure: the compiler cannot run here at all. Re-exported by
-:mod:`primforge.testing`.
+A failed compile is a result (``ok=False``) unless the caller asks for
+:class:`GpuCompileError`; :class:`GpuCompilerUnavailable` means the compiler cannot run
+here at all. Re-exported by :mod:`primforge.testing`.
 """
 
 from __future__ import annotations
@@ -120,7 +118,7 @@ class GpuCompileResult:
 
         Example:
             >>> r = GpuCompileResult('a100', 'NVIDIA A100-SXM4-40GB', '8.0', ok=True,
-            ...                      kernels=(GpuKernel('fusion', 'kKernel', (4, 1, 1), (64, 1, 1), 0),))
+            ...     kernels=(GpuKernel('fusion', 'kKernel', (4, 1, 1), (64, 1, 1), 0),))
             >>> r.sm
             'sm_80'
         """
@@ -131,7 +129,7 @@ class GpuCompileResult:
 
         Example:
             >>> r = GpuCompileResult('a100', 'NVIDIA A100-SXM4-40GB', '8.0', ok=True,
-            ...                      kernels=(GpuKernel('fusion', 'kKernel', (4, 1, 1), (64, 1, 1), 0),))
+            ...     kernels=(GpuKernel('fusion', 'kKernel', (4, 1, 1), (64, 1, 1), 0),))
             >>> print(r.describe())
             XLA:GPU compiled for a100 (NVIDIA A100-SXM4-40GB, sm_80): 1 launch(es)
               kKernel        fusion grid=(4, 1, 1) block=(64, 1, 1) shared=0
@@ -161,14 +159,14 @@ class GpuCompileResult:
 
         Example:
             >>> r = GpuCompileResult('a100', 'NVIDIA A100-SXM4-40GB', '8.0', ok=True,
-            ...                      kernels=(GpuKernel('fusion', 'kKernel', (4, 1, 1), (64, 1, 1), 0),))
+            ...     kernels=(GpuKernel('fusion', 'kKernel', (4, 1, 1), (64, 1, 1), 0),))
             >>> r.check() is r
             True
             >>> GpuCompileResult('a100', 'A100', '8.0', ok=False, error='bad').check()
             Traceback (most recent call last):
                 ...
-            primforge._gpu_compile.results.GpuCompileError: XLA:GPU failed to compile for a100 (A100, sm_80):
-            bad
+            primforge._gpu_compile.results.GpuCompileError: XLA:GPU failed to compile for a100
+            (A100, sm_80): bad
         """
         if not self.ok:
             raise GpuCompileError(self)

@@ -1,10 +1,5 @@
 """Benchmarking kernels: configs in, timed and cross-checked records out.
 
-A kernel's benchmark data function returns :class:`BenchmarkConfig` s;
-:func:`benchmark_kernel` (``XLACustomKernel.benchmark``) times every backend on each of
-them and returns a :class:`BenchmarkResult` of :class:`BenchmarkRecord` s, which prints as
-a table and saves as JSON or CSV.
-
 Example:
     >>> from primforge.bench import BenchmarkRecord, BenchmarkResult
     >>> res = BenchmarkResult([BenchmarkRecord('k', 'n=1', 'jax', 'cpu', times=(1e-6,))])

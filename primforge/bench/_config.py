@@ -1,10 +1,7 @@
 """What one benchmark case is: a name, the call's arguments, and the values that describe it.
 
-Design: a :class:`BenchmarkConfig` is inert data produced by a kernel's benchmark data
-function (``kernel.def_benchmark_data``). ``args`` and ``kwargs`` are handed to the kernel's
-call function (``kernel.call(*args, backend=..., **kwargs)``); ``params`` are the numbers a
-human wants to see in a table or on a plot axis (sizes, densities). Keyword arguments that
-are not fields are taken as params, so ``BenchmarkConfig(n=100)`` reads naturally.
+``args`` and ``kwargs`` go to the kernel's call function; ``params`` (keyword arguments
+that are not fields) are what a table or plot shows.
 """
 
 from __future__ import annotations

@@ -1,11 +1,6 @@
 """Benchmark records to and from files: a JSON document or a CSV table.
 
-Design: the JSON document is ``{"format", "version", "platform", "meta", "records"}``
-with one :meth:`~primforge.bench.BenchmarkRecord.to_dict` per record; the CSV has one row
-per record, its ``params`` and ``times`` cells holding JSON and its floats written with
-``repr`` so that both formats round-trip exactly. The file's extension (``.json`` or
-``.csv``) picks the format. :class:`~primforge.bench.BenchmarkResult` wraps these
-functions as its ``to_*``/``from_*``/``save``/``load`` methods.
+Both formats round-trip exactly; the file's extension picks the format.
 """
 
 from __future__ import annotations

@@ -1,10 +1,7 @@
 """Questions asked of a list of benchmark records: which records, which backend wins.
 
-Design: plain functions over a sequence of :class:`~primforge.bench.BenchmarkRecord`, so
-the table, the plot and :class:`~primforge.bench.BenchmarkResult` share one definition of
-"fastest". A record that failed or disagrees with its reference backend never wins; the
-per-kernel winner is the backend with the lowest geometric-mean time over the kernel's
-configs, among those that ran correctly on all of them.
+A record that failed or disagrees with its reference never wins; the winner has the lowest
+geometric-mean time over the configs, among backends correct on all of them.
 """
 
 from __future__ import annotations

@@ -1,10 +1,7 @@
 """One measurement: a kernel's backend on one benchmark config.
 
-Design: a :class:`BenchmarkRecord` keeps the raw per-call times (seconds) and derives every
-statistic from them, so a record loaded from JSON or CSV is exactly the record that was
-saved. Compile time is kept apart from run time. The comparison against the reference
-backend is stored in the record (``matches_reference``, ``max_abs_diff``, ``mismatch``), so
-a wrong backend is visible in saved results, not only in a printed warning.
+Raw per-call times are kept and every statistic derived from them, so a saved record
+loads back exactly; the comparison with the reference is stored in the record.
 """
 
 from __future__ import annotations

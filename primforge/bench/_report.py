@@ -1,10 +1,6 @@
 """Benchmark records for people: an aligned text table and a PNG plot.
 
-Design: the table has one row per record; the chosen statistic is its first time column,
-the fastest correct backend of each (kernel, config) is marked ``*`` in it, and an
-optional ``speedup`` column divides a baseline backend's time by each row's. The plot
-draws time against config, one line per backend and one panel per kernel, on a log scale;
-it imports matplotlib (the ``plot`` extra) only when called.
+The plot imports matplotlib (the ``plot`` extra) only when called.
 """
 
 from __future__ import annotations

@@ -1,11 +1,7 @@
 """A collection of benchmark records: tables, best backends, JSON/CSV files and plots.
 
-Design: :class:`BenchmarkResult` is a thin, ordered list of
-:class:`~primforge.bench.BenchmarkRecord` that may span several kernels (the CLI merges the
-results of every kernel it benchmarks). Everything else is a view of those records, kept
-in its own module and wrapped here as a method: questions (filter, fastest backend) in
-``_query``, files (JSON/CSV that round-trip exactly, format from the extension) in ``_io``,
-and views for people (the aligned table, the matplotlib plot) in ``_report``.
+Queries live in ``_query``, files in ``_io`` and views in ``_report``; here they are
+wrapped as methods of :class:`BenchmarkResult`.
 """
 
 from __future__ import annotations
@@ -259,9 +255,9 @@ class BenchmarkResult:
             ...     BenchmarkRecord('k', 'n=10', 'alt', 'cpu', times=(3e-6, 3e-6, 3e-6)),
             ... ])
             >>> print(res.table(stat='mean', speedup_against='jax'))
-            kernel  config  backend  mean    median  min     p90       std       compile  speedup  status
-            k       n=10    jax      4 µs    2 µs    1 µs    7.6 µs    3.56 µs   -          1.00x  ok
-            k       n=10    alt      3 µs *  3 µs    3 µs    3 µs      0 ns      -          1.33x  ok
+            kernel  config  backend  mean    median  min     p90 ...  speedup  status
+            k       n=10    jax      4 µs    2 µs    1 µs    7.6 µs ...  1.00x  ok
+            k       n=10    alt      3 µs *  3 µs    3 µs    3 µs ...  1.33x  ok
         """
         return _report.render_table(self.records, stat, speedup_against, color=color)
 

@@ -1,21 +1,7 @@
 """Running a kernel's benchmark: compile once, warm up, time, compare with a reference.
 
-Design:
-    * Every (config, backend) pair is compiled once with ``jax.jit(...).trace().lower()
-      .compile()``, timed apart from the runs. The config's array leaves are runtime
-      inputs of that executable (never closed-over constants), and every output is
-      returned and waited for, so XLA cannot fold or drop the work being timed.
-    * A timed run issues ``n_batch_per_run`` calls back to back and then blocks on all of
-      them; the run's time divided by that count is one per-call sample.
-    * The reference backend ('jax' where registered, else the platform's default) runs
-      first on each config; every other backend's output is compared with it leaf by leaf
-      (shape, dtype, ``allclose``). A disagreement is stored in the record and raised as a
-      :class:`BenchmarkMismatchWarning`.
-    * The kernel is used through its public methods only (``has_call``, ``call``,
-      ``benchmark_data``, ``available_backends``, ``use_backend``); this package never
-      imports the kernel layer.
-    * A call function that cannot be traced (it needs concrete values) is timed eagerly
-      instead; its first call then counts as the compile time.
+The kernel is used through its public methods only; this package never imports the
+kernel layer.
 """
 
 from __future__ import annotations
@@ -127,7 +113,8 @@ def compare_outputs(
     for i, (e, a) in enumerate(zip(e_leaves, a_leaves)):
         e, a = np.asarray(e), np.asarray(a)
         if e.shape != a.shape:
-            problems.append(f"output {i}: shape {a.shape} differs from the reference shape {e.shape}")
+            problems.append(
+                f"output {i}: shape {a.shape} differs from the reference shape {e.shape}")
             continue
         if e.dtype != a.dtype:
             problems.append(f"output {i}: dtype {a.dtype} differs from the reference {e.dtype}")
@@ -305,7 +292,8 @@ def benchmark_kernel(
         ...     BenchmarkConfig(args=(jnp.ones(n),), n=n) for n in (10, 1000)])
         >>> res = benchmark_kernel(k, platform='cpu', n_warmup=1, n_runs=3)
         >>> [(r.config, r.backend, r.success, r.matches_reference) for r in res]
-        [('n=10', 'jax', True, None), ('n=10', 'add', True, True), ('n=1000', 'jax', True, None), ('n=1000', 'add', True, True)]
+        [('n=10', 'jax', True, None), ('n=10', 'add', True, True),
+         ('n=1000', 'jax', True, None), ('n=1000', 'add', True, True)]
     """
     platform = canonical_platform(platform)
     n_warmup = _check_count("n_warmup", n_warmup, 0)

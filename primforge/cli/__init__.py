@@ -1,22 +1,12 @@
 """The ``primforge`` command: list, inspect, benchmark, check and autotune kernels.
 
-Design: every subcommand first imports the modules that define kernels (the library's
-own ``primforge.ops`` when present, plus each ``--import``: a module name, looked for in
-the current folder too as ``python -m`` does, or a ``.py`` file), applies autotuned
-defaults when ``PRIMFORGE_AUTOTUNE`` asks for them, then selects kernels by name and
-``--tags`` (``--match all|any``, the registry's semantics). Usage errors (unknown names,
-tags or modules, bad option values) exit with status 2 before anything runs; ``check``
-exits 1 when any backend fails or disagrees with its reference; ``bench`` writes
-``--output`` (.json/.csv) and ``--plot`` (.png). Long runs report one line per kernel on
-stderr unless ``--quiet``.
+Usage errors exit with status 2 before anything runs; ``check`` exits 1 when a backend
+fails or disagrees with its reference. The package: ``_parser``, ``_common``,
+``_commands``, ``_autotune``; this module imports the ``--import`` targets and dispatches.
 
 Example:
     >>> main(['list', '--tags', 'no-such-tag-anywhere'])
     2
-
-The package: ``_parser`` (arguments), ``_common`` (output, tables, kernel summaries),
-``_commands`` (list, info, bench, check), ``_autotune`` (autotune); this module imports
-the ``--import`` targets and dispatches.
 """
 
 from __future__ import annotations

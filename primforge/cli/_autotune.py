@@ -1,8 +1,7 @@
 """``primforge autotune``: tune, show and clear the stored backend choices.
 
-Design: tuning goes through :func:`primforge.autotune.tune` one kernel at a time (so
-progress is reported per kernel); the listing reads the store read-only and shows the
-device and JAX version each choice was measured with where the store records them.
+Tuning goes one kernel at a time (progress per kernel); the listing reads the store
+read-only and shows the device and JAX version of each choice.
 """
 
 from __future__ import annotations

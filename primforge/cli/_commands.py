@@ -1,8 +1,7 @@
 """The subcommands that read and run kernels: ``list``, ``info``, ``bench`` and ``check``.
 
-Design: each ``_cmd_*`` takes the parsed arguments and the selected kernels and returns
-the exit status; kernels are read only through their public API (``has_call``,
-``has_benchmark_data``, ``available_backends``) and the benchmark runner.
+Each ``_cmd_*`` takes the parsed arguments and the selected kernels and returns the exit
+status; kernels are read only through their public API and the benchmark runner.
 """
 
 from __future__ import annotations

@@ -1,9 +1,4 @@
-"""What every subcommand uses: output, the platform asked for, tables, kernel summaries.
-
-Design: the table printer and the per-kernel summary live in the command-line layer, the
-only one that prints them; the summary adds the stored autotune choices to the registry's
-plain-data description of a kernel.
-"""
+"""What every subcommand uses: output, the platform asked for, tables, kernel summaries."""
 
 from __future__ import annotations
 

@@ -1,8 +1,7 @@
 """The ``primforge`` command's argument parser.
 
-Design: plain argparse with shared parent parsers (``--import``, selection by names and
-tags, run options, ``--quiet``); it imports nothing of the library, so ``--help`` and
-usage errors are answered before JAX is needed.
+Plain argparse with shared parent parsers; it imports nothing of the library, so
+``--help`` and usage errors are answered before JAX is needed.
 """
 
 from __future__ import annotations

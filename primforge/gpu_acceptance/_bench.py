@@ -1,15 +1,7 @@
 """The benchmark step: contenders timed side by side in one process, interleaved.
 
-* elementwise: ``y = 2 x + 1`` through each backend, ``jax.numpy`` and XLA's device copy,
-  as GB/s (4 bytes read and 4 written per element);
-* CSR event products (``W @ e`` and ``e @ W``, binary events) through each backend of
-  ``binary_csrmv``, and ``jax.experimental.sparse`` (BCOO) on the same matrix;
-* the COBA network of ``examples/coba.py`` (plain step), seconds of wall time per simulated
-  second, at each scale with each backend of the event products.
-
-Timing: every contender is compiled and run once first; then rounds go through the
-contenders in turn (the order rotating every round), each sample long enough to dwarf the
-timer (several calls back to back); the median sample is reported.
+Elementwise ``y = 2 x + 1``, the CSR event products and the COBA network of
+``examples/coba.py``; rounds rotate through the contenders and report the median sample.
 """
 
 from __future__ import annotations

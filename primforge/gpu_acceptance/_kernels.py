@@ -1,11 +1,5 @@
 """The kernels step: every non-reference backend of every registered operator, checked
-against the operator's ``jax`` backend (forward, ``jax.grad``, ``jax.vmap``) on the
-operator's own benchmark cases.
-
-Kernels and backends come from the registry (``primforge.ops`` loaded), so a new operator
-is covered without listing it here. First pass: every (kernel, backend) on its first case,
-forward, grad and vmap; second pass: forward on the other cases (further sizes). Each
-result is emitted as it is known, so a run stopped at its budget keeps what finished.
+against its ``jax`` backend (forward, ``jax.grad``, ``jax.vmap``) on its benchmark cases.
 """
 
 from __future__ import annotations

@@ -1,10 +1,7 @@
 """A bounded mapping for the kernel layer's per-signature caches.
 
-Every ``XLACustomKernel`` keeps what it built per traced signature (callables, generated
-products, checked reference shapes). Left alone these grow by one entry per shape, dtype
-or param value for the life of the process; :class:`LRUCache` keeps the most recently used
-``PRIMFORGE_KERNEL_CACHE_SIZE`` entries (default 256) and drops the oldest. A dropped entry
-is rebuilt on the next trace that needs it: only time is lost, never a result.
+:class:`LRUCache` keeps the ``PRIMFORGE_KERNEL_CACHE_SIZE`` most recently used entries
+(default 256); a dropped entry is rebuilt when a trace needs it.
 """
 
 from __future__ import annotations

@@ -1,18 +1,8 @@
 """Autodiff of kernel binds, and the one place that decides what user rules see.
 
-Design:
-    * :func:`rule_params` is what every user rule (JVP, transpose, custom batching) is
-      given: the call's own static params plus ``outs`` and ``backend``. The internal
-      params ``context``, ``batch`` and ``debug`` are hidden from it.
-    * :func:`call_rule` runs a user rule with the call's backend overrides and debug mode
-      re-established (:func:`following`), so the binds the rule makes select backends and
-      check like the call it serves.
-    * A rule rebinds with the params it was given: :class:`KernelPrimitive` fills in the
-      hidden ones from where the bind happens (:func:`bind_defaults`), which ``call_rule``
-      set to the original call's. Hiding and refilling are defined side by side here.
-    * User JVP and transpose rules always see per-example shapes: for a natively batched
-      bind (``batch`` levels, see ``batching.py``), the rule is applied under ``jax.vmap``,
-      one level at a time.
+:func:`rule_params` is what user rules are given, :func:`call_rule` runs them with the
+call's overrides re-established, and :class:`KernelPrimitive` fills the hidden params back
+in when a rule rebinds.
 """
 
 from __future__ import annotations

@@ -1,22 +1,8 @@
 """Batching for XLACustomKernel: native (one call for the whole batch) and general (a scan).
 
-Design:
-    * Native batching keeps the primitive and records the batch in its params: ``batch`` is
-      a tuple of levels ``(size, mapped)``, outermost first, ``mapped`` holding one bool per
-      input. An input's physical shape is the sizes of the levels where it is mapped
-      followed by its core shape; every output carries all level sizes. A nested ``vmap``
-      adds a level in front. At lowering, a backend that loops natively (Numba) receives the
-      levels; any other backend's traceable callable is wrapped in one ``jax.vmap`` per
-      level, which hands the batch to that backend's own batching (Pallas grids, FFI
-      ``vmap_method``, plain JAX).
-    * :func:`general_batching_rule` is the portable fallback: move batch axes to the
-      front and ``lax.scan`` over the batch, one kernel call per element. It serves single-
-      and multiple-result primitives alike; with no mapped argument it just binds.
-    * :class:`BatchingMixin` is the kernel's part: it chooses between native, general and
-      a user's custom rule (run through ``autodiff.call_rule``, which decides the params
-      user rules see).
-    * Sizes are always given explicitly (never a ``-1`` in a reshape), so zero-size
-      batches and zero-size core dimensions work.
+Native batching records ``batch`` levels ``(size, mapped)`` in the params;
+:func:`general_batching_rule` scans over the batch; :class:`BatchingMixin` chooses between
+them and a user's rule.
 """
 
 from __future__ import annotations
@@ -125,7 +111,8 @@ def native_batching_rule(prim, args, axes, *, batch: BatchLevels = (), **params)
         >>> k = primforge.XLACustomKernel('doc_native_batching')
         >>> k.def_kernel('jax', 'cpu', lambda **kw: lambda x, y: x * y)
         >>> f = lambda x, y: k(x, y, outs=jax.ShapeDtypeStruct((2,), jnp.float32))
-        >>> jax.make_jaxpr(jax.vmap(f, in_axes=(0, None)))(jnp.ones((4, 2)), jnp.ones(2)).eqns[0].params['batch']
+        >>> jaxpr = jax.make_jaxpr(jax.vmap(f, in_axes=(0, None)))(jnp.ones((4, 2)), jnp.ones(2))
+        >>> jaxpr.eqns[0].params['batch']
         ((4, (True, False)),)
     """
     mapped = tuple(_is_mapped(ax) for ax in axes)
@@ -207,7 +194,8 @@ class BatchingMixin(KernelState):
             ...     big = jax.ShapeDtypeStruct(x.shape, outs[0].dtype)
             ...     return [k(x, outs=big, **params)], [0]
             >>> _ = k.def_batching_rule(rule)
-            >>> jax.vmap(lambda x: k(x, outs=jax.ShapeDtypeStruct((2,), jnp.float32)))(jnp.ones((3, 2)))[0]
+            >>> f = lambda x: k(x, outs=jax.ShapeDtypeStruct((2,), jnp.float32))
+            >>> jax.vmap(f)(jnp.ones((3, 2)))[0]
             Array([2., 2.], dtype=float32)
         """
         if not callable(fun):

@@ -1,7 +1,6 @@
 """The kernel's user-facing call function and benchmark data, and benchmarking.
 
-Design: the kernel only stores the two functions (:meth:`BenchmarkingMixin.def_call`,
-:meth:`BenchmarkingMixin.def_benchmark_data`); timing, comparing backends and reporting are
+The kernel only stores the two functions; timing, comparing backends and reporting are
 ``primforge.bench``'s, which :meth:`BenchmarkingMixin.benchmark` calls with the kernel.
 """
 
@@ -56,7 +55,8 @@ class BenchmarkingMixin(KernelState):
             >>> k.call(1)
             Traceback (most recent call last):
             ...
-            ValueError: kernel 'doc_call_missing' has no call function; register one with kernel.def_call(fn)
+            ValueError: kernel 'doc_call_missing' has no call function; register one with
+            kernel.def_call(fn)
         """
         if self._call_fn is None:
             raise ValueError(
@@ -150,8 +150,10 @@ class BenchmarkingMixin(KernelState):
             >>> k = primforge.XLACustomKernel('doc_benchmark_method')
             >>> k.def_kernel('jax', 'cpu', lambda **kw: lambda x: x * 2)
             >>> k.def_kernel('twice', 'cpu', lambda **kw: lambda x: x + x)
-            >>> _ = k.def_call(lambda x, backend=None: k(x, outs=jax.ShapeDtypeStruct(x.shape, x.dtype), backend=backend))
-            >>> _ = k.def_benchmark_data(lambda *, platform: [primforge.BenchmarkConfig(args=(jnp.ones(8),))])
+            >>> _ = k.def_call(lambda x, backend=None: k(
+            ...     x, outs=jax.ShapeDtypeStruct(x.shape, x.dtype), backend=backend))
+            >>> _ = k.def_benchmark_data(
+            ...     lambda *, platform: [primforge.BenchmarkConfig(args=(jnp.ones(8),))])
             >>> result = k.benchmark(platform='cpu', n_warmup=1, n_runs=2)
             >>> sorted(r.backend for r in result.records)
             ['jax', 'twice']

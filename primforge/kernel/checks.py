@@ -1,13 +1,7 @@
 """What a call is checked against: declared params, ``outs``, abstract evaluation.
 
-Design:
-    * At call time: static params must be ones the kernel declares (named by its
-      generators, or keyword-only in its rules), and ``outs`` must agree with the shape
-      rule when there is one (which may also supply them).
-    * At trace time (abstract evaluation): inputs must carry the bind's batch levels, and
-      ``outs`` must be what the kernel's ``jax`` reference backend returns for the inputs
-      under ``jax.eval_shape`` (checked once per signature, cached in ``_ref_cache``).
-      The result avals take the inputs' mesh context (``sharding.result_avals``).
+``outs`` is checked against the shape rule at call time and against the ``jax`` reference
+under ``jax.eval_shape`` at trace time (once per signature).
 """
 
 from __future__ import annotations

@@ -1,12 +1,8 @@
 """Kernel events: how the layers above the kernel react to it without the kernel knowing them.
 
-Design: one module-level list of subscribers. ``XLACustomKernel`` emits a
-:class:`KernelEvent` when a kernel is created (``'kernel_defined'``, after it is in the
-registry) and after each backend is registered (``'backend_defined'``, with the platform
-and backend). Subscribers run in the order they subscribed, synchronously, inside the call
-that emitted the event; an exception raised by one propagates to that call. The kernel
-imports nothing above itself: ``primforge.autotune`` subscribes when it is imported (which
-``import primforge`` does) and applies stored choices through the kernel's public API.
+``XLACustomKernel`` emits a :class:`KernelEvent` when a kernel is created
+(``'kernel_defined'``) and after each backend is registered (``'backend_defined'``);
+subscribers run synchronously, in the order they subscribed.
 """
 
 from __future__ import annotations
@@ -98,7 +94,8 @@ def emit(kind: str, kernel: Any, platform: str | None = None, backend: str | Non
         >>> emit('no_such_event', None)
         Traceback (most recent call last):
         ...
-        ValueError: emit: unknown event 'no_such_event'; expected one of ('kernel_defined', 'backend_defined')
+        ValueError: emit: unknown event 'no_such_event'; expected one of ('kernel_defined',
+        'backend_defined')
     """
     if kind not in EVENTS:
         raise ValueError(f"emit: unknown event {kind!r}; expected one of {EVENTS}")

@@ -1,36 +1,8 @@
 """XLACustomKernel: one named JAX primitive, kernels registered per backend and platform.
 
-Design:
-    * One multiple-results primitive per kernel. ``kernel(*inputs, outs=..., **params)``
-      binds it with static params ``outs`` (core output structs), ``backend`` (a per-call
-      choice or None), ``context`` (the :func:`use_backend` overrides active at trace time),
-      ``batch`` (native batch levels, see ``batching.py``), ``debug`` (whether debug mode
-      was on at trace time) and the user's own params.
-    * The class is assembled from one part per concern, each in its own module and all
-      deriving from :class:`~primforge.kernel.state.KernelState`. Each part declares and
-      writes its own fields and reads only those; what it needs from another part it
-      asks through that part's methods (``tests/test_kernel_ownership.py`` holds this):
-
-      ================  =============================================================
-      registration.py   def_kernel (platforms checked), shorthands, defaults, tags;
-                        the registration as read by the others (``_entries_on``...)
-      checks.py         shape rule, declared params, ``outs`` vs the reference
-                        backend, abstract evaluation
-      lowering.py       backend selection, build (cached per signature), lowering,
-                        eager execution, releasing what was built
-      batching.py       native / general / custom batching
-      autodiff.py       JVP and transpose of (batched) binds; the one place that
-                        decides the params user rules see and rebind with
-      sharding.py       the sharding rule field and partitioned lowering
-      benchmarking.py   call function, benchmark data, ``benchmark`` (runs in
-                        ``primforge.bench``)
-      ================  =============================================================
-
-    * Registration is checked when it happens, and any change to a kernel's kernels,
-      defaults or rules drops what each part derived from it and re-lowers the jitted
-      functions that call it (``KernelState._changed``).
-    * Eager calls run through a cached ``jax.jit`` of the bind, so eager and jitted calls
-      execute the same compiled kernel.
+The class is assembled from one part per concern (``registration``, ``checks``,
+``lowering``, ``batching``, ``autodiff``, ``sharding``, ``benchmarking``), each owning its
+own fields (see :mod:`primforge.kernel.state`).
 """
 
 from __future__ import annotations

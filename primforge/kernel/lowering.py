@@ -1,20 +1,8 @@
 """Selection, build and lowering: from a bind to the backend's traceable callable.
 
-Design:
-    * One straight path per bind: ``_lower`` (the primitive's lowering rule, registered
-      per platform) -> ``build`` -> ``_select`` (per-call backend, ``use_backend``
-      context, platform default; an uninstalled default falls back to an installed
-      backend with one :class:`BackendUnavailableWarning`) -> ``_make`` (the generator,
-      once per signature through ``_generate``, turned into a callable by the backend
-      module's ``make_callable``) -> ``mlir.lower_fun``.
-    * Native batch levels reach the backend one of three ways: a generator that declares
-      ``batch_shape`` gets the batched shapes, a backend whose ``make_callable`` takes
-      ``batch`` loops itself, any other is wrapped in one ``jax.vmap`` per level.
-    * In debug mode the built callable is wrapped with the output-coverage and reference
-      checks (``_debug_checks``); otherwise the lowering partitions by the kernel's
-      sharding rule when it has one.
-    * Eager calls (``_impl``) run a cached ``jax.jit`` of the bind, so eager and jitted
-      calls execute the same compiled kernel.
+``_lower`` -> ``build`` -> ``_select`` -> ``_make`` (the generator, once per signature,
+through the backend's ``make_callable``) -> ``mlir.lower_fun``; eager calls (``_impl``)
+run a cached ``jax.jit`` of the bind.
 """
 
 from __future__ import annotations

@@ -1,14 +1,7 @@
 """Registration: kernel generators per backend and platform, defaults, tags.
 
-Design:
-    * ``def_kernel`` is the one entry point; the ``def_*_kernel`` methods are shorthands
-      for it. A backend is registered only on the platforms its module serves
-      (``PLATFORMS``); a name that is neither built in nor registered (its generator returns
-      a traceable JAX callable) on any platform primforge knows.
-    * The first kernel registered for a platform becomes its default. Every change drops
-      what was built from the old registration (``KernelState._changed``) and is announced
-      through the kernel's event hook (``hooks.BACKEND_DEFINED``), through which autotuned
-      defaults are applied.
+``def_kernel`` is the one entry point (the ``def_*_kernel`` methods are shorthands); the
+first kernel registered for a platform becomes its default.
 """
 
 from __future__ import annotations
@@ -43,7 +36,9 @@ def check_platform(kernel_name: str, backend: str, platform: Any) -> str:
         >>> check_platform('k', 'numba', 'gpu')
         Traceback (most recent call last):
         ...
-        ValueError: def_kernel: kernel 'k': the 'numba' backend serves ['cpu'], not 'gpu'. Register it for one of those, or give a traceable JAX function for 'gpu' under another name (e.g. 'jax').
+        ValueError: def_kernel: kernel 'k': the 'numba' backend serves ['cpu'], not 'gpu'.
+        Register it for one of those, or give a traceable JAX function for 'gpu' under another
+        name (e.g. 'jax').
     """
     if not isinstance(platform, str):
         raise TypeError(f"def_kernel: 'platform' must be a str, got {platform!r}")

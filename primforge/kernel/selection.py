@@ -1,15 +1,7 @@
 """Backend selection: per call, per context, by default.
 
-Design:
-    * The choice is made in three layers, first match wins: the ``backend=`` argument of
-      a call, the innermost :func:`use_backend` context active when the kernel is called
-      (captured into the primitive's params at trace time, so it survives into a jitted
-      function's later lowering), then the kernel's default for the platform (read when the
-      kernel is lowered).
-    * Both :func:`use_backend` and ``XLACustomKernel.set_default`` change the value of one
-      ``jax.make_user_context``, which is part of ``jax.jit``'s cache key: a function jitted
-      before the change is re-traced and re-lowered with the new choice, without clearing
-      any of JAX's caches.
+First match wins: the call's ``backend=``, the innermost :func:`use_backend` context
+(captured at trace time), then the kernel's default for the platform.
 """
 
 from __future__ import annotations

@@ -1,22 +1,7 @@
 """Sharding: kernels that run on their own shard instead of gathering everything.
 
-Design:
-    * A kernel's sharding rule is a declared field, set only through
-      ``XLACustomKernel.def_sharding_rule`` (:class:`ShardingMixin`); the module-level
-      :func:`def_sharding_rule` calls that method. Calls are unchanged: the kernel still
-      binds its one primitive, so its JVP, transpose and batching rules keep working.
-    * The kernel's lowering hands its traceable callable to :func:`partition_lowering`,
-      which wraps it in ``jax.experimental.custom_partitioning``. The rule is resolved
-      against the call's shapes (``sharding_rules.resolve``: ``...`` expanded, native batch
-      levels prepended as extra factors) into a Shardy rule; Shardy propagates shardings
-      through the call with it, and the partition callback maps every factor to mesh axes,
-      keeps the operands as they arrive wherever the rule allows, and builds the same
-      kernel for the per-device shapes. Factors declared as reductions are summed across
-      devices with ``psum``.
-    * Autodiff needs no wrapper: partitioning happens in the lowering of every bind, so the
-      tangent and transposed binds made by the kernel's own rules are partitioned too (a
-      callable rule sees the call's params and can give a transposed call its own rule).
-      Inside ``shard_map`` and on one device, custom_partitioning lowers the kernel as is.
+The kernel's sharding-rule field (:class:`ShardingMixin`) and :func:`partition_lowering`,
+which wraps a built callable in ``custom_partitioning``.
 """
 
 from __future__ import annotations

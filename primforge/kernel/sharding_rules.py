@@ -1,15 +1,7 @@
 """Sharding rules: their definition, parsing, and resolution against a call's shapes.
 
-Design:
-    * :class:`ShardingRule` holds what the user declared (a rule string, ``'elementwise'``
-      or a callable of the call's params, plus factor kinds) and checks its syntax when it
-      is made.
-    * :func:`resolve` turns a rule and one call's per-example shapes into a
-      :class:`Resolved` rule: ``...`` expanded into made-up factors (aligned from the
-      right), the call's native batch levels prepended as factors of their own, every
-      factor's size, and which factors are reductions or must stay whole. It is cached per
-      signature. ``sharding.py`` partitions with what it returns.
-    * Nothing here knows about kernels or meshes.
+:class:`ShardingRule` holds what the user declared; :func:`resolve` turns it and a call's
+shapes into a :class:`Resolved` rule (cached per signature). Nothing here knows kernels.
 """
 
 from __future__ import annotations

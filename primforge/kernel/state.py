@@ -1,11 +1,7 @@
 """KernelState: the base every part of an ``XLACustomKernel`` builds on.
 
-The kernel class is assembled from one part per concern (registration, checks, lowering,
-batching, autodiff, sharding, benchmarking). Each part declares and writes its own fields
-in its ``_init_state`` and reads only its own; what another part needs it asks through a
-method (a test holds every module in ``primforge.kernel`` to this). A change to the
-registration drops what was derived from it: :meth:`KernelState._changed` calls every
-part's ``_drop_derived``.
+Each part declares and writes its own fields in ``_init_state`` and asks others through
+methods; :meth:`KernelState._changed` calls every part's ``_drop_derived``.
 """
 
 from __future__ import annotations

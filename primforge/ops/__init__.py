@@ -1,13 +1,7 @@
 """primforge.ops: event-driven sparse connectivity built on :class:`~primforge.XLACustomKernel`.
 
-* :class:`CSR` / :class:`CSC`: pytree sparse matrices with ``@``, ``.T``, ``from_dense``,
-  ``todense``; :func:`fixed_prob` draws fixed-probability random connectivity.
-* :func:`csrmv`, :func:`csrmm`, :func:`binary_csrmv`, :func:`binary_csrmm`: the products,
-  each one kernel (``*_p``) with a ``jax`` reference backend and an event-driven ``numba``
-  CPU backend, differentiable, batchable and jittable.
-* :func:`jitc_matvec`, :func:`jitc_matmat` and their ``binary_`` twins: products with a
-  random matrix regenerated from a seed inside the kernel (never stored);
-  :func:`jitc_todense` is the explicit matrix a seed describes.
+CSR/CSC, fixed-number, just-in-time and dense event products, bit-packed events and
+plasticity updates; each operation is one kernel (``*_p``) with a ``jax`` reference.
 """
 
 from primforge.ops.connectivity import fixed_prob

@@ -77,7 +77,8 @@ def check_float_weights(kind: str, backend: str, dtype) -> None:
         >>> check_float_weights('csrmv', 'pallas', np.float16)
         Traceback (most recent call last):
         ...
-        TypeError: csrmv: backend 'pallas' supports float32 or float64 weights ('data'), got float16; cast the weights or use backend='jax'
+        TypeError: csrmv: backend 'pallas' supports float32 or float64 weights ('data'),
+        got float16; cast the weights or use backend='jax'
     """
     dtype = np.dtype(dtype)
     if dtype not in (np.dtype(np.float32), np.dtype(np.float64)):

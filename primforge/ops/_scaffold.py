@@ -1,25 +1,8 @@
 """What every operator family of :mod:`primforge.ops` shares: kernel wiring, rules, checks.
 
-Design:
-    * A family is four :class:`~primforge.XLACustomKernel` objects, float or binary input x
-      vector or matrix input, that compute ``y = A(w, s) @ x`` (``A.T @ x`` with the static
-      param ``transpose``). Their arguments are ``(w, *s, x)``: ``w`` the differentiable
-      weights (first), ``s`` integer structure without a tangent (CSR ``indices, indptr``;
-      fixed-number ``indices``; a seed and a table; nothing for a dense ``W``), ``x`` the input
-      (last). :class:`Family` holds the four kernels, keyed ``(binary, matrix)``.
-    * The product is bilinear in ``(w, x)``, which fixes the rules for every family: the
-      JVP is two kernel calls; the transpose w.r.t. ``x`` is the float kernel with
-      ``transpose`` flipped; w.r.t. ``w`` a cotangent each family supplies (shared helper:
-      :func:`unit_weight_cotangent`, one kernel call per weight parameter); ``vmap`` over
-      ``x`` alone is one matrix-kernel call (the batch becomes columns), any other batching
-      maps the kernel with ``lax.map``.
-    * :meth:`Family.build` registers the backends in one order everywhere (``jax`` on every
-      platform, ``numba`` the CPU default, then the opt-in ``cuda_raw`` and ``pallas``
-      backends on GPU and CPU), the shape rule, the three rules and the tags;
-      :meth:`Family.install` adds each kernel's call function and benchmark data.
-    * Checks and coercions the public calls share (:func:`check_shape`,
-      :func:`float_weights`, :func:`promote_input`, :meth:`Family.output`) raise errors that
-      name the operation and the argument, at trace time.
+:class:`Family` holds a family's four kernels, keyed ``(binary, matrix)``, registers their
+backends, shape rule and rules (:meth:`Family.build`) and their benchmark hooks
+(:meth:`Family.install`); the checks here name the operation and the argument.
 """
 
 from __future__ import annotations
@@ -75,7 +58,8 @@ def check_shape(shape: Any, who: str, *, int32: bool = False) -> tuple[int, int]
     try:  # operator.index: an int or integer scalar, never a float silently truncated
         m, n = (operator.index(s) for s in shape)
     except (TypeError, ValueError):
-        raise TypeError(f"{who}: 'shape' must be a pair of ints (rows, cols), got {shape!r}") from None
+        raise TypeError(
+            f"{who}: 'shape' must be a pair of ints (rows, cols), got {shape!r}") from None
     if int32 and (m < 0 or n < 0 or max(m, n) >= 2**31 - 1):
         raise ValueError(f"{who}: 'shape' must be non-negative and below 2**31 - 1, got {shape!r}")
     if m < 0 or n < 0:

@@ -1,26 +1,8 @@
 """Sharding rules of the :mod:`primforge.ops` kernels: which dimensions a shard may own.
 
-Design:
-    * Each rule is a callable ``rule(ins, outs, **params)`` (see
-      :meth:`primforge.XLACustomKernel.def_sharding_rule`) giving one factor per dimension
-      in Shardy's notation. A factor shared by an operand and the result may be sharded
-      (each device computes its slice); a reduction factor may be sharded when the kernel
-      is a sum over it (partial results are added with ``psum``); every other factor is
-      kept whole on every device, so a sharded operand there is gathered first: slower,
-      never wrong.
-    * What a kernel can compute on a slice follows from its layout. Columns of a matrix
-      input (one event vector each) are independent in every product. CSR/CSC ``indptr``
-      holds global offsets, and the just-in-time kernels regenerate row ``i`` of the matrix
-      from its global index: neither can be handed a slice of rows, so only their columns
-      shard. Fixed-number rows are self-contained (``(m, k)`` arrays): rows shard in the
-      gather direction (``A @ x``, output rows follow) and are a reduction in the scatter
-      direction (``A.T @ x``: each device scatters its rows into a full output, then the
-      outputs are summed). A dense ``W`` shards along both dimensions: the one the output
-      keeps, and the contracted one as a reduction. Dense plasticity is elementwise in
-      ``W``; compressed plasticity stays whole (its ``indptr`` again).
-    * ``vmap`` needs nothing here: batching only the input makes one matrix call (the
-      batch becomes columns, which shard), and plasticity's native batch levels become
-      factors of their own in :func:`primforge.kernel.sharding_rules.resolve`.
+Each rule gives one factor per dimension (see
+:meth:`primforge.XLACustomKernel.def_sharding_rule`); a factor a kernel cannot compute on
+a slice is kept whole.
 """
 
 from __future__ import annotations

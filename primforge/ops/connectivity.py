@@ -1,11 +1,7 @@
 """Random connectivity generators that return :class:`~primforge.ops.CSR` matrices.
 
-Design: :func:`fixed_prob` connects every (row, column) pair independently with
-probability ``p``. Instead of drawing ``rows * cols`` coin flips it draws the gaps between
-successive connections of the flattened matrix, which are geometric with parameter ``p``:
-the cost is proportional to the number of synapses, and the entries come out already in
-row-major (CSR) order. Rows are processed in blocks to bound memory. Generation runs in
-NumPy on concrete values (connectivity is built once, outside ``jit``).
+:func:`fixed_prob` draws the geometric gaps between connections (cost proportional to the
+number of synapses), in NumPy on concrete values.
 """
 
 from __future__ import annotations
@@ -111,5 +107,6 @@ def _weights(weight, rng, nnz: int, dtype) -> np.ndarray:
         return np.full((1,), weight, dtype=dtype)
     data = np.asarray(weight(rng, nnz), dtype=dtype)
     if data.shape != (nnz,):
-        raise ValueError(f"fixed_prob: weight(rng, nnz) must return shape ({nnz},), got {data.shape}")
+        raise ValueError(
+            f"fixed_prob: weight(rng, nnz) must return shape ({nnz},), got {data.shape}")
     return data

@@ -1,17 +1,7 @@
 """Bit-packed binary events: 32 spikes a ``uint32`` word.
 
-Design:
-    * :class:`PackedEvents` is a pytree holding ``words`` (``uint32``) and the static number
-      of events ``n`` along the packed axis (axis 0). Event ``i`` is bit ``i % 32`` (least
-      significant first) of word ``i // 32``; the unused high bits of the last word are
-      zero. A matrix of events ``(n, cols)`` packs along its first axis into
-      ``(ceil(n / 32), cols)`` words, so each column is one packed event vector.
-    * :func:`pack_events` and :meth:`PackedEvents.unpack` are jax.numpy (traceable, any
-      platform, differentiable nowhere: events carry no tangent). A spike history of ``T``
-      steps stored packed takes 32 times less memory than as ``bool``.
-    * Every binary product of :mod:`primforge.ops` accepts a ``PackedEvents`` wherever it
-      accepts bool events; the events are unpacked by one fused XLA operation on the way
-      into the kernel (the kernels themselves read unpacked events).
+Event ``i`` is bit ``i % 32`` of word ``i // 32`` along axis 0; every binary product
+accepts a :class:`PackedEvents` wherever it accepts bool events.
 """
 
 from __future__ import annotations
@@ -73,7 +63,8 @@ class PackedEvents:
             [[True, False], [False, True]]
         """
         _check_words(self.words, self.n)
-        shifts = jnp.arange(_BITS, dtype=jnp.uint32).reshape((1, _BITS) + (1,) * (self.words.ndim - 1))
+        shape = (1, _BITS) + (1,) * (self.words.ndim - 1)
+        shifts = jnp.arange(_BITS, dtype=jnp.uint32).reshape(shape)
         bits = (self.words[:, None] >> shifts) & jnp.uint32(1)
         flat = bits.reshape((self.words.shape[0] * _BITS,) + tuple(self.words.shape[1:]))
         return flat[: self.n].astype(bool)

@@ -1,20 +1,8 @@
 """Primitives whose JAX rules come from one implementation function, and per-input JVPs.
 
-The public surface, re-exported here from one private module per concept:
-
-- ``_static``: :func:`static_param`, :class:`FrozenDict`, :class:`HashableCallable`: the
-  hashable forms ``ETPPrimitive.bind`` gives keyword params, so a fresh but identical
-  lambda or list never causes a new trace.
-- ``_errors``: :class:`MissingRuleError`, raised by a rule a primitive does not have yet,
-  naming the rule, the primitive and the call that adds it.
-- ``_etp``: :class:`ETPPrimitive` (one ``def_*`` method per JAX rule), its four rule slots
-  (``yw_to_w``, ``xy_to_dw``, ``init_drtrl``, ``init_pp``: named
-  :class:`~primforge.rules.RuleTable` objects in :data:`ETP_RULE_TABLES`) and metadata for
-  custom jaxpr interpreters, with the queries that read them.
-- ``_derived``: :func:`register_primitive`, every rule derived from a JAX-traceable impl
-  (``jax.jit``, ``jax.eval_shape``, ``jax.jvp``, ``jax.vmap``, ``jax.linear_transpose``).
-- ``_jvp``: :func:`defjvp` and :func:`per_input_jvp`, a JVP made of one rule per input, for
-  any primitive or kernel.
+Re-exports one private module per concept: ``_static`` (hashable params), ``_errors``
+(:class:`MissingRuleError`), ``_etp`` (:class:`ETPPrimitive` and its rule slots),
+``_derived`` (:func:`register_primitive`) and ``_jvp`` (:func:`defjvp`).
 
 Example:
     >>> import jax, jax.numpy as jnp

@@ -1,12 +1,7 @@
 """Every rule of a primitive derived from one JAX-traceable implementation function.
 
-Design: :func:`register_primitive` builds an :class:`~primforge.primitive.ETPPrimitive`
-and installs rules that all go through ``impl_fn``: eager execution and lowering through a
-``jax.jit`` of the impl cached per params (so its Python body runs once per params and
-input types), abstract evaluation through ``jax.eval_shape``, the JVP through ``jax.jvp``,
-batching through ``jax.vmap`` and the transpose (for impls linear in the transposed
-arguments) through ``jax.linear_transpose``. Single and multiple results are supported by
-every rule. The rules hold no state but that jit cache; nothing else reads them.
+:func:`register_primitive` builds an :class:`~primforge.primitive.ETPPrimitive` whose
+rules all go through ``impl_fn``.
 """
 
 from __future__ import annotations

@@ -1,9 +1,7 @@
 """Missing-rule errors: what a primitive lacks, why it is needed, and the call that adds it.
 
-Design: an :class:`~primforge.primitive.ETPPrimitive` starts with a default for every rule
-that raises :class:`MissingRuleError`. The messages are kept here as one table, by rule:
-what the rule is, the transformation that needs it, the ``def_*`` call that installs it
-(and the JAX registry it writes to) and the rule's signature.
+The messages are one table, by rule: what the rule is, the transformation that needs it,
+the ``def_*`` call that installs it and the rule's signature.
 """
 
 from __future__ import annotations

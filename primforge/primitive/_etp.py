@@ -1,13 +1,7 @@
 """The ETP primitive: one method per JAX rule, clear missing-rule errors, rule slots.
 
-Design: :class:`ETPPrimitive` is a ``jax.extend.core.Primitive`` with one ``def_*`` method
-per rule JAX needs (impl, abstract eval, lowering, JVP, transpose, batching). Until a rule
-is set, using it raises :class:`~primforge.primitive.MissingRuleError`. ``bind`` makes
-keyword params hashable first (:func:`~primforge.primitive.static_param`). Four extra rule
-slots (``yw_to_w``, ``xy_to_dw``, ``init_drtrl``, ``init_pp``) and per-primitive metadata
-serve custom jaxpr interpreters; the slots are named :class:`~primforge.rules.RuleTable`
-objects, so :func:`~primforge.rules.iter_rule_eqns` finds the equations that have them, and
-the module-level queries here answer for any primitive (``False``/``None`` for JAX's own).
+:class:`ETPPrimitive` raises :class:`~primforge.primitive.MissingRuleError` for a rule not
+set yet, and carries four extra rule slots and metadata for custom jaxpr interpreters.
 """
 
 from __future__ import annotations
@@ -314,7 +308,9 @@ class ETPPrimitive(Primitive):
         INIT_DRTRL.register(self, _check_rule(self, "init_drtrl", fn))
 
     def register_init_pp(self, fn: Callable[..., Any]) -> None:
-        """Install the pp-prop (IO-dim) trace initialiser ``(x_var, y_var, weight_var, n) -> zeros``.
+        """Install the pp-prop (IO-dim) trace initialiser.
+
+        The initialiser maps ``(x_var, y_var, weight_var, n)`` to zeros.
 
         Example:
             >>> from primforge.primitive import ETPPrimitive, get_etp_rule
@@ -510,7 +506,8 @@ def get_x_invar_index(primitive: Any) -> int | None:
     Example:
         >>> from jax import lax
         >>> from primforge.primitive import ETPPrimitive, get_x_invar_index
-        >>> get_x_invar_index(ETPPrimitive("demo_xi", x_invar_index=1)), get_x_invar_index(lax.sin_p)
+        >>> p = ETPPrimitive("demo_xi", x_invar_index=1)
+        >>> get_x_invar_index(p), get_x_invar_index(lax.sin_p)
         (1, None)
     """
     p = _etp(primitive)

@@ -1,11 +1,7 @@
 """Per-input JVPs: a primitive's JVP assembled from one rule per input.
 
-Design: :func:`per_input_jvp` turns ``rules[i](tangent_i, *primals, **params)`` (input
-``i``'s contribution to the output tangents) into one JAX JVP rule: the primal output is
-``primitive.bind``, inputs with a symbolic-zero tangent or no rule are skipped, and the
-contributions are summed per output (cast to the output's dtype, zero for integer
-outputs). :func:`defjvp` installs it on an ``ETPPrimitive``, on any other primitive (through
-JAX's JVP registry) or on a kernel that installs JVPs itself (``_install_jvp``).
+:func:`per_input_jvp` sums each input's contribution per output; :func:`defjvp` installs
+it on an ``ETPPrimitive``, any other primitive, or a kernel.
 """
 
 from __future__ import annotations

@@ -1,12 +1,7 @@
 """Static params: keyword params of a primitive turned into equivalent hashable values.
 
-Design: a primitive's keyword params are part of the cache keys of JAX's tracing and
-compilation caches, so they must be hashable, and two params that compute the same thing
-should be equal. :func:`static_param` converts lists to tuples, dicts to
-:class:`FrozenDict`, sets to frozensets and plain functions to :class:`HashableCallable`
-(keyed by code, closure contents and defaults, so a re-created but identical lambda hits
-the caches); arrays are refused with a message saying to pass them as operands. The
-conversion is idempotent, so ``ETPPrimitive.bind`` may apply it to every call's params.
+:func:`static_param` is idempotent; arrays are refused with a message saying to pass them
+as operands.
 """
 
 from __future__ import annotations

@@ -1,8 +1,7 @@
 """Tangent helpers shared by the derived rules and the per-input JVPs.
 
-Design: JAX marks a tangent that is known to be zero in two ways (a symbolic ``Zero``, or
-a ``float0`` array for an integer input), and integer outputs have ``float0`` tangents. The
-JVP builders use these few functions so that both treat such tangents alike.
+A zero tangent is a symbolic ``Zero`` or a ``float0`` array (integer inputs and outputs);
+these functions make both JVP builders treat such tangents alike.
 """
 
 from __future__ import annotations

@@ -1,15 +1,7 @@
 """JAX and pytree utilities: dataclass pytrees, tree helpers, transforms, numerics.
 
-The public surface is re-exported here from private modules:
-
-- ``_dataclass``: :func:`dataclass`, :func:`field`, :func:`lens_field` (with
-  ``_dataclass_fields``, field analysis, and ``_dataclass_nodes``, pytree registration).
-- ``_post_init``: switchable ``__post_init__`` validation.
-- ``_tree``: :func:`tree_map` with :class:`SupportsTreeMatch` alignment, scatter, stack,
-  concat, zeros, select, :class:`PyTreeDef`.
-- ``_transforms``: typed ``jit`` / ``vectorize`` / ``linearize`` / ``shard_map``, tracing
-  guards, ``non_differentiable``, ``sequential_vmap_with_vjp``.
-- ``_numerics``: :func:`kahan_summation`, :func:`key_chain`, :func:`isin`.
+Re-exported from private modules: ``_dataclass``, ``_post_init``, ``_tree``,
+``_transforms`` and ``_numerics``.
 """
 
 from primforge.utils._dataclass import dataclass, field, lens_field

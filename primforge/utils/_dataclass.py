@@ -1,29 +1,7 @@
 """Frozen dataclasses that are JAX pytrees, and switchable ``__post_init__`` validation.
 
-Design: :func:`dataclass` applies :func:`dataclasses.dataclass` (frozen by default) and
-registers the class as a JAX C++ dataclass node, so flattening (``tree_flatten``, ``jit``
-argument handling) reads the fields in C++ without a Python call per node. Fields made with
-``field(static=True)`` go into the treedef's auxiliary data; every other field is a child.
-
-JAX rebuilds such a node by calling ``cls(**fields)``, and it does so many times per
-transformation, often with placeholder leaves (tracers, ``None``, ``object()``) that user
-validation would reject. So no code of the class may run then:
-
-- a class whose ``__init__`` is the generated one and has no ``__post_init__`` (nor
-  ``InitVar``, ``init=False`` field, custom ``__setattr__``) runs no user code in it, so
-  JAX may call it; it gets an equivalent generated ``__init__`` that is cheaper to call
-  with every field by keyword (no per-parameter binding when the class has many fields);
-- any other class keeps its ``__init__`` behind a wrapper, and is registered with a marker
-  as first static field (a class attribute): JAX passes it back as a keyword on rebuild,
-  and the wrapper then stores the fields directly, skipping ``__init__`` and
-  ``__post_init__``.
-
-If JAX's registry is unreachable, generated Python flatten/unflatten callbacks are used.
-Validation still runs whenever a user constructs an instance or calls :meth:`replace`.
-
-This module holds the public decorator and field specifiers; the field and slot analysis
-is in ``_dataclass_fields``, the registration (generated ``__init__`` and callbacks) in
-``_dataclass_nodes``, the switchable validation in ``_post_init``.
+The public decorator and field specifiers; field analysis is in ``_dataclass_fields``,
+pytree registration in ``_dataclass_nodes``, the switchable validation in ``_post_init``.
 """
 
 from __future__ import annotations

@@ -1,11 +1,7 @@
 """Field and slot analysis for :func:`primforge.utils.dataclass`: what a class declares.
 
-Design: registration needs three answers about a finished dataclass, all read from the
-class once, at decoration time, never on the flatten/unflatten path: which fields are
-pytree children and which are static (:data:`STATIC` metadata), whether any field is kept
-in a slot (the Python fallback then stores by ``setattr``), and whether its ``__init__`` is
-the generated one and runs no user code (then JAX may call an equivalent, faster one on
-rebuild; :func:`storing_init_params` gives its parameters).
+Read once per class, at decoration time: children and static fields, slots, and whether
+``__init__`` is the generated one (:func:`storing_init_params`).
 """
 
 from __future__ import annotations

@@ -1,18 +1,7 @@
 """Registration of :func:`primforge.utils.dataclass` classes as JAX pytree nodes.
 
-Design: every class becomes a JAX C++ dataclass node, so flattening reads its fields in
-C++; unflattening calls ``cls(**fields)``, so what matters for speed is the ``__init__``
-that call reaches. Everything here runs once per class, at decoration time, and generates
-straight-line code (``exec`` of a small source) rather than adding a Python layer:
-
-- a class whose generated ``__init__`` runs no user code gets an equivalent one that stores
-  faster (:func:`_storing_init`); with many fields, an all-keyword call (JAX's rebuild)
-  takes one loop instead of binding each parameter;
-- any other class gets its ``__init__`` wrapped and a marker listed as its first static
-  field (:func:`_register_marked`): on rebuild the marker arrives as a keyword and the
-  wrapper stores the fields, skipping ``__init__`` and ``__post_init__``;
-- if JAX's registry is unreachable, generated Python flatten/unflatten callbacks
-  (:func:`register_python`).
+Runs once per class, at decoration time, and generates straight-line code:
+:func:`_storing_init`, :func:`_register_marked` and :func:`register_python`.
 """
 
 from __future__ import annotations
@@ -69,7 +58,7 @@ _FACTORY = _Factory()
 
 
 def register(cls: type, *, generated_init: bool = False) -> None:
-    """Register the dataclass ``cls`` as a pytree node (see the module's design note)."""
+    """Register the dataclass ``cls`` as a pytree node (see docs/architecture.md)."""
     fields = dataclasses.fields(cls)
     data, static = split_fields(fields)
     if generated_init and _storing_init(cls, fields):

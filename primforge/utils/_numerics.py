@@ -1,9 +1,6 @@
 """Numerical helpers: compensated summation, PRNG key streams, fast integer membership.
 
-Design: each helper is pure ``jax.numpy`` and works under ``jit``, ``vmap`` and ``scan``.
-``kahan_summation`` carries its compensation term explicitly so it can run inside a loop
-carry; ``key_chain`` derives keys with ``fold_in`` from a counter, so the n-th key depends
-only on the root key and n; ``isin`` replaces an O(n * m) comparison by a lookup table.
+Each helper is pure ``jax.numpy`` and works under ``jit``, ``vmap`` and ``scan``.
 """
 
 from __future__ import annotations

@@ -1,10 +1,7 @@
 """Switchable ``__post_init__`` validation, opted into per method.
 
-Design: one context variable holds whether opted-in validation runs, so the switch is per
-thread and per asyncio task and nests; :func:`skip_post_init_if_disabled` wraps a
-``__post_init__`` to read it. The switch is for code that builds intermediate objects
-breaking invariants on purpose; JAX's own rebuilds never run ``__post_init__`` at all (see
-:func:`primforge.utils.dataclass`), so they need no switch.
+One context variable (per thread and asyncio task, nesting) holds whether opted-in
+validation runs; JAX's own rebuilds never run ``__post_init__``.
 """
 
 from __future__ import annotations

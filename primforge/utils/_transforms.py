@@ -1,11 +1,7 @@
 """Typed wrappers around JAX transformations, and tracing guards.
 
-Design: ``jit``, ``vectorize``, ``linearize`` and ``shard_map`` forward to JAX and keep
-the wrapped function's type for checkers; they add the decorator-with-arguments form and
-nothing else. ``no_jax_tracing`` and ``non_differentiable`` turn silent misuse (a host-side
-function traced by ``jit``, a value differentiated that must not be) into clear errors
-raised at trace time. ``sequential_vmap_with_vjp`` makes a function that cannot be batched
-usable under ``vmap`` and ``grad`` together by looping over the batch in both passes.
+``jit``, ``vectorize``, ``linearize`` and ``shard_map`` forward to JAX and keep the wrapped
+function's type; the guards turn silent misuse into errors at trace time.
 """
 
 from __future__ import annotations
@@ -147,7 +143,8 @@ def vectorize(
     """
 
     def wrap(f: C) -> C:
-        return jax.numpy.vectorize(f, excluded=excluded, signature=signature)  # type: ignore[return-value]
+        vectorized = jax.numpy.vectorize(f, excluded=excluded, signature=signature)
+        return vectorized  # type: ignore[return-value]
 
     return wrap if pyfunc is None else wrap(pyfunc)
 

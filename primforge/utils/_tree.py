@@ -1,11 +1,7 @@
 """Pytree helpers: structure-aware ``tree_map``, scatter, stack, concat, select.
 
-Design: everything is a thin layer over :mod:`jax.tree_util`. Two protocols let pytree
-nodes take part: :class:`SupportsTreeMatch` nodes align themselves across the input trees
-before :func:`tree_map` descends into them (for example, index types that carry their own
-label vocabulary), and :class:`HasScatterArgs` nodes contribute keyword arguments to the
-scatter of their own subtree in :func:`tree_scatter_set`. Trees without such nodes are
-treated exactly as :func:`jax.tree.map` would treat them.
+A thin layer over :mod:`jax.tree_util`; :class:`SupportsTreeMatch` and
+:class:`HasScatterArgs` nodes take part in :func:`tree_map` and :func:`tree_scatter_set`.
 """
 
 from __future__ import annotations

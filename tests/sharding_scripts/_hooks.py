@@ -4,8 +4,9 @@ The hooks (to live in primforge/kernel/kernel.py): ``XLACustomKernel.def_shardin
 in ``XLACustomKernel._lower``, passing the built callable through
 ``sharding.partition_lowering``, and in ``_abstract_eval``, typing results with
 ``sharding.result_avals``. Until they exist, this patch wraps ``build`` at class
-level for the lowering hook, which is equivalent for lowering (a nested build inside a partition callback is
-lowered in a fully manual context, where custom_partitioning lowers the callable as is).
+level for the lowering hook, which is equivalent for lowering (a nested build inside a
+partition callback is lowered in a fully manual context, where custom_partitioning lowers the
+callable as is).
 """
 
 from __future__ import annotations

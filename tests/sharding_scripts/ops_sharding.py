@@ -1,7 +1,8 @@
 """Every primforge.ops kernel under jit with sharded inputs, on simulated CPU devices.
 
 Usage: python ops_sharding.py OUT.json [NUM_DEVICES] [--no-rules]. Sets XLA_FLAGS before
-JAX starts, runs every check (``--only=NAME`` picks some) and writes {name: {"ok", "partitioned", "detail"}}.
+JAX starts, runs every check (``--only=NAME`` picks some) and writes
+{name: {"ok", "partitioned", "detail"}}.
 
 Each check first compares the result with a NumPy reference (dense matrices built here,
 never by the code under test), then asserts that the call ran partitioned: the output's

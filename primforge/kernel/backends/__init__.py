@@ -1,10 +1,8 @@
 """Backends: the registry of backends, each answering the hooks of one contract.
 
-A backend is a :class:`~._contract.BackendBase` (every hook with a default, see
-docs/backends.md); the built-in ones are modules listed in :data:`KNOWN_BACKENDS`, imported
-lazily by :func:`get_backend` and seen through :class:`~._contract.ModuleBackend`; they
-import without their optional package, so a missing package never breaks ``import
-primforge``. :func:`register_backend` adds one defined anywhere.
+Built-in backends are modules listed in :data:`KNOWN_BACKENDS`, imported lazily by
+:func:`get_backend` (a module imports without its optional package);
+:func:`register_backend` adds one defined anywhere. See docs/backends.md.
 """
 
 from __future__ import annotations

@@ -1,14 +1,7 @@
 """What several backends need, answered once.
 
-Design: the contract (:mod:`._contract`) says what a backend module offers; this module
-holds the pieces that would otherwise be written per backend and drift apart: the
-package probe (``importlib.util.find_spec``: it finds a package without importing it, so
-a broken or slow optional package never runs at probe time), the error that names the
-pip extra to install, the platform and option checks at the top of ``make_callable``,
-the compute capability to build for when no GPU is named, the jaxlib version that goes
-into cache keys, and a backend's folders for compiled artifacts (its sub-folder of the
-shared on-disk store :mod:`primforge._cache`, and a private scratch folder for when that
-store is off).
+The package probe, the error naming the pip extra, the checks at the top of
+``make_callable``, the default compute capability, and a backend's artifact folders.
 """
 
 from __future__ import annotations
@@ -96,7 +89,8 @@ def missing_package(backend: str, needs: str, extra: str | None,
 
     Example:
         >>> print(missing_package('warp', 'NVIDIA Warp (warp-lang)', 'warp'))
-        the 'warp' backend needs NVIDIA Warp (warp-lang), which is not available here: pip install -e ".[warp]" (in the primforge checkout)
+        the 'warp' backend needs NVIDIA Warp (warp-lang), which is not available here:
+        pip install -e ".[warp]" (in the primforge checkout)
     """
     how = install_hint(extra) if extra else "install it"
     if hint:
@@ -134,7 +128,8 @@ def check_options(backend: str, kernel: str, options: Mapping[str, Any],
         >>> check_options('jax', 'k', {'tile': 4})
         Traceback (most recent call last):
         ...
-        TypeError: kernel 'k': the 'jax' backend's make_callable takes no option 'tile' (it takes: batch=())
+        TypeError: kernel 'k': the 'jax' backend's make_callable takes no option 'tile'
+        (it takes: batch=())
     """
     accepted = tuple(accepted)
     for key, value in options.items():
@@ -301,7 +296,8 @@ def check_vmap_method(where: str, vmap_method: Any) -> None:
         >>> check_vmap_method('numba_kernel', 'sequentail')
         Traceback (most recent call last):
         ...
-        ValueError: numba_kernel: 'vmap_method' must be None or one of (...), got 'sequentail' (did you mean 'sequential' or 'sequential_unrolled'?)
+        ValueError: numba_kernel: 'vmap_method' must be None or one of (...), got 'sequentail'
+        (did you mean 'sequential' or 'sequential_unrolled'?)
     """
     if vmap_method is None or vmap_method in VMAP_METHODS:
         return

@@ -1,15 +1,7 @@
 """How the 'cuda_raw' backend builds a library: build key, compile command, disk cache.
 
-Design: a :class:`_Recipe` holds everything that decides a library's machine code
-(source, every local header it includes, followed recursively, flags, include folders,
-GPU architecture, compiler path and version, jax/jaxlib versions, platform) and its key is
-a hash of all of it, bumped by ``_KEY_VERSION`` when the recipe itself changes. A library
-is compiled in a private temporary folder (sources written with ``O_EXCL|O_NOFOLLOW``, the
-compiler run with only the absolute ``PATH`` entries) and stored in the backend's folder
-of :mod:`primforge._cache` (atomic write, digest checked right before ``dlopen``); when the
-cache is off or unusable it goes to a private scratch folder of the process instead.
-Every library also gets generated wrappers that put the module and handler names in front
-of an error a handler returns.
+A :class:`_Recipe` holds everything that decides a library's machine code, and its key is
+a hash of all of it (bumped by ``_KEY_VERSION`` when the recipe changes).
 """
 
 from __future__ import annotations
@@ -50,10 +42,6 @@ def _normalize_arch(arch: str | int | None) -> str:
 
     The default is the first visible GPU, else :data:`._common.FALLBACK_COMPUTE_CAPABILITY`
     (built with its PTX, so newer GPUs JIT-compile it).
-
-    Example:
-        >>> _normalize_arch('9.0'), _normalize_arch(80), _normalize_arch('sm_90a')
-        ('sm_90', 'sm_80', 'sm_90a')
     """
     if arch is None:
         major, minor = _common.default_compute_capability()
@@ -87,12 +75,7 @@ _FILE_FLAGS = ("-include", "--pre-include", "-imacros")
 
 
 def _flag_paths(flags: Sequence[str]) -> tuple[list[str], list[str]]:
-    """Include folders and forced-include files named in compiler ``flags``.
-
-    Example:
-        >>> _flag_paths(['-I/a', '-isystem', '/b', '-include', 'c.h', '-O2'])
-        (['/a', '/b'], ['c.h'])
-    """
+    """Include folders and forced-include files named in compiler ``flags``."""
     dirs: list[str] = []
     files: list[str] = []
     flags = list(flags)
@@ -119,15 +102,9 @@ def _local_headers_digest(source: str, include_dirs: Sequence[str],
     """Hash of every local header the source includes, followed recursively.
 
     Local headers are those found in ``include_dirs`` (and, for ``#include "..."``, the
-    including file's folder); ``forced`` are files included by a flag. The cache key must
-    change when such a header changes, or an edited header would keep serving the library
-    built from its old text. Headers found nowhere here (XLA's, the CUDA toolkit's, the
-    system's) are covered by the jaxlib and compiler versions in the key instead. Every
-    ``#include`` line counts, even in a branch the preprocessor skips (a superset is safe).
-
-    Example:
-        >>> _local_headers_digest('int x;', []) == _local_headers_digest('int y;', [])
-        True
+    including file's folder); ``forced`` are files included by a flag. Other headers (XLA's,
+    the toolkit's, the system's) are covered by the versions in the key. Every ``#include``
+    line counts, even in a branch the preprocessor skips (a superset is safe).
     """
     h = hashlib.sha256()
     seen: set[str] = set()
@@ -216,12 +193,7 @@ def _wrapper_symbol(handler: str) -> str:
 
 
 def _wrapper_source(name: str, handlers: Sequence[str]) -> str:
-    """C++ of the error-naming wrappers of ``handlers`` in module ``name``.
-
-    Example:
-        >>> 'PrimforgeNamed_Scale' in _wrapper_source('demo', ['Scale'])
-        True
-    """
+    """C++ of the error-naming wrappers of ``handlers`` in module ``name``."""
     parts = [_WRAPPER_HEAD]
     for h in handlers:
         where = f"cuda_raw module '{name}', handler '{h}': "
@@ -252,7 +224,8 @@ def _recipe(source: str, wrapper: str, *, kind: str, flags: Sequence[str], arch:
             raise FileNotFoundError(
                 "nvcc was not found on PATH, under $CUDA_HOME/$CUDA_PATH, or in the NVIDIA pip "
                 "packages: install the CUDA toolkit or "
-                f"{install_hint('cuda')} (nvidia-cuda-nvcc), or set $PRIMFORGE_NVCC to its absolute path"
+                f"{install_hint('cuda')} (nvidia-cuda-nvcc), "
+                "or set $PRIMFORGE_NVCC to its absolute path"
             )
         sm = _normalize_arch(arch)
         compute = "compute_" + sm[3:]

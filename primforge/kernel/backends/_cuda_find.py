@@ -1,11 +1,7 @@
 """Compiler discovery for the 'cuda_raw' backend: nvcc and the host C++ compiler.
 
-Design: compilers are looked up at absolute locations only, never relative to the current
-directory or ``sys.path`` (a planted ``nvcc`` in the working folder must not run). An
-override in the environment (``$PRIMFORGE_NVCC``, ``$CXX``) is checked on every call, so
-a bad one is reported; the scans behind it (``PATH`` entries, CUDA roots, the installed
-metadata of NVIDIA pip packages) are cached per value of what they read, so a changed
-``PATH`` is scanned afresh and an unchanged one is not scanned again.
+Absolute locations only; overrides (``$PRIMFORGE_NVCC``, ``$CXX``) are checked on every
+call, the scans behind them cached per value of what they read.
 """
 
 from __future__ import annotations

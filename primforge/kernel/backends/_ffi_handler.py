@@ -1,23 +1,7 @@
 """The XLA FFI handler of a Numba kernel, written directly as LLVM IR (nothing to cache).
 
-Design: a Numba kernel is served by two pieces of machine code.
-
-* The *entry* (see :mod:`._numba_entry`), built fresh in every process: a C function
-  ``int64 entry(int64* data, int64* dims, int64* info)`` that wraps each buffer in a typed
-  array and calls the kernel Numba compiled. It is the only piece that reaches user code.
-* The *handler* built here is what XLA calls. It holds no user code, only primforge's
-  logic, emitted as a small LLVM module with llvmlite and compiled by one llvmlite MCJIT
-  engine (:func:`jit_module`) in a few milliseconds: it answers XLA's metadata query, checks the buffers' dtypes and ranks,
-  loops over the native batch levels, computes each element's data pointers and calls the
-  entry. On failure it asks a Python callback (only then: the GIL is taken on the error
-  path only) for the message and returns an ``XLA_FFI_Error`` made with the API table's
-  ``XLA_FFI_Error_Create``.
-
-The handler reads the entry's address from a *slot* (a word of memory primforge owns)
-rather than embedding it, so a kernel's compiled entry can be dropped (the slot is zeroed)
-without leaving XLA a dangling pointer: a handler finding an empty slot calls a *revive*
-callback that rebuilds the entry, or fails with a clean error when the kernel is gone.
-Every offset and constant comes from jaxlib's C header through :mod:`._xla_ffi`.
+The handler checks the buffers, loops over the native batch levels and calls the entry
+whose address it reads from a slot; it holds no user code.
 """
 
 from __future__ import annotations

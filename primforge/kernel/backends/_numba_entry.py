@@ -1,23 +1,8 @@
 """The per-kernel entry: wraps raw buffers in Numba arrays and calls the compiled kernel.
 
-Design: the kernel is compiled by its own dispatcher in every process that uses it, exactly
-as a call from Python would compile it, and nothing of it is written to disk: whatever the
-kernel calls, reads or closes over is what Numba sees now. The entry is a few LLVM
-instructions emitted with Numba's target context, with C signature
-``int64 entry(int64* data, int64* dims, int64* info)``: ``data[k]`` is buffer ``k``'s data
-pointer, ``dims[k]`` points at its core dimensions. It builds the array structure
-``numba.carray`` would build for each buffer (a ``parallel=True`` kernel must get typed
-arrays, not raw pointers) and calls the kernel's native function at its address with
-Numba's CPU calling convention, without propagating errors, so it never raises:
-
-* ``0``: the kernel returned nothing or status 0;
-* ``1`` (``info``: the status): the kernel returned a non-zero integer;
-* ``2`` (``info``: Numba's exception record, or 0): the kernel raised.
-
-:func:`describe_failure` turns the last two into text, from Python, on the error path
-only. Compiling the entry takes milliseconds: the kernel is not compiled twice. Its code
-is kept for the process and keyed on what decides it (the kernel's native address and the
-signatures), so rebuilding a dropped entry of the same kernel code compiles nothing.
+The entry, ``int64 entry(int64* data, int64* dims, int64* info)``, returns 0 (done), 1 (a
+non-zero kernel status in ``info``) or 2 (an exception record in ``info``); it never
+raises. :func:`describe_failure` turns a failure into text.
 """
 
 from __future__ import annotations

@@ -1,21 +1,8 @@
 """Kernel identity: what names a Numba kernel's FFI target, the same in every process.
 
-Design: a target name is the cache key of everything primforge builds for a kernel in
-memory (the registered handler, the compiled entry), and what an exported artifact refers
-to, so it must change whenever the code that would run changes and must not change
-between processes. :func:`identity` hashes a dispatcher's Python function: its bytecode,
-constants (nested code too), defaults, closure cells, the globals its code names (for a
-module global, the attributes of it the code names: ``cfg.C`` is decided by ``C``'s
-value), other dispatchers it calls (recursively) and its Numba options except ``cache``.
-Values are fed to the hash the same way in every process: no ``hash()``, sets and dicts
-by their members' sorted digests, other objects by their pickle (by ``id()`` only when
-they have none, which keeps two objects apart at the price of a per-process name).
-Never ``id()`` of the kernel, never Numba's mangled symbol names (a per-process counter).
-
-:func:`target_name` adds the primitive name, the signature and debug mode to it.
-:func:`as_dispatcher` turns a plain function into one ``numba.njit`` dispatcher, the same
-one on each call, so its compiled code is made once. Numba itself is imported only when
-a kernel is hashed or jitted.
+:func:`identity` hashes what decides the code that runs; :func:`target_name` adds the
+primitive, the signature and debug mode; :func:`as_dispatcher` makes one ``numba.njit``
+dispatcher per plain function.
 """
 
 from __future__ import annotations

@@ -1,12 +1,7 @@
 """How one call of a Numba kernel looks to XLA and to the kernel: its checked signature.
 
-Design: :func:`plan` turns what ``make_callable`` is given (input and output specs, native
-batch levels, aliases, ``half_as``) into a :class:`CallPlan`: the checked batch levels and
-aliases, every buffer's physical shape, the dtype XLA passes (``float16`` and friends
-travel as ``float32`` unless ``half_as="bits"``) and the dtype the kernel sees. The
-signature tuples ``in_sig``/``out_sig`` are what a registered FFI target is specialised
-for (dtypes, ranks, which batch levels each input has), never the sizes: one handler
-serves every shape. Pure Python; every bad input is a clear error naming the argument.
+:func:`plan` turns ``make_callable``'s arguments into a :class:`CallPlan`; its
+``in_sig``/``out_sig`` name a target's dtypes and ranks, never sizes.
 """
 
 from __future__ import annotations

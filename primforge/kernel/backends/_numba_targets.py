@@ -1,26 +1,8 @@
 """Registered FFI targets of Numba kernels, their compiled entries, and the in-memory bound.
 
-Design: for each kernel and signature, :func:`ensure_registered` gives an FFI target named
-by :func:`._numba_identity.target_name` and makes sure two pieces of machine code serve
-it: the kernel's *entry* (:mod:`._numba_entry`, holding the kernel's compiled code) and
-the XLA FFI *handler* (:mod:`._ffi_handler`, generated LLVM IR that XLA calls directly).
-Nothing is written to disk: every process compiles what it imported.
-
-A registered target can't be removed from XLA, so its (small) handler stays for the
-process and reads the entry's address from a *slot*. At most :func:`max_kernels` entries
-are held (each keeps its kernel's compile result alive), least recently used dropped
-first, and :func:`drop` drops them on request: the slot is zeroed, and a handler finding
-it empty calls back into Python (:func:`_revive`) to rebuild the entry while the kernel
-object lives, or fails with an error naming the kernel (:func:`_report`); never a jump
-into freed code. Machine code is never freed, so a rebuild reuses the entry's code
-(:func:`._numba_entry.compile_entry`) and, in debug mode, the kernel's bounds-checked
-copy: it costs no memory. Two different live kernels never share a target: the second
-gets a numbered name; a target whose kernel is gone is taken over. Everything here runs
-under one lock.
-
-Export (:func:`prepare`, :func:`disabled_checks`): an artifact made by ``jax.export``
-names these targets; a process that loads it lowers the same functions first, which
-registers the same names (they depend on the kernels' code, never on the process).
+:func:`ensure_registered` gives each kernel and signature a target served by an entry
+(:mod:`._numba_entry`) and a handler (:mod:`._ffi_handler`); at most :func:`max_kernels`
+entries are held, and a dropped one is rebuilt on demand. Everything runs under one lock.
 """
 
 from __future__ import annotations

@@ -1,9 +1,7 @@
 """Platform names: JAX's ('cuda', 'rocm') mapped to primforge's ('cpu', 'gpu', 'tpu').
 
-Design: the lowest place that needs them is the backends layer (each backend says which
-platforms it serves); the registry, the benchmark runner, autotune and the CLI use the
-same function, so they live here rather than in the kernel's selection module, which
-re-exports them for old imports.
+They live in the backends layer, the lowest that needs them; the registry, the benchmark
+runner, autotune, the CLI and the kernel's selection use the same functions.
 """
 
 from __future__ import annotations
@@ -35,7 +33,8 @@ def canonical_platform(platform: str) -> str:
         >>> canonical_platform('gpuu')
         Traceback (most recent call last):
         ...
-        ValueError: unknown platform 'gpuu' (did you mean 'gpu'?): expected one of 'cpu', 'gpu', 'tpu'
+        ValueError: unknown platform 'gpuu' (did you mean 'gpu'?): expected one of 'cpu',
+        'gpu', 'tpu'
     """
     try:
         return PLATFORM_ALIASES[platform]

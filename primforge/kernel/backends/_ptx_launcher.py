@@ -1,14 +1,7 @@
 """The PTX launcher: a host-only XLA FFI handler that launches a PTX kernel on XLA's stream.
 
-Design: backends that compile kernels to PTX in Python (numba_cuda) need something XLA can
-call at run time without Python. This is a small C++ handler, compiled once by the host
-C++ compiler through the 'cuda_raw' backend's public :func:`~.cuda.load_cpp_inline`
-(disk-cached like any library) and registered for the GPU. It opens ``libcuda`` at run
-time (so it builds on machines without the CUDA toolkit or a driver), loads the PTX with
-``cuModuleLoadData`` (modules cached per context and PTX), and launches the entry with
-``cuLaunchKernel`` on the stream of the call: no host synchronisation. Buffers are passed
-either as one pointer each ('plain') or in Numba's kernel ABI ('numba': meminfo, parent,
-nitems, itemsize, data, shape, strides).
+Built once with :func:`~.cuda.load_cpp_inline`; buffers are passed one pointer each
+('plain') or in Numba's kernel ABI ('numba').
 """
 
 from __future__ import annotations
@@ -105,7 +98,8 @@ ffi::Error Launch(CUstream stream, ffi::RemainingArgs args, ffi::RemainingRets r
       r = d.module_load_data(&mod, image.c_str());
       if (r != 0) return ffi::Error::Internal("cuModuleLoadData failed: " + describe(r));
       r = d.module_get_function(&fn, mod, name.c_str());
-      if (r != 0) return ffi::Error::Internal("cuModuleGetFunction(" + name + ") failed: " + describe(r));
+      if (r != 0)
+        return ffi::Error::Internal("cuModuleGetFunction(" + name + ") failed: " + describe(r));
       cache[key] = fn;
     }
   }
@@ -114,7 +108,11 @@ ffi::Error Launch(CUstream stream, ffi::RemainingArgs args, ffi::RemainingRets r
   std::vector<size_t> offsets;
   const bool numba_abi = abi == "numba";
   auto add_buffer = [&](void* data, ffi::Span<const int64_t> dims, size_t itemsize) {
-    if (!numba_abi) { offsets.push_back(slots.size()); slots.push_back((int64_t)(intptr_t)data); return; }
+    if (!numba_abi) {
+      offsets.push_back(slots.size());
+      slots.push_back((int64_t)(intptr_t)data);
+      return;
+    }
     int64_t n = 1;
     for (int64_t v : dims) n *= v;
     for (int64_t v : {int64_t(0), int64_t(0), n, int64_t(itemsize), (int64_t)(intptr_t)data}) {

@@ -1,20 +1,8 @@
 """Triton's interpreter on NumPy arrays, without torch: the CPU runner of Triton kernels.
 
-Design. With ``TRITON_INTERPRET=1`` set before ``triton`` is imported, ``@triton.jit``
-makes interpreted functions that execute each program instance with NumPy on the host;
-``triton.language``'s own helpers (``tl.zeros``...) are ``@triton.jit`` functions too, so
-the switch cannot be flipped in a process that has already imported ``triton``. A
-process that has not gets a worker: a child Python started with the switch on, fed
-requests over a pipe (pickled, length-prefixed), kept for the life of the parent. The
-kernel travels by name (module and qualified name), its arrays by value.
-
-The interpreter wants torch tensors only for a handful of methods (address, dtype name,
-strides, host copy); :class:`HostBuffer` answers them for a NumPy array in place, so the
-kernel reads and writes the array's own memory. Two gaps of triton 3.9's interpreter are
-filled where it runs (:func:`install_patches`): libdevice calls (``tl.extra.cuda.libdevice``
-has no interpreter implementation) get NumPy stand-ins, and bfloat16 arithmetic, which the
-interpreter does on the raw 16-bit patterns it stores (``tl.dot``, ``+``, ``tl.sum``...),
-is done in float32 and rounded back to bfloat16.
+Runs in a worker process started with ``TRITON_INTERPRET=1`` when this one has imported
+``triton`` already; :class:`HostBuffer` stands in for a torch tensor, and
+:func:`install_patches` supplies libdevice and bfloat16 arithmetic the interpreter lacks.
 """
 
 from __future__ import annotations

@@ -1,11 +1,7 @@
 """Triton IR for XLA: the ``triton`` front end plus Triton's first stage, checked for XLA.
 
-Design: the installed ``triton`` package turns a ``@triton.jit`` kernel into Triton IR for
-a CUDA target of a given compute capability (no GPU needed), and Triton's own first stage
-(the one ``triton.compile`` runs before any GPU-specific lowering) prepares it: helpers
-inlined, canonicalised, dead code removed. The result is cached per (kernel, pointer
-dtypes, constexprs, launch options, target, debug). What XLA's Triton custom call cannot
-take is rejected here by name (:class:`UnsupportedTritonFeature`), each rule measured.
+Cached per kernel, pointer dtypes, constexprs, launch options, target and debug; what
+XLA's Triton custom call cannot take raises :class:`UnsupportedTritonFeature`.
 """
 
 from __future__ import annotations

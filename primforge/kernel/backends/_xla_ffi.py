@@ -1,17 +1,7 @@
 """The XLA FFI C ABI, read from the header that ships with jaxlib.
 
-The typed XLA FFI hands a handler one pointer, an ``XLA_FFI_CallFrame*``. To serve it from
-Numba-compiled code without a line of C we need three things, all derived here from
-``jax.ffi.include_dir()/xla/ffi/api/c_api.h`` at runtime, never hard-coded:
-
-* the API version (``XLA_FFI_API_MAJOR``/``MINOR``) that the handler reports back to XLA;
-* the byte offsets of the struct fields the handler reads or writes, computed from the
-  header's declarations with the C layout rules of this platform's LP64 ABI (8-byte pointers
-  and ``size_t``, 4-byte enums and ``int``, natural alignment);
-* the ``XLA_FFI_DataType`` codes, mapped to NumPy dtypes.
-
-Pure Python over the header's text: nothing here imports Numba or llvmlite. The handler
-generator (:mod:`._ffi_handler`) reads every offset, code and version from here.
+The API version, struct field offsets (LP64 layout) and ``XLA_FFI_DataType`` codes, all
+derived at run time from ``jax.ffi.include_dir()/xla/ffi/api/c_api.h``.
 """
 
 from __future__ import annotations

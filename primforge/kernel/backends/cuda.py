@@ -1,37 +1,8 @@
 """CUDA source backend ('cuda_raw'): C++/CUDA compiled by nvcc, served on the typed XLA FFI.
 
-* Availability: on 'gpu' an ``nvcc`` is needed; on 'cpu' (the C++ twin) a host C++
-  compiler. Compilers are looked up at absolute locations only, never relative to the
-  current directory or ``sys.path``: ``$PRIMFORGE_NVCC`` (an absolute path), the absolute
-  entries of ``PATH``, ``$CUDA_HOME``/``$CUDA_PATH``, ``/usr/local/cuda`` and the NVIDIA
-  pip packages (``nvidia-cuda-nvcc``, extra ``primforge[cuda]``) found through their
-  installed metadata in site-packages (:mod:`._cuda_find`; the scans are cached, and so is
-  :func:`is_available`). Nothing is imported or run until a kernel asks.
-* Platforms: 'gpu' (:func:`load_cuda_inline`, :func:`load_cuda_file`) and 'cpu' (the C++
-  twin :func:`load_cpp_inline`, compiled by the host C++ compiler).
-* Source: handlers written against XLA's FFI headers
-  (``XLA_FFI_DEFINE_HANDLER_SYMBOL``), which take the CUDA stream from the call context
-  (``ffi::PlatformStream<cudaStream_t>``), so a launch never synchronises the host. Each
-  handler is registered (as an FFI target named after the module, the build key and the
-  handler) through a small generated wrapper, compiled into the same library, that puts
-  the module and handler names in front of any error the handler returns.
-* Disk cache (``primforge._cache``, sub-folder ``cuda``; :mod:`._cuda_build`): a library is
-  stored under a key
-  made of everything that decides its machine code (source, every local header it
-  includes, followed recursively, flags, include folders, GPU architecture, compiler path
-  and version, jax/jaxlib versions, platform); it is written atomically with its digest
-  and loaded only after the digest checks out, right before ``dlopen``. A planted,
-  truncated or corrupted library is rebuilt (one warning), never loaded. An untrusted
-  cache folder, ``PRIMFORGE_CACHE=0``, a full disk or a read-only folder make builds run
-  uncached: compiled in a private temporary folder and loaded from there.
-* In memory: a loaded library is kept for the life of the process (XLA may call it at
-  any time, so it is never unloaded); loading the same build again returns it without
-  recompiling or reloading.
-* Product: the generator returns a traceable function (typically a closure over
-  ``module.call(...)``); it is used as is. A compile error raises :class:`CompileError`
-  with the compiler's message and the offending source lines.
-* Testing without a GPU: the C++ twin runs the whole route on the CPU, nvcc compiles CUDA
-  sources here, and ``lowering_platforms=('cuda',)`` checks the GPU lowering.
+Platforms: 'gpu' (:func:`load_cuda_inline`, :func:`load_cuda_file`, needs ``nvcc``) and
+'cpu' (the C++ twin :func:`load_cpp_inline`, needs a host C++ compiler). The generator
+returns a traceable function, typically a closure over ``module.call(...)``.
 """
 
 from __future__ import annotations
@@ -334,7 +305,8 @@ def load_cuda_inline(
         >>> load_cuda_inline('__global__ void k() {}')
         Traceback (most recent call last):
         ...
-        ValueError: no handlers given and none found: define them with XLA_FFI_DEFINE_HANDLER_SYMBOL(Name, impl, binding) or pass handlers=[...]
+        ValueError: no handlers given and none found: define them with
+        XLA_FFI_DEFINE_HANDLER_SYMBOL(Name, impl, binding) or pass handlers=[...]
     """
     return _load(source, kind="cuda", name=name, handlers=handlers, flags=flags, arch=arch,
                  include_dirs=include_dirs, verbose=verbose, register=register)
@@ -384,7 +356,8 @@ def load_cpp_inline(
         ... #include "xla/ffi/api/ffi.h"
         ... namespace ffi = xla::ffi;
         ... static ffi::Error Impl(ffi::Buffer<ffi::F32> x, ffi::ResultBuffer<ffi::F32> y) {
-        ...   for (size_t i = 0; i < x.element_count(); ++i) y->typed_data()[i] = 2 * x.typed_data()[i];
+        ...   for (size_t i = 0; i < x.element_count(); ++i)
+        ...     y->typed_data()[i] = 2 * x.typed_data()[i];
         ...   return ffi::Error::Success();
         ... }
         ... XLA_FFI_DEFINE_HANDLER_SYMBOL(Double, Impl,

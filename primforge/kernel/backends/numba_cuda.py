@@ -1,25 +1,9 @@
 """Numba-CUDA backend: ``@cuda.jit`` kernels launched on XLA's CUDA stream.
 
-* Available when the ``numba-cuda`` package (extra ``primforge[numba-cuda]``) is installed;
-  the probe looks for it without importing it.
-* Platforms: 'gpu'; and 'cpu' only under Numba's CUDA simulator (``NUMBA_ENABLE_CUDASIM=1``),
-  where the kernel runs in Python through ``jax.pure_callback`` — slow, but it checks the
-  kernel's indexing and primforge's launch configuration on any machine.
-* Product: a ``@cuda.jit`` kernel ``kernel(*inputs, *outputs)`` that writes every element
-  of its outputs, or a :class:`NumbaCudaKernel` (from :func:`numba_cuda_kernel`) that adds
-  the grid, block and dynamic shared memory; or any other callable, taken as a traceable
-  JAX function of the inputs. Scalars are compile-time constants (close over them in the
-  generator). ``numba_cuda_kernel(kernel, outs, ...)`` given its outputs is such a
-  traceable callable by itself.
-* Route on the GPU: Numba compiles the kernel to PTX for the C-contiguous array types of the
-  call (at trace time: no GPU needed). A small host-only launcher, compiled once by the C++
-  compiler and registered as a typed XLA FFI target for CUDA, loads the PTX through the
-  driver API (``libcuda`` opened at run time, modules cached per context) and launches it
-  with ``cuLaunchKernel`` on the stream XLA gives the call: no host synchronisation and no
-  Python at run time. Arrays are passed in Numba's kernel ABI (meminfo, parent, nitems,
-  itemsize, data, shape, strides).
-* Testing without a GPU: the simulator route, plus PTX compilation and the CUDA lowering
-  (``lowering_platforms=('cuda',)``), which need only ``numba-cuda`` and NVRTC/NVVM.
+Needs ``numba-cuda`` (extra ``primforge[numba-cuda]``). Platforms: 'gpu', and 'cpu' under
+Numba's CUDA simulator (``NUMBA_ENABLE_CUDASIM=1``, through ``jax.pure_callback``). The
+product is a ``@cuda.jit`` kernel ``kernel(*inputs, *outputs)`` or a
+:class:`NumbaCudaKernel` from :func:`numba_cuda_kernel`.
 """
 
 from __future__ import annotations
@@ -393,14 +377,17 @@ def make_callable(
         ...               platform='gpu', name='k')
         Traceback (most recent call last):
         ...
-        TypeError: kernel 'k': the 'numba_cuda' kernel generator must return a @cuda.jit kernel, primforge.numba_cuda_kernel(...) or a traceable JAX callable of the inputs, got int
+        TypeError: kernel 'k': the 'numba_cuda' kernel generator must return a @cuda.jit
+        kernel, primforge.numba_cuda_kernel(...) or a traceable JAX callable of the inputs,
+        got int
     """
     _common.check_platform(NAME, PLATFORMS, platform, name)
     if not is_available(platform):
         raise _common.missing_package(NAME, "the numba-cuda package", EXTRA)
     _common.check_options(NAME, name, options)
     spec = product if isinstance(product, NumbaCudaKernel) else NumbaCudaKernel(product)
-    if not hasattr(spec.kernel, "py_func") and not callable(getattr(spec.kernel, "__getitem__", None)):
+    launchable = callable(getattr(spec.kernel, "__getitem__", None))
+    if not hasattr(spec.kernel, "py_func") and not launchable:
         raise TypeError(
             f"kernel {name!r}: the 'numba_cuda' kernel generator must return a @cuda.jit kernel, "
             f"primforge.numba_cuda_kernel(...) or a traceable JAX callable of the inputs, got "

@@ -1,17 +1,7 @@
 """Pallas backend: kernels written with ``jax.experimental.pallas`` on GPU, TPU and CPU.
 
-* Available wherever JAX is: Pallas ships with JAX, so the extra ``primforge[pallas]`` adds
-  nothing beyond ``jax`` (the probe looks for ``jax.experimental.pallas`` without
-  importing it, so a broken install only disables this backend).
-* Platforms: 'gpu' (Triton or Mosaic GPU, chosen by the ``compiler_params`` the kernel
-  passes), 'tpu' (Mosaic), and 'cpu' in interpret mode.
-* Product: the generator returns a function of the input arrays built on
-  ``pl.pallas_call``. It receives ``platform`` and should pass
-  ``interpret=(platform == 'cpu')``; on 'cpu' this module checks that every
-  ``pallas_call`` in the product is interpreted and says how to fix it if not.
-* Testing without hardware: the same kernel runs on CPU in interpret mode (a numerical
-  oracle), and ``jax.jit(f).trace(...).lower(lowering_platforms=('cuda',))`` lowers the
-  GPU path on a CPU-only machine when the kernel passes Triton compiler params.
+The generator returns a function built on ``pl.pallas_call`` and should pass
+``interpret=(platform == 'cpu')``; on 'cpu' every ``pallas_call`` must be interpreted.
 """
 
 from __future__ import annotations

@@ -1,27 +1,9 @@
 """Triton backend: a real ``@triton.jit`` kernel, compiled and launched by XLA:GPU.
 
-* Available when ``triton`` (extra ``primforge[triton]``) is installed and jaxlib bundles
-  the Triton dialect; both are probed lazily.
-* Platform: 'gpu' (CUDA).
-* Product: a :class:`TritonKernel` made by :func:`triton_kernel` (or a bare
-  ``@triton.jit`` function plus ``grid=`` left to default), with the grid (a tuple or a
-  function of the constexprs), ``num_warps``, ``num_stages`` and the kernel's
-  ``tl.constexpr`` values. The kernel's non-constexpr parameters are the input pointers then
-  the output pointers, in order; scalars are passed as constexprs.
-* Route (primforge's own launcher, no jax-triton needed): when the call is lowered, the
-  pip ``triton`` front end turns the kernel into Triton IR for the call's dtypes and the
-  compute capability of the GPU being compiled for (no GPU needed), and Triton's own first
-  stage prepares it exactly as ``triton.compile`` would (helpers inlined, canonicalised).
-  The IR is re-read with jaxlib's Triton dialect and emitted as XLA's Triton custom call
-  (``__gpu$xla.gpu.triton``), the route Pallas uses: XLA:GPU compiles it with its own
-  Triton and launches it on its stream. Outputs are fresh buffers: the kernel must write
-  every element. What XLA's pipeline cannot take raises :class:`UnsupportedTritonFeature`
-  at lowering; a jaxlib whose dialect cannot read the IR raises there too. Anything else
-  XLA:GPU rejects only shows when the function is compiled, which needs no GPU either:
-  ``primforge.testing.compile_for_gpu(f, *args, target='h100')``.
-* Debug mode (:func:`primforge.debug_mode`) keeps ``tl.device_assert`` checks.
-* Without a GPU: :func:`interpret` runs the same kernel on NumPy arrays with Triton's
-  interpreter (no torch needed) to check its numbers.
+Needs ``triton`` (extra ``primforge[triton]``); platform 'gpu'. The product is a
+:class:`TritonKernel` from :func:`triton_kernel` (or a bare ``@triton.jit`` function):
+its non-constexpr parameters are the input then the output pointers. :func:`interpret`
+runs the same kernel on NumPy arrays with Triton's interpreter.
 """
 
 from __future__ import annotations
@@ -300,7 +282,9 @@ def make_callable(
         ...               platform='gpu', name='k')
         Traceback (most recent call last):
         ...
-        TypeError: kernel 'k': the 'triton' kernel generator must return primforge.triton_kernel(fn, grid=...), a @triton.jit function or a traceable JAX callable of the inputs, got str
+        TypeError: kernel 'k': the 'triton' kernel generator must return
+        primforge.triton_kernel(fn, grid=...), a @triton.jit function or a traceable JAX
+        callable of the inputs, got str
     """
     _common.check_platform(NAME, PLATFORMS, platform, name)
     if not is_available(platform):
@@ -373,7 +357,8 @@ def interpret(
         ...           outs=jax.ShapeDtypeStruct((4,), np.float32))  # doctest: +ELLIPSIS
         Traceback (most recent call last):
         ...
-        ValueError: the Triton kernel add_one ... takes 2 pointer(s) ['x_ptr', 'o_ptr'], but the call has 3 inputs + outputs...
+        ValueError: the Triton kernel add_one ... takes 2 pointer(s) ['x_ptr', 'o_ptr'],
+        but the call has 3 inputs + outputs...
     """
     from primforge.kernel.backends import _triton_interpret as runner
 

@@ -1,16 +1,7 @@
 """Warp backend: ``@wp.kernel`` functions launched through Warp's own JAX interop.
 
-* Available when ``warp`` (package ``warp-lang``, extra ``primforge[warp]``) is installed;
-  the probe finds it without importing it (it is imported when a kernel is built).
-* Platforms: 'gpu' and 'cpu' (Warp compiles kernels for the host too).
-* Product: a ``wp.Kernel`` whose parameters are the inputs followed by the outputs, or a
-  :class:`WarpKernel` (made by :func:`warp_kernel`) that adds launch dimensions, block size
-  and static scalar arguments. It becomes a call of ``wp.jax_kernel(...)``, which Warp
-  lowers to a typed XLA FFI call on the device JAX runs on (XLA's stream on the GPU).
-* Batching: the FFI call is told to loop over a batch (``vmap_method='sequential'``) unless
-  the :class:`WarpKernel` asks otherwise, because a Warp kernel has a fixed array rank.
-* Testing without hardware: the same kernel runs on device "cpu", and its CUDA lowering is
-  checked with ``lowering_platforms=('cuda',)``.
+Needs ``warp-lang`` (extra ``primforge[warp]``); platforms 'gpu' and 'cpu'. The product is
+a ``wp.Kernel`` (inputs then outputs) or a :class:`WarpKernel` from :func:`warp_kernel`.
 """
 
 from __future__ import annotations
@@ -167,7 +158,8 @@ def make_callable(
         ...               platform='cpu', name='k')
         Traceback (most recent call last):
         ...
-        TypeError: kernel 'k': the 'warp' kernel generator must return a @wp.kernel, primforge.warp_kernel(...) or a traceable JAX callable of the inputs, got int
+        TypeError: kernel 'k': the 'warp' kernel generator must return a @wp.kernel,
+        primforge.warp_kernel(...) or a traceable JAX callable of the inputs, got int
     """
     _common.check_platform(NAME, PLATFORMS, platform, name)
     if not is_available(platform):

@@ -1,31 +1,8 @@
 """The four CSR product kernels and their transformation rules.
 
-Design:
-    * Four :class:`~primforge.XLACustomKernel` objects: ``csrmv`` / ``csrmm`` (float input)
-      and ``binary_csrmv`` / ``binary_csrmm`` (binary events: an entry counts when it is
-      non-zero, its value is ignored). Each takes ``(data, indices, indptr, x)`` and the
-      static params ``shape`` (of ``W``) and ``transpose`` (compute ``W.T @ x``). One shared
-      weight (``data.shape == (1,)``) or one weight per synapse is read from ``data``'s shape.
-    * Backends: ``jax`` (reference, every platform; the GPU/TPU default), ``numba`` (CPU
-      default, event-driven, see :mod:`primforge.ops.csr.numba`), and two opt-in GPU
-      backends, each with a CPU twin that runs the same kernel bodies here: ``pallas``
-      (Triton; interpreted on CPU, :mod:`primforge.ops.csr.pallas`) and ``cuda_raw`` (CUDA
-      C++; the C++ twin on CPU, :mod:`primforge.ops.csr.cuda`). The GPU kernels have not
-      run on a GPU yet, hence not defaults.
-    * Autodiff: the product is bilinear in ``data`` and ``x``. The JVP is two kernel calls;
-      the transpose w.r.t. ``x`` is the float kernel with ``transpose`` flipped; w.r.t. a
-      shared weight it is one more kernel call with unit weight (event-driven again), and
-      w.r.t. per-synapse weights a gather over the stored entries. For binary kernels the
-      derivative w.r.t. float-valued events is that of ``W @ x`` (exact on 0/1 inputs, a
-      straight-through estimator elsewhere); bool events have no tangent.
-    * Batching: ``vmap`` over ``x`` alone turns a matvec into one matmat call (the batch
-      becomes the columns) and a matmat into a wider matmat; any other batching (e.g. of
-      the weights) maps the kernel over the batch with ``lax.map``. The rules and the
-      kernel wiring are shared with the other families (:mod:`primforge.ops._scaffold`).
-    * Benchmarking: each kernel's call function is its public product (``csrmv`` ...), and
-      its benchmark data is four small deterministic cases (``n`` = 200 and 1000, ``p`` =
-      0.05, 5% active inputs, both directions, one shared weight), so ``primforge bench`` /
-      ``check`` / ``autotune`` can compare the numba backend with the jax reference quickly.
+``csrmv`` / ``csrmm`` (float input) and ``binary_csrmv`` / ``binary_csrmm`` take
+``(data, indices, indptr, x)`` and the static params ``shape`` and ``transpose``; a
+``(1,)`` ``data`` is one shared weight.
 """
 
 from __future__ import annotations

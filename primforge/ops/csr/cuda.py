@@ -1,41 +1,7 @@
 """CUDA-source ('cuda_raw') kernels for the four CSR products, and their C++ twin for the CPU.
 
-Design:
-    * One header, ``csrc/csr_body.h``, holds the work of one GPU thread as plain functions
-      of ``(row, lane, lanes per column group, ...)``, templated on the value type (float,
-      double), the index type (int32, int64) and binary/float events. ``PF_HD`` makes them
-      ``__host__ __device__`` under nvcc, ``PF_ATOMIC_ADD`` is ``atomicAdd`` there and a plain
-      ``+=`` on the host. ``csrc/csr_cuda.cu`` runs them in CUDA kernels, ``csrc/csr_cpu.cc``
-      runs the very same functions sequentially over ``(row, lane)``, so the device logic is
-      exercised on machines without a GPU.
-    * Work layout: a warp (32 lanes) owns one row of ``W`` at a time (grid-stride over rows,
-      bounded grid). Its lanes form column groups of ``L = min(32, next_pow2(k))`` lanes
-      over ``L`` consecutive columns of ``x`` (coalesced), and the ``32 / L`` groups stride
-      over the row's stored entries. A vector is ``k = 1``: every lane walks the row, which
-      is the classic warp-per-row kernel, so matvec and matmat share one code path (and
-      half the template instances) instead of two near-copies.
-    * ``W @ x`` gathers: lane partials, summed over the lanes of a column with
-      ``__shfl_down_sync`` (host: a loop). ``W.T @ x`` is event-driven: the warp votes
-      (``__any_sync``) whether any ``x[i, :]`` is non-zero and skips the row otherwise; active
-      rows scatter ``w * x[i, c]`` (``w`` for binary events) into ``out[indices[e], c]`` with
-      atomics, after ``out`` was zeroed with ``cudaMemsetAsync`` on XLA's stream.
-    * Malformed structure never causes an out-of-bounds access: each row clamps its range to
-      ``[0, nnz]``, lane 0 flags a decreasing ``indptr`` step, one thread checks ``indptr[0]
-      == 0`` and ``indptr[m] == nnz``, every visited column index is range-checked. A raised
-      flag (a second, int32 FFI output, zeroed first) makes a final small kernel fill the
-      whole output with NaN, still on the stream: no extra XLA op and no host sync.
-    * One FFI handler per platform (``PfCsrGpu`` / ``PfCsrCpu``) binds ``ffi::AnyBuffer``
-      arguments and dispatches on the run-time dtypes; ``homo``, ``transpose`` and ``binary``
-      are FFI attributes. Here, at trace time, unsupported value dtypes raise a clear error;
-      binary events that are not bool become ``x != 0``; float input is cast to the weights'
-      dtype only when it differs; matching int32/int64 ``indices``/``indptr`` pass through
-      untouched (other or mixed integer dtypes are cast to a common int32/int64).
-    * Each platform's library is compiled once per process (nvcc for 'gpu', the host C++
-      compiler for 'cpu') and cached on disk by the backend, whose key covers the local
-      headers the source includes, so editing ``csr_body.h`` rebuilds the library. On a
-      machine without a GPU the CUDA library still compiles and its targets register, so
-      the GPU lowering can be inspected (``lowering_platforms=('cuda',)``); should
-      registration fail there, the module is used unregistered, which lowering does not need.
+The kernel bodies are in ``csrc/csr_body.h``, shared by the CUDA kernels and the C++ twin;
+this module compiles the libraries and wires them as the kernels' ``cuda_raw`` backend.
 """
 
 from __future__ import annotations

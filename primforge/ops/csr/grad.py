@@ -1,21 +1,7 @@
 """The gradient of a CSR product w.r.t. its per-synapse weights, as one kernel.
 
-Design:
-    * ``d<ct, W x>/d w_k = ct[row_k] . ev[col_k]`` (``ev[row_k] . ct[col_k]`` for
-      ``W.T @ x``), ``ev`` being ``x`` or, for binary products, ``x != 0``.
-    * ``jax`` backend: gathers in jax.numpy, then the structure check and the NaN fill (the
-      reference; on GPU and TPU the default). ``numba`` backend (CPU default): one pass over
-      the stored entries with the column check folded in
-      (:func:`primforge.ops.csr.numba.weight_grad_kernel`), so validating costs no extra
-      pass over ``indices``; for ``W @ x`` that pass is branch-free (a clamped gather from
-      a float copy of the events and one multiply per entry). ``numba_parallel`` (opt-in,
-      chosen when the product's backend is): the rows of that pass over Numba's threads.
-    * A malformed structure gives NaN everywhere on both backends, never an out-of-bounds
-      read. For ``W.T @ x`` with a vector ``x`` the numba kernel, event-driven like the
-      product, zero-fills the rows of silent sources without reading them, so (as in the
-      product) a bad column there goes unnoticed; the jax reference checks every entry.
-    * Derivatives of this kernel (second-order gradients of the product) come from the jax
-      reference's JVP: the kernel runs for the primal value only.
+``d<ct, W x>/d w_k = ct[row_k] . ev[col_k]`` (``ev[row_k] . ct[col_k]`` for ``W.T @ x``),
+``ev`` being ``x`` or ``x != 0``; a malformed structure gives NaN everywhere.
 """
 
 from __future__ import annotations

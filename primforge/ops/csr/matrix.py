@@ -1,17 +1,7 @@
 """CSR and CSC sparse matrices as JAX pytrees, with ``@`` dispatching to the CSR kernels.
 
-Design:
-    * :class:`CSR` is a frozen :func:`primforge.utils.dataclass`: ``data``, ``indices`` and
-      ``indptr`` are pytree children (so ``jit``, ``grad`` w.r.t. the weights and ``vmap``
-      see through it) and ``shape`` is static.
-    * :class:`CSC` holds the same three arrays read as the CSR of its transpose, so
-      ``W.T`` is free (no data is moved) and ``W.T @ x`` runs the event-driven kernel.
-    * ``@`` picks the kernel from the operand: bool or integer operands are binary events
-      (``binary_csrmv``/``binary_csrmm``), floating operands use the float kernels; a
-      vector gives a matvec and a matrix a matmat.
-    * Construction checks shapes always and structure (indices in range, ``indptr``
-      consistent) whenever the arrays are concrete; :meth:`CSR.check` adds the same check
-      at run time under ``jit``.
+:class:`CSC` holds the CSR of its transpose, so ``W.T`` moves no data; bool or integer
+operands are binary events.
 """
 
 from __future__ import annotations

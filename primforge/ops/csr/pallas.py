@@ -1,30 +1,7 @@
 """Pallas (Triton) kernels for the CSR products, on the GPU and, interpreted, on the CPU.
 
-Design:
-    * One ``pl.pallas_call`` per variant; every array is passed whole (no BlockSpecs) and the
-      kernel does its own masked loads, so a row of any length is walked in chunks of
-      ``BLOCK_NNZ`` stored entries inside a ``fori_loop`` whose trip count comes from
-      ``indptr``. Matrices are flattened to 1-D so a gather or scatter over ``(entry,
-      column)`` pairs is a single array of offsets.
-    * ``W @ x`` (gather): one program per row (times one per block of ``BLOCK_COLS``
-      columns for a matmat). It accumulates in registers and writes its own output
-      elements: no atomics, deterministic.
-    * ``W.T @ x`` (scatter, event-driven): one program per row of ``W`` (a source); a row
-      whose input is zero runs its loop zero times, so the work is proportional to the active
-      rows. Contributions are added with ``atomic_add`` into an output that starts as an
-      aliased zero buffer (interpreted on the CPU: an exact scatter-add, see
-      :func:`scatter_add`). Float sums in this direction are therefore order-dependent
-      (like every atomics-based GPU scatter).
-    * Validation without out-of-bounds access: each program clamps its row range to
-      ``[0, nnz]``, masks every load, and counts column indices outside ``[0, cols)`` in a
-      per-program flag output; the wrapper turns a bad count, or an ``indptr`` that does not
-      run non-decreasingly from 0 to nnz, into an all-NaN result (as the other backends do).
-    * Events: bool inputs are widened to int8 before the call (Triton has no 1-bit memory
-      type); any other dtype is read as is and compared with zero. Weights must be float32
-      or float64 (Triton's atomic add); degenerate sizes (no rows, columns, entries or input
-      columns) are delegated to the pure-JAX kernel.
-    * Platforms: 'gpu' (Triton compiler params) and 'cpu' (interpret mode: the same kernel
-      body, checked against NumPy on any machine).
+``W @ x`` is one program per row (a gather); ``W.T @ x`` is one program per source row
+that scatters with ``atomic_add`` and skips rows whose input is zero.
 """
 
 from __future__ import annotations

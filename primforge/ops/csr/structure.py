@@ -1,15 +1,7 @@
 """Shared pieces of the CSR operators: argument checks, row ids, structural validation.
 
-Design:
-    * A CSR matrix of shape ``(m, n)`` is three arrays: ``data`` (``(nnz,)`` weights, or
-      ``(1,)`` for one weight shared by every synapse: *homogeneous*), ``indices``
-      (``(nnz,)`` column of each stored entry) and ``indptr`` (``(m + 1,)`` row offsets).
-    * Shape checks happen at trace time from shapes and dtypes alone. Structural checks
-      (indices in range, ``indptr`` non-decreasing from 0 to nnz) need values: they raise
-      when the arrays are concrete, run as an opt-in runtime check under ``jit``, and every
-      kernel also poisons its output with NaN when it meets a bad entry, so a malformed
-      matrix never yields a plausible-looking wrong answer (and never touches memory out
-      of bounds).
+Shape checks run at trace time; structural checks raise when the arrays are concrete and
+run as an opt-in runtime check under ``jit``.
 """
 
 from __future__ import annotations
@@ -63,7 +55,8 @@ def check_csr_args(who: str, data, indices, indptr, shape: Sequence[int]) -> boo
             raise TypeError(f"{who}: '{name}' must be an integer array, got {jnp.result_type(arr)}")
     nnz = jnp.shape(indices)[0]
     if not jnp.issubdtype(jnp.result_type(data), jnp.floating):
-        raise TypeError(f"{who}: 'data' (the weights) must be floating point, got {jnp.result_type(data)}")
+        raise TypeError(
+            f"{who}: 'data' (the weights) must be floating point, got {jnp.result_type(data)}")
     dshape = tuple(jnp.shape(data))
     if dshape == (1,):
         return is_homogeneous(data, indices)
@@ -187,7 +180,8 @@ def validate_concrete(indices, indptr, shape: tuple[int, int], who: str = "CSR")
         >>> validate_concrete(np.array([0, 5]), np.array([0, 1, 2]), (2, 3))
         Traceback (most recent call last):
         ...
-        primforge.ops.csr.structure.CSRStructureError: CSR: indices must lie in [0, 3) for 3 columns, but indices[1] = 5 (1 entry out of range)
+        primforge.ops.csr.structure.CSRStructureError: CSR: indices must lie in [0, 3)
+        for 3 columns, but indices[1] = 5 (1 entry out of range)
     """
     if not (_is_concrete(indices) and _is_concrete(indptr)):
         return

@@ -1,24 +1,7 @@
 """Dense-matrix event products: ``W @ x`` and ``x @ W`` that skip inactive inputs.
 
-Design:
-    * Four :class:`~primforge.XLACustomKernel` objects take a dense ``(m, n)`` weight matrix
-      ``W`` and an input ``x``: ``densemv`` / ``densemm`` (float input; zeros are skipped)
-      and ``binary_densemv`` / ``binary_densemm`` (binary events: an entry counts when it
-      is non-zero). ``transpose=False`` computes ``W @ x``; ``transpose=True`` computes
-      ``W.T @ x``, the same as ``x @ W``, where rows of ``W`` are event sources.
-    * Backends: ``jax`` (reference: a ``jnp`` matmul, every platform, the GPU/TPU default)
-      and ``numba`` (CPU default): ``x @ W`` adds only the rows of active events (unit-stride,
-      vectorised); ``W @ x`` reads only the columns of active events. Work is proportional
-      to the number of active events times the other dimension. ``pallas`` (opt-in; Triton
-      on the GPU, interpreted on the CPU; :mod:`primforge.ops.dense_event.pallas`): both
-      directions as gathers that read weights only where the input is active.
-    * Autodiff: bilinear in ``W`` and ``x``. The JVP is two kernel calls; the cotangent of
-      ``x`` is the float kernel with ``transpose`` flipped; of ``W``, an outer product (a
-      dense matmul for matrix inputs). For binary kernels the derivative with respect to
-      float-valued events is that of ``W @ x`` (straight-through); bool events have none.
-    * Batching: ``vmap`` over ``x`` alone is one matrix call (the batch becomes columns);
-      other batching (e.g. of ``W``) maps the kernel with ``lax.map``. These rules, the
-      kernel wiring and the benchmark hooks are shared through :mod:`primforge.ops._scaffold`.
+``densemv`` / ``densemm`` (float input) and ``binary_densemv`` / ``binary_densemm`` take a
+dense ``(m, n)`` ``W`` and ``x``; ``transpose=True`` computes ``W.T @ x`` (``x @ W``).
 """
 
 from __future__ import annotations

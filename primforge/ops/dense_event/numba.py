@@ -1,19 +1,7 @@
 """Numba CPU kernels for dense-matrix event products (imported lazily).
 
-Convention ``kernel(weights, x, out)``; ``weights`` is the dense ``(m, n)`` matrix ``W``.
-
-* ``W.T @ x`` (``transpose=True``, i.e. ``x @ W``): for every row ``i`` with ``x[i] != 0``
-  add the contiguous row ``W[i, :]`` (scaled by ``x[i]`` for float events) into ``out``;
-  inactive rows are never read. The inner loop is a unit-stride add that vectorises.
-* ``W @ x``: first list the active entries of ``x`` (one pass over ``x``), then every row
-  sums ``W[i, j]`` over the active ``j`` only: inactive columns of ``W`` are never read.
-  When more than 1/16 of ``x`` is active, a unit-stride dot over every column (accumulated
-  in the weights' dtype, vectorised) is faster than the strided gather, and is used instead.
-* Matrix inputs (one event vector per column, e.g. a ``vmap`` batch): ``W.T @ X`` adds,
-  for every active ``X[i, c]``, the contiguous row ``W[i, :]`` into a contiguous
-  accumulator of column ``c`` (transposed into ``out`` once at the end); ``W @ X`` picks,
-  per column of ``X``, the gather over its active entries or (over 1/16 active) a
-  unit-stride dot, reading each row of ``W`` once for all columns.
+Convention ``kernel(weights, x, out)``; ``W.T @ x`` adds only the rows of active events,
+``W @ x`` reads only the columns of active events (or, over 1/16 active, every column).
 """
 
 from __future__ import annotations
@@ -62,7 +50,7 @@ def mv_kernel(binary: bool, transpose: bool):
                 na += 1
         if na * 16 > n:
             # Dense enough (over 1/16 active) that a unit-stride, vectorised dot over every
-            # column beats gathering the active ones (measured at n = 8000).
+            # column costs less than gathering the active ones.
             v = np.empty(n, out.dtype)
             for j in range(n):
                 v[j] = (1.0 if x[j] != 0 else 0.0) if BINARY else x[j]

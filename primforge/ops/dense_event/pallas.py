@@ -1,23 +1,7 @@
 """Pallas (Triton) kernels for the dense event products, on the GPU and, interpreted, on the CPU.
 
-Design:
-    * ``W`` is a dense ``(m, n)`` matrix, passed whole and flattened, as is the input (a
-      vector is one column); every program does its own masked loads, so no size has to
-      be a multiple of a block. Both directions are gathers: each program owns a block of
-      outputs and writes them itself (no atomics, deterministic).
-    * ``W @ x``: one program per row of ``W`` (times one per block of ``BLOCK_COLS`` input
-      columns). It walks the row in chunks of ``BLOCK_N`` entries; the input chunk is read
-      first and the weights are read only where the input is non-zero (masked loads: an
-      inactive entry costs no memory traffic for ``W``).
-    * ``W.T @ x`` (= ``x @ W``, the event-driven direction): one program per block of
-      ``BLOCK_N`` neighbouring columns of ``W`` (outputs). For a vector it walks the rows
-      in chunks of ``BLOCK_M``, loading a ``(BLOCK_M, BLOCK_N)`` tile of ``W`` only on the
-      rows whose event is active, so the weight traffic is proportional to the active rows;
-      for a matrix it walks the rows one by one and reads a row of ``W`` only when some
-      input column of that row is active.
-    * Bool events are widened to int8 (Triton has no 1-bit memory type); any other dtype is
-      read as is and compared with zero. Weights must be float32 or float64; degenerate
-      sizes (no rows, columns or input columns) use the pure-JAX kernel.
+Both directions are gathers (each program writes its own outputs) that read weights only
+where the input is non-zero.
 """
 
 from __future__ import annotations

@@ -1,18 +1,8 @@
 """The four fixed-number product kernels and their public calls.
 
-Design:
-    * The stored ``(m, n)`` matrix ``A`` is an ``(m, k)`` integer array ``indices`` plus
-      weights, one shared (``(1,)``) or one per entry (``(m, k)``): ``A[i, indices[i, j]] +=
-      weights[i, j]``. Each kernel takes ``(weights, indices, x)`` and the static params
-      ``shape`` (of ``A``) and ``transpose``: ``A @ x`` gathers ``k`` inputs per row,
-      ``A.T @ x`` scatters the ``k`` entries of each row whose input is non-zero.
-    * Every backend masks an index outside ``[0, n)`` (the entry is skipped; no memory
-      outside the arrays is touched); :class:`~primforge.ops.FixedNum` validates once, at
-      construction. Backends: ``jax`` (reference, every platform), ``numba`` (CPU default,
-      :mod:`primforge.ops.fixed_num.numba`), ``pallas`` (opt-in,
-      :mod:`primforge.ops.fixed_num.pallas`).
-    * Rules, kernel wiring and benchmark hooks come from :mod:`primforge.ops._scaffold`
-      (bilinear in weights and input); only the weights' cotangent is specific here.
+Each kernel takes ``(weights, indices, x)`` and the static params ``shape`` and
+``transpose``: ``A @ x`` gathers ``k`` inputs per row, ``A.T @ x`` scatters the entries of
+each row whose input is non-zero.
 """
 
 from __future__ import annotations
@@ -119,7 +109,8 @@ def check_structure_args(who, weights, indices, shape):
     if len(ishape) != 2:
         raise ValueError(f"{who}: 'indices' must be 2-D (rows, k), got shape {ishape}")
     if not jnp.issubdtype(jnp.result_type(indices), jnp.integer):
-        raise TypeError(f"{who}: 'indices' must be an integer array, got {jnp.result_type(indices)}")
+        raise TypeError(
+            f"{who}: 'indices' must be an integer array, got {jnp.result_type(indices)}")
     if ishape[0] != m:
         raise ValueError(
             f"{who}: 'indices' must have {m} rows (shape ({m}, k)) for the stored shape "

@@ -1,17 +1,7 @@
 """The gradient of a fixed-number product w.r.t. its per-entry weights, as one kernel.
 
-Design:
-    * ``d<ct, A x>/d w[i, j] = ct[i] . ev[t]`` (``ev[i] . ct[t]`` for ``A.T @ x``) with
-      ``t = indices[i, j]``, ``ev`` being ``x`` or, for binary products, ``x != 0``; a
-      masked slot (``t`` outside ``[0, n)``) has gradient 0, as it adds nothing.
-    * ``jax`` backend: gathers in jax.numpy (the reference; the GPU/TPU default).
-      ``numba`` backend (CPU default, :func:`primforge.ops.fixed_num.numba.weight_grad_kernel`):
-      one pass writing the ``(m, k)`` result; for ``A.T @ x`` the rows of silent sources are
-      zero-filled without reading their indices (event-driven, like the product).
-      ``numba_parallel`` (opt-in; used when the product's backend is ``numba_parallel``):
-      the same kernel with its rows over Numba's threads, for vector inputs.
-    * Derivatives of this kernel (second-order gradients of the product) come from the jax
-      reference's JVP: the kernel runs for the primal value only.
+``d<ct, A x>/d w[i, j] = ct[i] . ev[t]`` (``ev[i] . ct[t]`` for ``A.T @ x``) with
+``t = indices[i, j]``; a masked slot has gradient 0.
 """
 
 from __future__ import annotations

@@ -1,33 +1,8 @@
 """Fixed-number connectivity: every neuron on one side has exactly ``k`` partners.
 
-Design:
-    * Storage is an ``(m, k)`` integer array ``indices`` plus weights, either one shared
-      weight (shape ``(1,)``, a scalar is accepted) or one per entry (shape ``(m, k)``).
-      Row ``i`` describes the ``k`` partners of neuron ``i``: the stored matrix ``A`` of
-      shape ``(m, n)`` has ``A[i, indices[i, j]] += weights[i, j]`` (repeated partners add).
-    * Four :class:`~primforge.XLACustomKernel` objects compute ``A @ x`` (gather ``k``
-      inputs per row) or, with ``transpose=True``, ``A.T @ x`` (scatter the ``k`` entries of
-      each row whose input is non-zero: event-driven), for float (``fixed_num_mv``,
-      ``fixed_num_mm``) and binary (``binary_fixed_num_mv``, ``binary_fixed_num_mm``) inputs.
-    * :class:`FixedNum` is the user-facing pytree for a ``(n_pre, n_post)`` matrix ``W``:
-      ``per='pre'`` stores ``A = W`` (each presynaptic neuron has ``k`` targets, so
-      ``spikes @ W`` is the event-driven direction) and ``per='post'`` stores ``A = W.T``
-      (each postsynaptic neuron has ``k`` sources, so ``spikes @ W`` gathers ``k`` inputs per
-      target). ``@`` on either side maps onto the two kernel directions.
-    * Validation happens once, when the structure is built from concrete arrays
-      (:meth:`FixedNum.from_indices`, :func:`fixed_num`): indices outside ``[0, n)`` raise
-      :class:`FixedNumStructureError`. In the hot path every backend *masks* an index
-      outside ``[0, n)``: the entry is skipped and no memory outside the arrays is touched;
-      there is no extra validation pass over the stored entries.
-    * The kernels and their public calls live in :mod:`primforge.ops.fixed_num.api`
-      (re-exported here). Backends: ``jax`` (reference, every platform; GPU/TPU default),
-      ``numba`` (CPU default, :mod:`primforge.ops.fixed_num.numba`) and ``pallas`` (opt-in;
-      Triton on the GPU, interpreted on the CPU, :mod:`primforge.ops.fixed_num.pallas`).
-    * Autodiff, batching and benchmarking follow the CSR kernels (shared through
-      :mod:`primforge.ops._scaffold`): bilinear in weights and input (JVP is two calls;
-      transposes are the flipped float kernel, one unit-weight call for a shared weight, a
-      gather for per-entry weights); ``vmap`` over the input alone is one matrix call,
-      other batching is a ``lax.map``.
+:class:`FixedNum` is the pytree for a ``(n_pre, n_post)`` matrix stored as ``(m, k)``
+indices and weights (``per='pre'`` stores ``W``, ``per='post'`` stores ``W.T``); ``@``
+maps onto the kernels of :mod:`primforge.ops.fixed_num.api`.
 """
 
 from __future__ import annotations
@@ -205,7 +180,8 @@ class FixedNum:
             >>> FixedNum.from_indices([[0, 5]], 1.0, shape=(1, 3))
             Traceback (most recent call last):
             ...
-            primforge.ops.fixed_num.matrix.FixedNumStructureError: FixedNum: indices must lie in [0, 3), but indices[0, 1] = 5 (1 entry out of range)
+            primforge.ops.fixed_num.matrix.FixedNumStructureError: FixedNum: indices must lie
+            in [0, 3), but indices[0, 1] = 5 (1 entry out of range)
         """
         ind = np.asarray(indices)
         if ind.ndim == 2 and ind.size and not np.issubdtype(ind.dtype, np.integer):
@@ -234,7 +210,8 @@ class FixedNum:
             >>> W.with_data(jnp.array([[1., 2.], [3., 4.]])).todense().tolist()
             [[0.0, 1.0, 2.0], [3.0, 0.0, 4.0]]
         """
-        return FixedNum(_scaffold.float_weights(weights), self.indices, shape=self.shape, per=self.per)
+        return FixedNum(_scaffold.float_weights(weights), self.indices, shape=self.shape,
+                        per=self.per)
 
     @property
     def T(self) -> FixedNum:
@@ -270,7 +247,8 @@ class FixedNum:
         x = jnp.asarray(as_events(x))
         binary = not jnp.issubdtype(x.dtype, jnp.inexact)
         if x.ndim not in (1, 2):
-            raise ValueError(f"FixedNum @ operand must be a vector or a matrix, got shape {x.shape}")
+            raise ValueError(
+                f"FixedNum @ operand must be a vector or a matrix, got shape {x.shape}")
         fn = {(False, 1): fixed_num_mv, (True, 1): binary_fixed_num_mv,
               (False, 2): fixed_num_mm, (True, 2): binary_fixed_num_mm}[(binary, x.ndim)]
         # W = A (per='pre') or A.T (per='post'); W @ x uses A.T exactly when per='post'.

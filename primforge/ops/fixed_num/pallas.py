@@ -1,20 +1,7 @@
 """Pallas (Triton) kernels for the fixed-number products, on the GPU and, interpreted, on CPU.
 
-Design:
-    * Rows of the stored ``(m, n)`` matrix all hold ``k`` entries, so the grid is
-      ``(m, column blocks)``: program ``(i, b)`` handles row ``i`` for up to ``BLOCK_COLS``
-      neighbouring columns of the input (a vector is one column). Arrays are passed whole
-      and flattened; the ``k`` entries of a row are walked in chunks of ``BLOCK_K`` with
-      masked loads.
-    * ``A @ x`` (gather): accumulate in registers, write the program's own outputs (no
-      atomics, deterministic). ``A.T @ x`` (scatter, event-driven): a row with no active
-      input column runs its loop zero times; contributions go through ``atomic_add`` into an
-      aliased zero buffer (an exact scatter-add when interpreted, see
-      :func:`primforge.ops._pallas_common.scatter_add`).
-    * Out-of-range column indices are masked exactly as in the other backends: the entry
-      is skipped and no load or store touches memory outside the arrays.
-    * Bool events are widened to int8 (Triton has no 1-bit memory type). Weights must be
-      float32 or float64 (atomic add); degenerate sizes use the pure-JAX kernel.
+The grid is ``(m, column blocks)``; ``A @ x`` gathers, ``A.T @ x`` scatters with
+``atomic_add``; out-of-range indices are masked.
 """
 
 from __future__ import annotations

@@ -1,51 +1,9 @@
-"""Just-in-time (procedural) connectivity: products with a random matrix that is never stored.
+"""Just-in-time connectivity: products with a random matrix that is never stored.
 
-Design:
-    * ``W`` (shape ``(m, n)``; rows are the sources, i.e. presynaptic neurons) holds each entry
-      independently with probability ``prob``. Row ``i`` is regenerated from ``seed`` inside
-      the kernel whenever it is needed, with a counter-based generator that every backend
-      computes with the same integer operations, so the connectivity is bit-for-bit the same
-      on every backend, in both directions (``W @ x`` and ``W.T @ x`` use the same rows) and
-      for every weight kind. Memory: the output plus a table of about ``22 / prob`` uint32
-      thresholds (depends on ``prob`` only, never on the matrix size or nnz).
-    * The generator (all arithmetic on uint32, wrapping): ``mix`` is a 32-bit integer
-      finaliser (xor-shift, multiply, xor-shift, multiply, xor-shift). Row ``i`` is its own
-      Weyl sequence: ``h = mix(i ^ ROW_SALT)``, start ``a_i = mix(h + mix(seed ^
-      SEED_SALT))``, odd increment ``g_i = mix(h ^ mix(seed ^ GAMMA_SALT)) | 1`` (xor
-      ``FLIP`` when it has fewer than ``FEW_FLIPS`` changes between adjacent bits); its
-      ``c``-th draw is ``d(i, c) = mix(a_i + c * g_i)``. ``mix`` is a bijection, so two rows
-      share two consecutive draws only if their increments are equal (probability 2**-31
-      per pair): no row is a shifted window of another, as rows of one shared Weyl
-      sequence would be. Synapse ``s`` of a row uses draws ``3s`` (its gap), ``3s + 1``
-      and ``3s + 2`` (its weight). The gap is a geometric variate found without floating
-      point: ``g = #{k >= 1 : d < T_k}`` with ``T_k = floor((1 - prob)^k * 2**32)`` (the
-      threshold table, computed exactly once on the host), so ``P(g >= k) = (1 - prob)^k``
-      up to 2**-32; the next column is ``previous + 1 + g``, and the row ends at the first
-      column ``>= n``: every entry is present independently with probability ``prob`` and
-      the work is O(nnz). A row's draws repeat only after 2**32 of them (rows longer than
-      about 1.4e9 entries).
-      ``unit(d) = (2 * (d >> 9) + 1) * 2**-24`` (exact in float32, in ``(0, 1)``) gives the
-      weights: ``'homo'`` one shared weight; ``'uniform'`` ``low + (high - low) * unit(d1)``;
-      ``'normal'`` ``mean + std * sqrt(-2 log unit(d1)) * cos(2 pi unit(d2))``. Weights are
-      floating-point functions of exact integers: equal across backends up to rounding.
-      Its functions live in :mod:`primforge.ops.jitconn.generator` (importable from here).
-    * Four :class:`~primforge.XLACustomKernel` objects (float or binary input, vector or
-      matrix), each taking ``(theta, seed, table, x)``: ``theta`` the weight parameters
-      (``(w,)``, ``(low, high)`` or ``(mean, std)``), ``seed`` a ``(1,)`` uint32 array,
-      ``table`` the thresholds; static params ``shape``, ``prob``, ``transpose`` and
-      ``weight_kind``. Backends: ``jax`` (reference: all rows advance together one synapse
-      per step of a ``while_loop``, the gap found by a fixed-length binary search; work
-      ``rows x longest row``), ``numba`` (CPU default; event-driven, see
-      :mod:`primforge.ops.jitconn.numba`) and ``pallas`` (blocks of rows per program;
-      Triton on the GPU, interpreted on the CPU; :mod:`primforge.ops.jitconn.pallas`).
-    * Autodiff: every weight kind is linear in ``theta`` (``low + (high - low) u = low (1 - u)
-      + high u``), so the product is bilinear in ``(theta, x)``: the JVP is two kernel calls,
-      the transpose w.r.t. ``x`` is the float kernel with ``transpose`` flipped, and w.r.t.
-      ``theta`` one kernel call per parameter with a unit parameter vector. The seed and the
-      table are integers (no tangent).
-    * Batching: ``vmap`` over ``x`` alone is one matmat call (the batch becomes columns);
-      anything else (a batch of seeds or weights) maps the kernel with ``lax.map``. The
-      rules and the kernel wiring are shared through :mod:`primforge.ops._scaffold`.
+Four kernels (float or binary input, vector or matrix) take ``(theta, seed, table, x)``
+and regenerate the rows of ``W`` from ``seed`` while they run, bit-for-bit the same on
+every backend; the generator is in :mod:`primforge.ops.jitconn.generator`, stated exactly
+in docs/architecture.md.
 """
 
 from __future__ import annotations
@@ -188,8 +146,9 @@ def _shape_rule(binary: bool, matrix: bool):
                              f"{seed.dtype}{list(seed.shape)}")
         want_table = cached_table(p).shape
         if tuple(table.shape) != want_table or table.dtype != jnp.uint32:
-            raise ValueError(f"{who}: 'table' must be threshold_table({p}) (uint32{list(want_table)}), "
-                             f"got {table.dtype}{list(table.shape)}")
+            raise ValueError(
+                f"{who}: 'table' must be threshold_table({p}) (uint32{list(want_table)}), "
+                f"got {table.dtype}{list(table.shape)}")
         return FAMILY.output(who, x, (m, n), theta.dtype, binary=binary, matrix=matrix,
                              transpose=transpose)
 

@@ -1,15 +1,7 @@
 """The counter-based generator behind the just-in-time connectivity products.
 
-Design:
-    * The generator is stated exactly in the design note of :mod:`primforge.ops.jitconn.api`:
-      every row is its own Weyl sequence (a start and an odd increment, both hashed from
-      the seed and the row) passed through a 32-bit integer finaliser; gaps between columns
-      read off a threshold table with integer comparisons only; weights as float functions
-      of the same draws.
-    * Its constants are defined here once; the ``jax`` and ``pallas`` backends trace the
-      ``jax.numpy`` functions below (uint32, wrapping), the Numba kernels
-      (:mod:`primforge.ops.jitconn.numba`) and :func:`primforge.ops.jitconn.jitc_todense`
-      (a plain NumPy loop) compute the same integers from the same constants.
+Its constants, defined once, and its ``jax.numpy`` functions (uint32, wrapping), traced by
+the ``jax`` and ``pallas`` backends; the Numba kernels compute the same integers.
 """
 
 from __future__ import annotations
@@ -63,7 +55,8 @@ MAX_TABLE = 2**23  # thresholds; prob >= ~2.7e-6
 def check_kind(kind: Any, who: str) -> None:
     """Raise a clear error unless ``kind`` is one of :data:`WEIGHT_KINDS`."""
     if kind not in WEIGHT_KINDS:
-        raise ValueError(f"{who}: 'weight_kind' must be one of {sorted(WEIGHT_KINDS)}, got {kind!r}")
+        raise ValueError(
+            f"{who}: 'weight_kind' must be one of {sorted(WEIGHT_KINDS)}, got {kind!r}")
 
 
 def check_prob(prob: Any, who: str) -> float:

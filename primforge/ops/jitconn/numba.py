@@ -1,24 +1,8 @@
 """Numba CPU kernels for just-in-time connectivity (imported only when one is generated).
 
-Every kernel follows the numba backend's convention ``kernel(theta, seed, table, x, out)``
-and regenerates each row of ``W`` from the seed while it runs; nothing of size nnz is ever
-stored. The generator is the one :mod:`primforge.ops.jitconn.generator` defines (integer hash, skip
-counts from the threshold ``table``); here its 32-bit unsigned arithmetic is done in int64
-with explicit masking (a product whose true value exceeds 2**63 is split in two halves, so no
-signed overflow ever happens).
-
-* The skip count (a geometric variate) starts from a guide table indexed by the draw's top
-  bits (built once per ``prob`` and frozen into the compiled kernel) and walks the threshold
-  table to the exact integer answer: bitwise the same integer the binary search of the
-  other backends finds, usually without a step, no floating point.
-* Each row carries its draw counter and advances it by one addition per synapse (the
-  counter-based draws never depend on earlier ones), so no draw costs a multiplication
-  beyond the mixing itself; a shared weight with binary events counts the active synapses
-  as an integer.
-* ``W.T @ x`` (``x @ W``) only generates the rows whose input is non-zero: the work is the
-  number of active rows times their length (event-driven). ``W @ x`` must generate every
-  row, but draws a synapse's weight only when its input is non-zero (draws are
-  counter-based, so skipping one never shifts the others).
+Each kernel ``kernel(theta, seed, table, x, out)`` regenerates the rows of ``W`` from the
+seed (uint32 arithmetic done in int64 with explicit masking); ``W.T @ x`` generates only
+the rows whose input is non-zero.
 """
 
 from __future__ import annotations

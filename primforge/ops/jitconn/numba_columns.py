@@ -1,15 +1,7 @@
 """The just-in-time connectivity generator as a Numba function, for fused kernels.
 
-Design:
-    * A fused Numba kernel (a neuron update that also propagates its spikes, say) that
-      reads just-in-time connectivity must regenerate exactly the rows the jitc products
-      use. :func:`jitc_numba_columns` hands it the generator itself: an ``njit`` function
-      that writes the column indices of one row into a buffer, built from the same integer
-      helpers as the jitc products' Numba kernels (:mod:`primforge.ops.jitconn.numba`), so
-      the rows are bitwise those of :func:`~primforge.ops.jitc_todense`.
-    * One compiled function per ``prob`` (its threshold and guide tables are frozen into
-      the code as constants), cached; it is declared ``inline='always'`` so a kernel that
-      calls it pays no call overhead.
+:func:`jitc_numba_columns` gives an inline ``njit`` function that writes the column
+indices of one row, bitwise those of :func:`~primforge.ops.jitc_todense`.
 """
 
 from __future__ import annotations

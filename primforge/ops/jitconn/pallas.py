@@ -1,21 +1,7 @@
 """Pallas (Triton) kernels for just-in-time connectivity, on the GPU and interpreted on the CPU.
 
-Design:
-    * One program per block of ``BLOCK_ROWS`` rows of ``W`` (times one per block of
-      ``BLOCK_COLS`` input columns for a matmat). The rows of a block advance together, one
-      synapse per step of a ``while_loop`` that ends when every row of the block has passed
-      its last column; the generator (row streams, draws, the binary search through the
-      threshold table, the weights) is the same code as the 'jax' reference
-      (:mod:`primforge.ops.jitconn.api`), so the connectivity is bitwise the same.
-    * ``W @ x`` (gather): each program accumulates its rows in registers and writes them: no
-      atomics, deterministic. ``W.T @ x`` (scatter, event-driven): a row whose input is zero
-      starts dead, so a block without an active row runs no step at all; contributions are
-      added with ``atomic_add`` into an aliased zero buffer (interpreted on the CPU: an exact
-      scatter-add), so float sums in that direction are order-dependent on the GPU.
-    * Every load and scatter is masked and the gather outputs are padded to whole blocks
-      (sliced after the call); arrays are passed whole and matrices flattened, so shapes
-      need not be powers of two. Bool events are widened to int8; weights must be
-      float32 or float64 (Triton's atomic add); degenerate sizes use the 'jax' kernel.
+One program per block of rows, advancing together one synapse per step with the same
+generator code as the ``jax`` reference.
 """
 
 from __future__ import annotations

@@ -1,36 +1,8 @@
 """Plasticity: event-driven weight updates driven by pre- and postsynaptic spikes.
 
-Design:
-    * The two updates spike-timing-dependent plasticity needs, as functions that return new
-      weights (nothing is modified in place): :func:`update_on_pre` adds a postsynaptic
-      trace to the synapses of every presynaptic neuron that fired
-      (``w[i, j] += post_trace[j]`` for ``pre_spikes[i] != 0``), :func:`update_on_post`
-      adds a presynaptic trace to the synapses of every postsynaptic neuron that fired
-      (``w[i, j] += pre_trace[i]`` for ``post_spikes[j] != 0``). Only stored synapses
-      change; the changed ones are clipped to ``[w_min, w_max]`` when bounds are given.
-    * One kernel per storage and side: compressed storage (``CSR``, ``CSC`` and
-      ``FixedNum``, whose ``(rows, k)`` arrays are compressed rows of length ``k``) and
-      dense ``(n_pre, n_post)`` arrays, each updated on its stored rows or on its stored
-      columns. Which one a call uses follows from the format: a ``CSR`` (rows are
-      presynaptic) updates on rows for presynaptic spikes, a ``CSC`` on columns.
-    * Backends: ``jax`` (reference, every platform, the GPU/TPU default: one fused pass
-      over the stored synapses), ``numba`` (CPU default, event-driven on the stored rows;
-      it writes into the weights' buffer, so inside ``lax.scan`` or with donated weights
-      the untouched synapses are never copied)
-      and, for compressed storage, ``pallas`` (opt-in on the GPU; interpreted on the CPU):
-      its output aliases the weights, so only the synapses an event touches are written.
-    * Autodiff: the result is ``where(touched & inside bounds, w + trace, clip)``; its JVP
-      is linear jax.numpy in the tangents of the weights and the trace (a clipped synapse
-      has zero derivative), so ``grad``, ``jvp`` and ``vjp`` all work; spikes have no
-      derivative. ``vmap`` batches natively (one call for the whole batch).
-    * A column index (:func:`with_column_index`) makes the column-side update event-driven
-      too: the kernel takes it as three more operands ``(colptr, perm, rows)`` and the
-      ``numba`` backend visits only the synapses of the firing columns; the ``jax`` and
-      ``pallas`` backends compute the same result without it.
-    * Bad structure never reads out of bounds: a ``CSR``/``CSC`` whose ``indptr`` is
-      malformed, or with a column index out of range in a row the update visits, yields
-      all-NaN weights (as the products do); ``FixedNum`` slots with an out-of-range index
-      are masked (left unchanged), as its products skip them.
+:func:`update_on_pre` and :func:`update_on_post` return new weights for compressed
+(``CSR``, ``CSC``, ``FixedNum``) and dense storage, one kernel per storage and side, with
+``jax``, ``numba`` and (compressed storage) ``pallas`` backends.
 """
 
 from __future__ import annotations

@@ -1,35 +1,10 @@
 """Numba CPU kernels for the plasticity updates (imported only when one is generated).
 
-Every kernel follows the numba backend's convention and fills its output in place. The
-output *is* the weights' buffer (the generators bind the kernels with
-``input_output_aliases={0: 0}``): XLA hands over the weights' buffer when it may be reused
-(a ``lax.scan`` carry, a donated argument) and copies the weights into it otherwise, so
-the kernel itself changes only the synapses that an event touches. The variant (which side
-fires, clipping bounds, whether an out-of-range index is a masked slot or a structural
-error) is fixed by closure constants.
-
-* Compressed storage ``(data, indices, indptr)`` of ``rows`` stored rows:
-  ``on_rows`` walks only the stored rows whose spike is non-zero (event-driven: work is the
-  number of active rows times their length); ``on_cols`` must read every stored column
-  index to find the synapses of the spiking columns, but returns at once when no column
-  spikes; with few spiking columns it scans with a rarely taken update branch, with many
-  (over 1/25) it updates with a select instead of a branch.
-* Compressed storage with a column index ``(colptr, perm, rows)`` (update on columns):
-  visits ``perm[colptr[j]:colptr[j + 1]]`` for the spiking columns ``j`` only
-  (event-driven in the synapses it writes). When a column fires it first counts the
-  stored entries of each column (one sequential pass over the column indices) and
-  requires each firing column's count to equal its length in the index; every visited
-  entry is then checked (``colptr`` running from 0 and non-decreasing, the position in
-  range and increasing within the column, the row in range and
-  ``indptr[r] <= p < indptr[r + 1]``, and the stored column ``indices[p]`` read back as
-  ``j``). Together these make a firing column's list exactly its synapses: an index that
-  is malformed, or that belongs to another structure (e.g. after a pytree edit swapped
-  the matrix), gives NaN, never a wrong update or an out-of-bounds access.
-* Dense ``(m, n)`` weights: ``on_rows`` adds the trace to the rows of active events
-  (unit stride); ``on_cols`` first lists the active columns, then updates them row by row.
-* A structural error (``indptr`` not running from 0 to nnz non-decreasingly, or, when
-  indices are not masked, a visited column index outside ``[0, cols)``) fills the output
-  with NaN, like the products: never an out-of-bounds access.
+Each kernel writes into the weights' own buffer (``input_output_aliases={0: 0}``) and
+changes only the synapses an event touches; the variant is fixed by closure constants.
+With a column index, each call that fires a column first counts every column's stored
+entries, so a firing column's list holds exactly its synapses. A malformed structure, or an
+index from another structure, fills the output with NaN, never an out-of-bounds access.
 """
 
 from __future__ import annotations

@@ -1,21 +1,7 @@
-"""Pallas (Triton) kernels for the compressed plasticity update, on the GPU and, interpreted, on the CPU.
+"""Pallas (Triton) kernels for the compressed plasticity update (GPU; interpreted on CPU).
 
-Design:
-    * One program per stored row. The output aliases the weights (``input_output_aliases``),
-      so a synapse no event touches is never read or written by the kernel (XLA copies the
-      weights into the output buffer first unless they are donated).
-    * Update on rows (``w[k] += trace[col[k]]`` for the entries of a row whose spike is
-      non-zero): a row that did not fire runs its loop zero times (event-driven).
-    * Update on columns (``w[k] += trace[row]`` where ``spikes[col[k]] != 0``): every row
-      reads its column indices in chunks of ``BLOCK_NNZ`` and stores only the entries whose
-      column fired; when no column fired at all, every loop runs zero times.
-    * Validation without out-of-bounds access, as in the CSR products: the row range is
-      clamped to ``[0, nnz]``, every load and store is masked, and a per-program count of
-      column indices outside ``[0, cols)`` (on the entries the update visits) turns, with a
-      malformed ``indptr``, into an all-NaN result. With ``masked`` (``FixedNum`` slots),
-      an out-of-range index is simply skipped.
-    * Interpreted on the CPU, a masked scattered store is written as an exact ``.at[].set``
-      on the whole buffer (programs run one after another, so this is the same result).
+One program per stored row; the output aliases the weights, so a synapse no event touches
+is never read or written.
 """
 
 from __future__ import annotations
