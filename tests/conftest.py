@@ -33,8 +33,9 @@ import pytest
 
 #: Parametrized functions with at most this many cases keep all of them in the default run.
 SMALL_MATRIX = 6
-#: Whole files: the multi-process cache-trust tests (each test starts several processes) and
-#: the XLA:GPU compile sweeps of the operators (each case a full XLA:GPU compile).
+#: Whole files: the multi-process cache-trust tests (each test starts several processes and
+#: builds libraries) and the XLA:GPU compile sweeps of the operators (each test compiles its
+#: cases as one program per target: ``compile_cases_for_targets`` in gpu_utils.py).
 EXHAUSTIVE_FILES = re.compile(
     r"tests/(test_trust_multiprocess|test_cache_cuda_trust|test_\w+_gpu_compile)\.py$")
 #: Tests that sweep a whole family through one mechanism the default tier tests on its own:

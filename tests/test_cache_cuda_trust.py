@@ -31,32 +31,73 @@ from primforge.kernel.backends import cuda as pcuda
 
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 
-# a * x + SHIFT; SHIFT is substituted per test so each test has its own build key.
+# a * x + SHIFT; SHIFT is substituted per test so each test has its own build key. Both
+# handlers here (Affine, Guarded) read their frames through XLA's C API (c_api.h) alone:
+# these tests are about the cache, and c_api.h compiles in a fraction of the time the
+# templates of ffi.h take (ffi.h handlers are covered by test_backend_cuda.py).
 SOURCE = r"""
-#include "xla/ffi/api/ffi.h"
-namespace ffi = xla::ffi;
+#include <cstdint>
+#include "xla/ffi/api/c_api.h"
 
-static ffi::Error Impl(ffi::Buffer<ffi::F32> x, ffi::ResultBuffer<ffi::F32> y, float a) {
-  const float* in = x.typed_data();
-  float* out = y->typed_data();
-  for (size_t i = 0; i < x.element_count(); ++i) out[i] = a * in[i] + SHIFT;
-  return ffi::Error::Success();
+extern "C" XLA_FFI_Error* Affine(XLA_FFI_CallFrame* frame) {
+  XLA_FFI_Extension_Base* ext = frame->extension_start;
+  if (ext != nullptr && ext->type == XLA_FFI_Extension_Metadata) {  // XLA asks the version
+    XLA_FFI_Metadata* meta = reinterpret_cast<XLA_FFI_Metadata_Extension*>(ext)->metadata;
+    meta->api_version = XLA_FFI_Api_Version{XLA_FFI_Api_Version_STRUCT_SIZE, nullptr,
+                                            XLA_FFI_API_MAJOR, XLA_FFI_API_MINOR};
+    meta->traits = 0;
+#ifdef XLA_FFI_UNKNOWN_TYPE_ID
+    meta->state_type_id = XLA_FFI_UNKNOWN_TYPE_ID;
+#endif
+    return nullptr;
+  }
+  // One float32 argument, one float32 result, one attribute: the float32 scalar a.
+  auto* x = static_cast<XLA_FFI_Buffer*>(frame->args.args[0]);
+  auto* y = static_cast<XLA_FFI_Buffer*>(frame->rets.rets[0]);
+  float a = *static_cast<float*>(static_cast<XLA_FFI_Scalar*>(frame->attrs.attrs[0])->value);
+  int64_t n = 1;
+  for (int64_t d = 0; d < x->rank; ++d) n *= x->dims[d];
+  const float* in = static_cast<const float*>(x->data);
+  float* out = static_cast<float*>(y->data);
+  for (int64_t i = 0; i < n; ++i) out[i] = a * in[i] + SHIFT;
+  return nullptr;
 }
-XLA_FFI_DEFINE_HANDLER_SYMBOL(Affine, Impl,
-    ffi::Ffi::Bind().Arg<ffi::Buffer<ffi::F32>>().Ret<ffi::Buffer<ffi::F32>>().Attr<float>("a"));
 """
+HANDLERS = ["Affine"]  # declared in C, not by ffi.h's XLA_FFI_DEFINE_HANDLER_SYMBOL
 
 FAILING = r"""
-#include "xla/ffi/api/ffi.h"
-namespace ffi = xla::ffi;
+#include <cstdint>
+#include <cstring>
+#include "xla/ffi/api/c_api.h"
 
-static ffi::Error Impl(ffi::Buffer<ffi::F32> x, ffi::ResultBuffer<ffi::F32> y) {
-  if (x.element_count() > 2) return ffi::Error::InvalidArgument("at most 2 elements, got more");
-  for (size_t i = 0; i < x.element_count(); ++i) y->typed_data()[i] = x.typed_data()[i];
-  return ffi::Error::Success();
+extern "C" XLA_FFI_Error* Guarded(XLA_FFI_CallFrame* frame) {
+  XLA_FFI_Extension_Base* ext = frame->extension_start;
+  if (ext != nullptr && ext->type == XLA_FFI_Extension_Metadata) {  // XLA asks the version
+    XLA_FFI_Metadata* meta = reinterpret_cast<XLA_FFI_Metadata_Extension*>(ext)->metadata;
+    meta->api_version = XLA_FFI_Api_Version{XLA_FFI_Api_Version_STRUCT_SIZE, nullptr,
+                                            XLA_FFI_API_MAJOR, XLA_FFI_API_MINOR};
+    meta->traits = 0;
+#ifdef XLA_FFI_UNKNOWN_TYPE_ID
+    meta->state_type_id = XLA_FFI_UNKNOWN_TYPE_ID;
+#endif
+    return nullptr;
+  }
+  auto* x = static_cast<XLA_FFI_Buffer*>(frame->args.args[0]);
+  auto* y = static_cast<XLA_FFI_Buffer*>(frame->rets.rets[0]);
+  int64_t n = 1;
+  for (int64_t d = 0; d < x->rank; ++d) n *= x->dims[d];
+  if (n > 2) {
+    XLA_FFI_Error_Create_Args args;
+    std::memset(&args, 0, sizeof(args));
+    args.struct_size = XLA_FFI_Error_Create_Args_STRUCT_SIZE;
+    args.message = "at most 2 elements, got more";
+    args.errc = XLA_FFI_Error_Code_INVALID_ARGUMENT;
+    return frame->api->XLA_FFI_Error_Create(&args);
+  }
+  for (int64_t i = 0; i < n; ++i)
+    static_cast<float*>(y->data)[i] = static_cast<const float*>(x->data)[i];
+  return nullptr;
 }
-XLA_FFI_DEFINE_HANDLER_SYMBOL(Guarded, Impl,
-    ffi::Ffi::Bind().Arg<ffi::Buffer<ffi::F32>>().Ret<ffi::Buffer<ffi::F32>>());
 """
 
 X = np.array([0.0, 1.0, 2.5, -4.0], dtype=np.float32)
@@ -64,6 +105,10 @@ X = np.array([0.0, 1.0, 2.5, -4.0], dtype=np.float32)
 
 def source(shift: float) -> str:
     return SOURCE.replace("SHIFT", f"{float(shift)!r}f")
+
+
+def load_affine(src: str, **kw):
+    return pcuda.load_cpp_inline(src, handlers=HANDLERS, **kw)
 
 
 def run_affine(module, a: float = 3.0) -> np.ndarray:
@@ -93,7 +138,7 @@ _SCRIPT = textwrap.dedent("""
     from primforge.kernel.backends import cuda as pcuda
     src, name = sys.argv[1], sys.argv[2]
     with open(src) as f:
-        m = pcuda.load_cpp_inline(f.read(), name=name)
+        m = pcuda.load_cpp_inline(f.read(), name=name, handlers=["Affine"])
     x = np.array([0.0, 1.0, 2.5, -4.0], dtype=np.float32)
     y = m.call("Affine", x, outs=jax.ShapeDtypeStruct(x.shape, jnp.float32), a=np.float32(3))
     print(json.dumps({"path": m.path, "cached": m.cached, "y": np.asarray(y).tolist()}))
@@ -159,21 +204,21 @@ def test_truncated_library_is_rebuilt_not_crashing(tmp_path):
 
 def test_symlink_at_the_library_path_is_not_followed(tmp_path, cache_root):
     """A symlink planted where the library goes is neither loaded nor written through."""
-    m = pcuda._load(source(3.0), kind="cpp", name="t_link", handlers=None, flags=(),
+    m = pcuda._load(source(3.0), kind="cpp", name="t_link", handlers=HANDLERS, flags=(),
                     arch=None, include_dirs=(), verbose=False, register=False)
     victim = tmp_path / "victim.so"
     victim.write_bytes(b"victim content")
     os.unlink(m.path)
     os.symlink(victim, m.path)
     with pytest.warns(_cache.CacheWarning):
-        m2 = pcuda.load_cpp_inline(source(3.0), name="t_link")
+        m2 = load_affine(source(3.0), name="t_link")
     np.testing.assert_allclose(run_affine(m2), 3 * X + 3.0, rtol=1e-6)
     assert victim.read_bytes() == b"victim content"
     assert not os.path.islink(m2.path)
 
 
 def test_cache_files_are_private(cache_root):
-    m = pcuda.load_cpp_inline(source(4.0), name="t_modes")
+    m = load_affine(source(4.0), name="t_modes")
     assert os.path.dirname(m.path) == str(cache_root / "cuda")
     for folder in (cache_root, cache_root / "cuda"):
         assert stat.S_IMODE(os.lstat(folder).st_mode) == 0o700
@@ -186,14 +231,14 @@ def test_world_writable_cache_folder_is_refused_with_one_warning(cache_root):
     cache_root.mkdir(mode=0o700)
     os.chmod(cache_root, 0o777)
     with pytest.warns(_cache.CacheWarning, match="writable by other users") as record:
-        m = pcuda.load_cpp_inline(source(5.0), name="t_ww")
+        m = load_affine(source(5.0), name="t_ww")
     assert len(cache_warnings(record)) == 1
     np.testing.assert_allclose(run_affine(m), 3 * X + 5.0, rtol=1e-6)
     assert not str(m.path).startswith(str(cache_root))
     assert os.listdir(cache_root) == []
     with warnings.catch_warnings():
         warnings.simplefilter("error")  # no second warning for the same folder
-        m2 = pcuda.load_cpp_inline(source(5.5), name="t_ww2")
+        m2 = load_affine(source(5.5), name="t_ww2")
     np.testing.assert_allclose(run_affine(m2), 3 * X + 5.5, rtol=1e-6)
 
 
@@ -201,7 +246,7 @@ def test_cache_folder_owned_by_another_user_is_refused(cache_root, monkeypatch):
     cache_root.mkdir(mode=0o700)
     monkeypatch.setattr(os, "getuid", lambda: os.lstat(cache_root).st_uid + 1)
     with pytest.warns(_cache.CacheWarning, match="owned by uid"):
-        m = pcuda.load_cpp_inline(source(6.0), name="t_owner")
+        m = load_affine(source(6.0), name="t_owner")
     np.testing.assert_allclose(run_affine(m), 3 * X + 6.0, rtol=1e-6)
     assert os.listdir(cache_root) == []
 
@@ -211,7 +256,7 @@ def test_cache_root_that_is_a_file_runs_uncached(tmp_path, monkeypatch, cache_ro
     blocker.write_text("not a folder")
     monkeypatch.setenv("PRIMFORGE_CACHE_DIR", str(blocker / "cache"))
     with pytest.warns(_cache.CacheWarning) as record:
-        m = pcuda.load_cpp_inline(source(7.0), name="t_file")
+        m = load_affine(source(7.0), name="t_file")
     assert len(cache_warnings(record)) == 1
     np.testing.assert_allclose(run_affine(m), 3 * X + 7.0, rtol=1e-6)
     assert blocker.read_text() == "not a folder"
@@ -254,7 +299,7 @@ def test_full_or_read_only_cache_runs_uncached(cache_root, monkeypatch, code):
     monkeypatch.setattr(os, "open", open_)
     shift = 8.0 + code
     with pytest.warns(_cache.CacheWarning, match="cannot write"):
-        m = pcuda.load_cpp_inline(source(shift), name=f"t_ro{code}")
+        m = load_affine(source(shift), name=f"t_ro{code}")
     np.testing.assert_allclose(run_affine(m), 3 * X + shift, rtol=1e-6)
     assert os.listdir(cache_root / "cuda") == []
 
@@ -271,7 +316,7 @@ def test_cache_switched_off_writes_nothing(cache_root, monkeypatch):
     monkeypatch.setenv("PRIMFORGE_CACHE", "0")
     with warnings.catch_warnings():
         warnings.simplefilter("error")
-        m = pcuda.load_cpp_inline(source(10.0), name="t_off")
+        m = load_affine(source(10.0), name="t_off")
     np.testing.assert_allclose(run_affine(m), 3 * X + 10.0, rtol=1e-6)
     assert not cache_root.exists()
 
@@ -284,22 +329,22 @@ def test_edited_header_found_through_angle_include_or_flag_rebuilds(tmp_path, ca
     outs = jax.ShapeDtypeStruct(X.shape, jnp.float32)
     for how in ("angle", "flag"):
         (inc / "shift.h").write_text("#define SHIFT 1.0f\n")
-        src = SOURCE.replace('#include "xla/ffi/api/ffi.h"',
-                             '#include "xla/ffi/api/ffi.h"\n#include <shift.h>')
+        src = SOURCE.replace('#include "xla/ffi/api/c_api.h"',
+                             '#include "xla/ffi/api/c_api.h"\n#include <shift.h>')
         kw = ({"include_dirs": [str(inc)]} if how == "angle" else {"flags": [f"-I{inc}"]})
         name = f"t_hdr_{how}"
-        m1 = pcuda.load_cpp_inline(src, name=name, **kw)
+        m1 = load_affine(src, name=name, **kw)
         y1 = m1.call("Affine", X, outs=outs, a=np.float32(3))
         np.testing.assert_allclose(np.asarray(y1), 3 * X + 1.0, rtol=1e-6)
         (inc / "shift.h").write_text("#define SHIFT 20.0f\n")
-        m2 = pcuda.load_cpp_inline(src, name=name, **kw)
+        m2 = load_affine(src, name=name, **kw)
         y2 = m2.call("Affine", X, outs=outs, a=np.float32(3))
         np.testing.assert_allclose(np.asarray(y2), 3 * X + 20.0, rtol=1e-6)
 
 
 def test_same_name_different_source_never_shares_a_library(cache_root):
-    a = pcuda.load_cpp_inline(source(11.0), name="t_samename")
-    b = pcuda.load_cpp_inline(source(12.0), name="t_samename")
+    a = load_affine(source(11.0), name="t_samename")
+    b = load_affine(source(12.0), name="t_samename")
     assert a.path != b.path and a.target("Affine") != b.target("Affine")
     np.testing.assert_allclose(run_affine(a), 3 * X + 11.0, rtol=1e-6)
     np.testing.assert_allclose(run_affine(b), 3 * X + 12.0, rtol=1e-6)
@@ -322,7 +367,7 @@ def test_repeated_loads_do_not_rebuild_or_reload(cache_root, monkeypatch):
     for switch in ("1", "0"):  # cached on disk, and uncached
         monkeypatch.setenv("PRIMFORGE_CACHE", switch)
         src = source(13.0 + float(switch))
-        first = pcuda.load_cpp_inline(src, name="t_repeat")
+        first = load_affine(src, name="t_repeat")
         calls = []
         real_run, real_cdll = subprocess.run, pcuda.ctypes.CDLL
 
@@ -331,7 +376,7 @@ def test_repeated_loads_do_not_rebuild_or_reload(cache_root, monkeypatch):
 
         monkeypatch.setattr(subprocess, "run", spy(real_run, "run"))
         monkeypatch.setattr(pcuda.ctypes, "CDLL", spy(real_cdll, "dlopen"))
-        again = pcuda.load_cpp_inline(src, name="t_repeat")
+        again = load_affine(src, name="t_repeat")
         monkeypatch.setattr(subprocess, "run", real_run)
         monkeypatch.setattr(pcuda.ctypes, "CDLL", real_cdll)
         assert calls == [] and again.cached and again.library is first.library
@@ -389,7 +434,7 @@ def test_cxx_planted_in_the_current_directory_is_not_used(tmp_path, monkeypatch,
     monkeypatch.chdir(work)
     monkeypatch.setenv("PATH", os.pathsep.join([".", "", os.path.dirname(real)]))
     monkeypatch.delenv("CXX", raising=False)
-    m = pcuda.load_cpp_inline(source(14.0), name="t_cxx_cwd")
+    m = load_affine(source(14.0), name="t_cxx_cwd")
     np.testing.assert_allclose(run_affine(m), 3 * X + 14.0, rtol=1e-6)
     assert not marker.exists()
 
@@ -448,7 +493,7 @@ def test_cuda_raw_on_cpu_needs_a_cxx_not_just_nvcc(monkeypatch, fresh_availabili
 
 # ------------------------------------------------------------------ handler errors
 def test_handler_error_names_module_and_handler(cache_root):
-    m = pcuda.load_cpp_inline(FAILING, name="t_guarded")
+    m = pcuda.load_cpp_inline(FAILING, name="t_guarded", handlers=["Guarded"])
     outs = jax.ShapeDtypeStruct((3,), jnp.float32)
     np.testing.assert_allclose(
         np.asarray(m.call("Guarded", X[:2], outs=jax.ShapeDtypeStruct((2,), jnp.float32))),
@@ -468,7 +513,7 @@ def test_handler_error_names_module_and_handler(cache_root):
 def test_compile_errors_still_quote_the_user_source(cache_root):
     bad = source(15.0).replace("out[i] = a * in[i]", "out[i] = a * missing_name[i]")
     with pytest.raises(pcuda.CompileError, match="missing_name") as info:
-        pcuda.load_cpp_inline(bad, name="t_bad_src")
+        load_affine(bad, name="t_bad_src")
     assert "out[i] = a * missing_name[i]" in str(info.value)
 
 

@@ -5,18 +5,20 @@ target description (see ``primforge.testing``): the four products x both directi
 float32 / float64 weights, binary products with bool, int8 and float32 events, and
 ``jax.jit``, ``jax.grad`` (weights and input), ``jax.jvp`` and ``jax.vmap`` (input, weights,
 both) of each product. Each compiled program must hold the Pallas kernel itself, not a
-fallback. Numerics of the same kernels, interpreted on the CPU, are in
-test_ops_dense_pallas.py and test_ops_matrix.py.
+fallback; the variants of one test go to XLA:GPU as one program per target, each with its
+own kernel launch (``compile_cases_for_targets``). Numerics of the same kernels,
+interpreted on the CPU, are in test_ops_dense_pallas.py and test_ops_matrix.py.
 """
 
 from __future__ import annotations
 
 import functools
+import itertools
 
 import jax
 import jax.numpy as jnp
 import pytest
-from gpu_utils import compile_for_targets, requires_gpu_compiler
+from gpu_utils import compile_cases_for_targets, requires_gpu_compiler
 
 from primforge import ops
 
@@ -48,48 +50,69 @@ def _product(kind, transpose):
     return functools.partial(FUNCS[kind], transpose=transpose, backend="pallas")
 
 
-def _check(results, transpose):
+def _kernel_name(transpose):
     name = "pf_dense_columns" if transpose else "pf_dense_gather"
-    for target, result in results.items():
-        assert any(k.name.startswith(name) for k in result.kernels), (target, result.kernels)
+    return lambda n: n.startswith(name)
+
+
+def _compile(cases):
+    """``cases``: label -> (fn, args, transpose); each must launch its own Pallas kernel."""
+    compile_cases_for_targets({label: case[:2] for label, case in cases.items()},
+                              backend="pallas",
+                              expect={label: _kernel_name(case[2])
+                                      for label, case in cases.items()})
+
+
+def _label(kind, transpose, *more):
+    return "-".join([kind_id(kind), "xW" if transpose else "Wx", *more])
+
+
+VARIANTS = list(itertools.product(FUNCS, [False, True]))  # kind, transpose
 
 
 @pytest.mark.parametrize("dtype", ["float32", "float64"])
-@pytest.mark.parametrize("transpose", [False, True], ids=["Wx", "xW"])
-@pytest.mark.parametrize("kind", list(FUNCS), ids=kind_id)
-def test_every_variant_compiles(kind, transpose, dtype):
+def test_every_variant_compiles(dtype):
     with jax.enable_x64(dtype == "float64"):
-        results = compile_for_targets(_product(kind, transpose), *_args(kind, transpose, dtype),
-                                      backend="pallas")
-    _check(results, transpose)
+        _compile({_label(kind, transpose): (
+            _product(kind, transpose), _args(kind, transpose, dtype), transpose)
+            for kind, transpose in VARIANTS})
 
 
-@pytest.mark.parametrize("transpose", [False, True], ids=["Wx", "xW"])
-@pytest.mark.parametrize("kind", [(True, False), (True, True)], ids=kind_id)
-def test_integer_and_float_events_compile(kind, transpose):
-    for events in ("int8", "float32"):
-        _check(compile_for_targets(_product(kind, transpose),
-                                   *_args(kind, transpose, events=events), backend="pallas"),
-               transpose)
+def test_integer_and_float_events_compile():
+    _compile({_label(kind, transpose, events): (
+        _product(kind, transpose), _args(kind, transpose, events=events), transpose)
+        for kind in [(True, False), (True, True)] for transpose in (False, True)
+        for events in ("int8", "float32")})
 
 
-@pytest.mark.parametrize("transpose", [False, True], ids=["Wx", "xW"])
-@pytest.mark.parametrize("kind", list(FUNCS), ids=kind_id)
-def test_grad_jvp_and_vmap_compile(kind, transpose):
+def _grad(kind, transpose):
     binary, _ = kind
     f = _product(kind, transpose)
-    w, x = _args(kind, transpose)
-    argnums = (0,) if binary else (0, 1)
     loss = lambda w, x: jnp.sum(jnp.sin(f(w, x)))
-    _check(compile_for_targets(jax.grad(loss, argnums=argnums), w, x, backend="pallas"),
-           transpose)
+    return jax.grad(loss, argnums=(0,) if binary else (0, 1))
+
+
+def _jvp(kind, transpose):
+    binary, _ = kind
+    f = _product(kind, transpose)
     if binary:  # bool events have no tangent: the weights'
-        jvp = lambda w, x: jax.jvp(lambda w: f(w, x), (w,), (w,))
-    else:
-        jvp = lambda w, x: jax.jvp(f, (w, x), (w, x))
-    _check(compile_for_targets(jvp, w, x, backend="pallas"), transpose)
-    batched = lambda a: sds((3, *a.shape), a.dtype)
-    for in_axes, ww, xx in [((None, 0), w, batched(x)), ((0, None), batched(w), x),
-                            ((0, 0), batched(w), batched(x))]:
-        _check(compile_for_targets(jax.vmap(f, in_axes=in_axes), ww, xx, backend="pallas"),
-               transpose)
+        return lambda w, x: jax.jvp(lambda w: f(w, x), (w,), (w,))
+    return lambda w, x: jax.jvp(f, (w, x), (w, x))
+
+
+@pytest.mark.parametrize("transform", ["grad", "jvp", "vmap"])
+def test_grad_jvp_and_vmap_compile(transform):
+    cases = {}
+    for kind, transpose in VARIANTS:
+        label = _label(kind, transpose)
+        w, x = _args(kind, transpose)
+        if transform != "vmap":
+            make = _grad if transform == "grad" else _jvp
+            cases[label] = (make(kind, transpose), (w, x), transpose)
+            continue
+        f = _product(kind, transpose)
+        batched = lambda a: sds((3, *a.shape), a.dtype)
+        for in_axes, ww, xx in [((None, 0), w, batched(x)), ((0, None), batched(w), x),
+                                ((0, 0), batched(w), batched(x))]:
+            cases[f"{label}-{in_axes}"] = (jax.vmap(f, in_axes=in_axes), (ww, xx), transpose)
+    _compile(cases)

@@ -13,11 +13,12 @@ the CPU in test_ops_plasticity.py and test_ops_matrix.py (the Pallas body interp
 from __future__ import annotations
 
 import functools
+import itertools
 
 import jax
 import jax.numpy as jnp
 import pytest
-from gpu_utils import compile_for_targets, requires_gpu_compiler
+from gpu_utils import compile_cases_for_targets, compile_for_targets, requires_gpu_compiler
 
 from primforge import ops
 from primforge.ops.plasticity import api as plasticity
@@ -40,21 +41,29 @@ def _update(backend, on_rows, bounds):
                              w_min=lo, w_max=hi, backend=backend)
 
 
+def _pallas_kernel_present_name(kernel_name, on_rows):
+    return kernel_name.startswith("pf_plasticity_rows" if on_rows else "pf_plasticity_cols")
+
+
 def _pallas_kernel_present(result, on_rows):
-    name = "pf_plasticity_rows" if on_rows else "pf_plasticity_cols"
-    return any(k.name.startswith(name) for k in result.kernels)
+    return any(_pallas_kernel_present_name(k.name, on_rows) for k in result.kernels)
 
 
-@pytest.mark.parametrize("dtype,index_dtype", [("float32", "int32"), ("float64", "int64")])
-@pytest.mark.parametrize("bounds", [(None, None), (0.0, 1.0)], ids=["free", "bounded"])
-@pytest.mark.parametrize("on_rows", [True, False], ids=["rows", "cols"])
 @pytest.mark.parametrize("backend", ["pallas", "jax"])
-def test_compressed_update_compiles(backend, on_rows, bounds, dtype, index_dtype):
-    results = compile_for_targets(_update(backend, on_rows, bounds),
-                                  *_args(on_rows, dtype, index_dtype), backend=backend)
-    if backend == "pallas":
-        for target, result in results.items():
-            assert _pallas_kernel_present(result, on_rows), (target, result.kernels)
+def test_compressed_update_compiles(backend):
+    """Rows and columns x free and bounded x two dtype pairs: one XLA:GPU program per target,
+    each Pallas case with its own kernel launch."""
+    cases, expect = {}, {}
+    for on_rows, bounds, (dtype, index_dtype) in itertools.product(
+            [True, False], [(None, None), (0.0, 1.0)], [("float32", "int32"),
+                                                        ("float64", "int64")]):
+        label = "-".join(["rows" if on_rows else "cols",
+                          "free" if bounds[0] is None else "bounded", dtype, index_dtype])
+        cases[label] = (_update(backend, on_rows, bounds), _args(on_rows, dtype, index_dtype))
+        if backend == "pallas":
+            name = "pf_plasticity_rows" if on_rows else "pf_plasticity_cols"
+            expect[label] = lambda n, name=name: n.startswith(name)
+    compile_cases_for_targets(cases, backend=backend, expect=expect)
 
 
 @pytest.mark.parametrize("on_rows", [True, False], ids=["rows", "cols"])
@@ -125,25 +134,24 @@ def test_every_format_side_and_transformation_compiles(fmt, side):
                              backend="pallas"))
         return f
 
-    def check(results):
-        for target, result in results.items():
-            assert _pallas_kernel_present(result, _on_rows(fmt, side)), (target, result.kernels)
-
+    on_rows = _on_rows(fmt, side)
+    cases = {}
     for events in ("bool", "int8", "float32", "packed"):
-        check(compile_for_targets(update(events), w, structure, _spikes(side, events), trace,
-                                  backend="pallas"))
+        cases[events] = (update(events), (w, structure, _spikes(side, events), trace))
     f = update("bool")
     spikes = _spikes(side, "bool")
     loss = lambda w, t, st, s: jnp.sum(jnp.sin(f(w, st, s, t)))
-    check(compile_for_targets(jax.grad(loss, argnums=(0, 1)), w, trace, structure, spikes,
-                              backend="pallas"))
+    cases["grad"] = (jax.grad(loss, argnums=(0, 1)), (w, trace, structure, spikes))
     jvp = lambda w, t, st, s: jax.jvp(lambda w, t: f(w, st, s, t), (w, t), (w, t))
-    check(compile_for_targets(jvp, w, trace, structure, spikes, backend="pallas"))
+    cases["jvp"] = (jvp, (w, trace, structure, spikes))
     batched = lambda a: sds((3,) + a.shape, a.dtype)
-    check(compile_for_targets(jax.vmap(f, in_axes=(None, None, 0, 0)), w, structure,
-                              batched(spikes), batched(trace), backend="pallas"))
-    check(compile_for_targets(jax.vmap(f, in_axes=(0, None, None, None)), batched(w),
-                              structure, spikes, trace, backend="pallas"))
+    cases["vmap-events-trace"] = (jax.vmap(f, in_axes=(None, None, 0, 0)),
+                                  (w, structure, batched(spikes), batched(trace)))
+    cases["vmap-weights"] = (jax.vmap(f, in_axes=(0, None, None, None)),
+                             (batched(w), structure, spikes, trace))
+    # One XLA:GPU program per target; each case must launch its own Pallas kernel.
+    compile_cases_for_targets(cases, backend="pallas", expect=dict.fromkeys(
+        cases, lambda n: _pallas_kernel_present_name(n, on_rows)))
 
 
 @pytest.mark.parametrize("backend", ["pallas", "jax"])
