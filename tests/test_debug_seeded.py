@@ -114,8 +114,8 @@ EXPECTED = {
 }
 
 # The first bad element of output 0 (output 1 for "second") per bug.
-ELEMENT = {"oob_read": 0, "oob_write": 0, "oob_second": 0, "unwritten": 7, "accumulate": 0, "wrong": 4,
-           "second": 5}
+ELEMENT = {"oob_read": 0, "oob_write": 0, "oob_second": 0, "unwritten": 7, "accumulate": 0,
+           "wrong": 4, "second": 5}
 
 _LOOP = "def kernel(x, o0, o1):\n    for i in {loop}(x.size):\n        elem(x, o0, o1, i)\n"
 

@@ -1,4 +1,6 @@
-"""The fixed-number products' Pallas kernels compiled by XLA:GPU for sm_90 and sm_80 (no GPU needed).
+"""The fixed-number products' Pallas kernels compiled by XLA:GPU for sm_90 and sm_80.
+
+No GPU is needed.
 
 XLA:GPU's whole pipeline (Triton, ptxas) runs on every variant for an H100 and an A100
 target description (see ``primforge.testing``): the four products x both directions x one

@@ -8,8 +8,9 @@ a heap-corruption message, fails the test with its output quoted.
 
 Only public names are used (``XLACustomKernel``, ``def_numba_kernel``, ``numba_kernel``,
 ``load_cpp_inline``, ``jax.export``, and the numba backend's ``prepare`` for an export
-called in a fresh process), so these tests hold whatever a backend keeps on disk and how. The tests of damaged, planted and untrusted cache folders run for both backends
-that may keep files there: Numba kernels and C++ libraries (``load_cpp_inline``). A full or
+called in a fresh process), so these tests hold whatever a backend keeps on disk and how.
+The tests of damaged, planted and untrusted cache folders run for both backends that may
+keep files there: Numba kernels and C++ libraries (``load_cpp_inline``). A full or
 read-only file system is a small tmpfs, which needs root with the right to mount (else
 those two scenarios skip, saying so); a read-only folder can't be had with ``chmod`` as
 root, so a path below a regular file stands for an unwritable one everywhere.

@@ -187,7 +187,8 @@ def _make_reporter(name, backend, shapes, dtypes):
                 rtol, atol = tolerance(dtypes[j])
                 return _record(
                     f"kernel {name!r} (backend {backend!r}), debug mode: {where} differs from "
-                    f"the {_backends.REFERENCE!r} reference backend; first differing index {index}: got "
+                    f"the {_backends.REFERENCE!r} reference backend; first differing index "
+                    f"{index}: got "
                     f"{np.asarray(got).item()!r}, reference {np.asarray(ref).item()!r} "
                     f"(rtol={rtol}, atol={atol})"
                 )

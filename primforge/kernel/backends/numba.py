@@ -1,70 +1,13 @@
 """Numba kernels on CPU, served by the typed XLA FFI with no Python on the call path.
 
-A kernel is a Numba ``@njit`` function with the convention ``kernel(*inputs, *outputs)``:
-it fills its output arrays in place and returns nothing or an integer status (non-zero is
-an error). For each kernel and signature (dtypes, ranks, batch levels) two pieces of
-machine code serve it, both built in the process that calls it:
-
-* the kernel itself, compiled by its own dispatcher (as a call from Python would), and a
-  few-instruction *entry* that wraps each buffer in a typed array and calls it
-  (:mod:`._numba_entry`);
-* the XLA FFI *handler*, LLVM IR generated from jaxlib's C header (:mod:`._ffi_handler`,
-  :mod:`._xla_ffi`): it answers XLA's metadata query, checks dtypes and ranks, loops over
-  native batch levels and calls the entry. XLA calls it directly: no Python, no GIL.
-
-This module is the backend's contract (``NAME``, ``PLATFORMS``, ``EXTRA``,
-:func:`is_available`, :func:`make_callable`, :func:`product_form`, :func:`release`,
-:func:`owns`, :func:`debug_prefill`, :func:`debug_gate`, :func:`export_checks`) and its
-public helpers;
-:mod:`._numba_signature` checks a call (dtypes, batch levels, aliases).
-
-What is cached: nothing on disk. primforge never switches on Numba's disk cache for a
-kernel; a kernel the user marked ``@njit(cache=True)`` uses Numba's own cache, under
-Numba's rules. So every process runs the code it imported (edited helpers, module
-constants, closures, ``NUMBA_BOUNDSCHECK`` all take effect), and the handler costs a few
-milliseconds. (``PRIMFORGE_CACHE``/``PRIMFORGE_CACHE_DIR`` govern the other backends'
-disk caches; this one reads neither.) Within one process Numba freezes the globals a
-kernel reads when it compiles it: edit a module constant, then build a new kernel.
-
-In memory, ``PRIMFORGE_NUMBA_MAX_KERNELS`` (default 256) bounds how many kernels primforge
-keeps alive (a held entry references its kernel's Numba compile result), least recently
-used dropped first; :func:`clear` drops them on request. A dropped entry is rebuilt on the
-next call from the machine code it had (no compile, no new memory), or the call fails with
-an error naming the kernel if the kernel object is gone; never a jump into freed code
-(:mod:`._numba_targets`). Machine code is never freed: Numba keeps every kernel it
-compiles (about 1 MB for a small one); primforge adds a few percent to it (a handler per
-target, an entry per kernel code).
-
-Target names depend only on the primitive name, the kernel's code, constants, closure,
-the globals it reads, its options and the signature, so they are the same in every
-process (:mod:`._numba_identity`); two different live kernels never share one.
-Exporting: ``prepare(f, *specs)`` lists (and registers) the targets ``f`` uses,
-``disabled_checks(...)`` gives ``jax.export`` its exemptions; a process that loads the
-artifact calls ``prepare`` with the same kernels first (an unregistered target is a clean
-``NOT_FOUND`` error naming it).
-
-Debug mode (:func:`primforge.debug_mode` or ``PRIMFORGE_DEBUG=1`` at trace time) compiles
-a bounds-checked copy of the kernel, and of every ``@njit`` function it calls, under its
-own target (:mod:`._numba_boundscheck`): an out-of-bounds index raises ``IndexError``,
-whose text reaches the Python exception.
-
-What a kernel sees and may assume:
-
-* each input and output as a C-contiguous NumPy array of its core shape; a rank-0 core
-  shape gives a 0-d array (read ``x[()]``, write ``out[()] = v``);
-* outputs are *not* initialised: the kernel must write every element (``out[:] = 0``
-  first when it accumulates);
-* an output aliased to an input (``input_output_aliases``) is the same memory as that
-  input; other inputs and outputs never overlap; inputs must not be written;
-* ``float16``, ``bfloat16`` and the 8-bit floats (Numba has no such types on CPU) as
-  ``float32`` by default: JAX converts on the way in and out (XLA fuses the converts).
-  With ``half_as="bits"`` (see :func:`numba_kernel`) the kernel instead sees the raw bit
-  patterns as unsigned integers of the same width, with no conversion;
-* with native batch levels, the kernel is called once per batch element, inside the
-  handler, on views of that element's slices; an input that is not mapped at a level is
-  the same view for every element of that level;
-* an exception it raises (type and message) or a non-zero status it returns becomes the
-  Python exception JAX raises, naming the kernel.
+A kernel is a Numba ``@njit`` function ``kernel(*inputs, *outputs)`` that fills its outputs
+in place and returns nothing or an integer status (non-zero is an error). This module is the
+backend's contract (``NAME``, ``PLATFORMS``, ``EXTRA``, :func:`is_available`,
+:func:`make_callable`, :func:`product_form`, :func:`release`, :func:`owns`,
+:func:`debug_prefill`, :func:`debug_gate`, :func:`export_checks`) and its public helpers
+(:func:`numba_kernel`, :func:`clear`, ``prepare`` and ``disabled_checks`` for export).
+Nothing is cached on disk; ``PRIMFORGE_NUMBA_MAX_KERNELS`` (default 256) bounds the kernels
+kept alive in memory. The design is in docs/architecture.md ("The Numba backend").
 """
 
 from __future__ import annotations
@@ -457,7 +400,8 @@ def product_form(product: Any, *, n_ins: int, n_outs: int, name: str) -> str:
         >>> product_form(lambda a, b, c: a, n_ins=1, n_outs=1, name='k')
         Traceback (most recent call last):
         ...
-        TypeError: kernel 'k': the 'numba' kernel generator returned a plain function with signature (a, b, c): as a Numba kernel it must take the 1 input(s) then the 1 output(s) (2 positional arguments); as a traceable JAX callable, the 1 input(s) only. Return the @numba.njit kernel, numba_kernel(kernel, outs=outs), or a function of the inputs that calls it.
+        TypeError: kernel 'k': the 'numba' kernel generator returned a plain function with
+        signature (a, b, c): ...
     """
     if isinstance(product, NumbaKernel):
         return "kernel"
@@ -508,8 +452,9 @@ def clear(kernel: Any = None) -> int:
     :class:`NumbaKernel`. What is dropped is primforge's *entry* for each of its signatures
     (the reference to the kernel's Numba compile result, and the slot its handler calls
     through) and the bounds-checked copy debug mode made of it; once the program no longer
-    references the kernel, Python frees what Numba can free of it. Machine code is never freed (neither Numba's nor primforge's), so the
-    entry's code is kept and a rebuild of the same kernel code compiles nothing.
+    references the kernel, Python frees what Numba can free of it. Machine code is never
+    freed (neither Numba's nor primforge's), so the entry's code is kept and a rebuild of the
+    same kernel code compiles nothing.
 
     Dropping never leaves XLA a dangling pointer: a registered FFI target can't be removed,
     so its handler stays, and reads the entry's address from a slot that is zeroed here.
