@@ -206,6 +206,11 @@ def test_sddmm_matches_dense_product_and_grads():
     got = ops.csr_sddmm(a, b, indices, indptr, shape=(6, 5))
     ref = sp.csr_matrix(((a @ b)[dense != 0], indices, indptr), shape=(6, 5))
     np.testing.assert_allclose(got, ref.data, rtol=1e-5)
+    np.testing.assert_allclose(
+        ops.csr_sddmm(a, b, indices, indptr, shape=(6, 5), backend="jax"), ref.data, rtol=1e-5)
+    vm = jax.vmap(lambda x: ops.csr_sddmm(x, b, indices, indptr, shape=(6, 5)))(
+        jnp.stack([a, 2 * a]))
+    np.testing.assert_allclose(vm, np.stack([ref.data, 2 * ref.data]), rtol=1e-5)
     f = jax.jit(lambda x, y: ops.csr_sddmm(x, y, indices, indptr, shape=(6, 5)))
     check_grads(f, (jnp.asarray(a), jnp.asarray(b)), order=1, modes=("fwd", "rev"),
                 atol=1e-2, rtol=1e-2)

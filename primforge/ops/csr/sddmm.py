@@ -3,8 +3,10 @@
 Design:
     * For stored entry ``k`` at ``(i, j)`` the value is ``A[i, :] . B[:, j]``: the gradient
       of a sparse layer's loss w.r.t. its per-synapse weights is this product of the
-      output cotangent and the input. Computed in jax.numpy (two gathers and a row sum),
-      so ``jit``, ``vmap`` and derivatives of any order come from JAX.
+      output cotangent and the input, and it runs as that gradient's kernel
+      (:func:`primforge.ops.csr.grad.weight_grad`: one Numba pass over the stored entries
+      on CPU, jax.numpy elsewhere); ``jit``, ``vmap`` and derivatives of any order follow
+      from that kernel's rules.
     * A malformed structure (``indptr`` not non-decreasing from 0 to nnz, a column out of
       range) raises when the index arrays are concrete and gives NaN everywhere under
       ``jit``, never a gather from a wrapped index.
@@ -18,13 +20,14 @@ import jax
 import jax.numpy as jnp
 
 from primforge.ops import _scaffold
+from primforge.ops.csr import grad as _grad
 from primforge.ops.csr import structure as _common
 
 __all__ = ["csr_sddmm"]
 
 
-def csr_sddmm(a: Any, b: Any, indices: Any, indptr: Any, *,
-              shape: tuple[int, int]) -> jax.Array:
+def csr_sddmm(a: Any, b: Any, indices: Any, indptr: Any, *, shape: tuple[int, int],
+              backend: str | None = None) -> jax.Array:
     """``(a @ b)`` sampled at the stored entries of a CSR structure, in CSR order.
 
     Args:
@@ -33,6 +36,7 @@ def csr_sddmm(a: Any, b: Any, indices: Any, indptr: Any, *,
         indices: column of each stored entry, ``(nnz,)``.
         indptr: ``(rows + 1,)`` row offsets.
         shape: ``(rows, cols)`` of the sampling pattern.
+        backend: ``'numba'`` (CPU default), ``'numba_parallel'`` or ``'jax'``.
 
     Returns:
         ``(nnz,)`` values, entry ``k`` at ``(i, j)`` being ``a[i] @ b[:, j]``: the ``data``
@@ -55,10 +59,10 @@ def csr_sddmm(a: Any, b: Any, indices: Any, indptr: Any, *,
     indptr = _scaffold.index_array(indptr, who, "indptr")
     _common.check_csr_args(who, jnp.zeros(indices.shape, jnp.float32), indices, indptr, (m, n))
     _common.validate_concrete(indices, indptr, (m, n), who)
-    nnz = indices.shape[0]
+    # Captured (constant) index arrays would have XLA fold the row ids while compiling.
+    indices, indptr = jax.lax.optimization_barrier((indices, indptr))
     dtype = jnp.result_type(a, b)
-    rows = _common.row_ids(indptr, nnz)
-    left = a.astype(dtype)[rows]
-    right = b.astype(dtype).T.at[indices].get(mode="fill", fill_value=jnp.nan)
-    vals = jnp.sum(left * right, axis=-1)
-    return jnp.where(_common.structure_ok(indices, indptr, n), vals, jnp.nan)
+    if not jnp.issubdtype(dtype, jnp.floating):
+        dtype = jnp.result_type(float)
+    return _grad.weight_grad(False, True, a.astype(dtype), b.astype(dtype).T, indices, indptr,
+                             transpose=False, dtype=dtype, backend=backend)
