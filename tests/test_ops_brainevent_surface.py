@@ -125,27 +125,52 @@ def test_bad_index_under_jit_raises_at_run_time():
 
 
 # ----------------------------------------------------------------------------- row slices
-def test_slice_rows_matches_dense_and_grads():
+@pytest.mark.parametrize("path", ["gather", "product", "traced"])
+def test_slice_rows_matches_dense_and_grads(path):
+    """Concrete structure (gather), an explicit product backend, a structure traced by jit."""
     data, indices, indptr, dense = random_csr(6, 5, 0.5, seed=3)
     rows = np.array([4, 1, 0, 4])
-    got = ops.csr_slice_rows(data, indices, indptr, rows, shape=dense.shape)
+
+    def slice_rows(d, r, indices=indices, indptr=indptr, shape=dense.shape):
+        if path == "traced":
+            return jax.jit(lambda d, i, p, r: ops.csr_slice_rows(d, i, p, r, shape=shape))(
+                d, jnp.asarray(indices), jnp.asarray(indptr), r)
+        backend = "numba" if path == "product" else None
+        return ops.csr_slice_rows(d, indices, indptr, r, shape=shape, backend=backend)
+
+    got = slice_rows(data, rows)
     np.testing.assert_allclose(got, dense[rows], rtol=1e-6)
-    np.testing.assert_allclose(ops.csr_slice_rows(data, indices, indptr, 2, shape=dense.shape),
-                               dense[2], rtol=1e-6)
+    np.testing.assert_allclose(slice_rows(data, np.int32(2)), dense[2], rtol=1e-6)
     # homogeneous weights
-    np.testing.assert_allclose(
-        ops.csr_slice_rows(0.5, indices, indptr, rows, shape=dense.shape),
-        0.5 * (dense[rows] != 0))
-    f = lambda d: ops.csr_slice_rows(d, indices, indptr, rows, shape=dense.shape)
+    np.testing.assert_allclose(slice_rows(jnp.array([0.5]), rows), 0.5 * (dense[rows] != 0))
+    f = lambda d: slice_rows(d, rows)
     check_grads(f, (jnp.asarray(data, jnp.float32),), order=1, modes=("fwd", "rev"),
                 atol=1e-2, rtol=1e-2)
     batch = np.array([[0, 2], [5, 5], [3, 1]])
-    vm = jax.vmap(lambda r: ops.csr_slice_rows(data, indices, indptr, r, shape=dense.shape))
+    vm = jax.vmap(lambda r: slice_rows(data, r))
     np.testing.assert_allclose(vm(jnp.asarray(batch)), dense[batch], rtol=1e-6)
+    # an empty matrix
+    empty = slice_rows(jnp.zeros(0), rows, np.zeros(0, np.int32), np.zeros(7, np.int32))
+    np.testing.assert_array_equal(empty, np.zeros((4, 5)))
+
+
+def test_slice_rows_sums_duplicate_entries():
+    # row 0 stores column 1 twice: the dense row holds their sum, as scipy's does
+    data, indices, indptr = np.array([1.0, 2.0, 4.0], np.float32), np.array([1, 1, 0]), \
+        np.array([0, 2, 3])
+    ref = sp.csr_matrix((data, indices, indptr), shape=(2, 2)).toarray()
+    for backend in (None, "numba"):
+        got = ops.csr_slice_rows(data, indices, indptr, np.array([0, 1]), shape=(2, 2),
+                                 backend=backend)
+        np.testing.assert_allclose(got, ref)
 
 
 def test_slice_rows_out_of_range():
     data, indices, indptr, dense = random_csr(4, 3, 0.5, seed=4)
+    with pytest.raises(ValueError, match="'data' must have shape"):
+        ops.csr_slice_rows(np.ones(len(data) + 1), indices, indptr, 0, shape=dense.shape)
+    with pytest.raises(CSRStructureError, match="indices must lie in"):
+        ops.csr_slice_rows(data, indices + 3, indptr, 0, shape=dense.shape)
     with pytest.raises(IndexError, match=r"'row_indices' must lie in \[0, 4\)"):
         ops.csr_slice_rows(data, indices, indptr, np.array([0, 4]), shape=dense.shape)
     with pytest.raises(IndexError, match="row_indices"):

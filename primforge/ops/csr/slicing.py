@@ -1,11 +1,14 @@
 """Selected rows of a CSR matrix as a dense array, and adding to its diagonal.
 
 Design:
-    * :func:`csr_slice_rows` is the product ``S @ W`` with ``S`` the one-hot selection
-      matrix, computed as the event-driven ``W.T @ S.T`` of :func:`binary_csrmm`: every
-      transformation of that product (``grad`` w.r.t. the weights, ``vmap``, ``jit``) and
-      its structure poisoning (NaN for a malformed matrix) carry over. A row outside
-      ``[0, rows)`` raises when the rows are concrete and gives a NaN row under ``jit``.
+    * :func:`csr_slice_rows` with a concrete structure (a matrix built outside ``jit`` or
+      captured by it) gathers each selected row's entries, padded to the longest row, and
+      scatters them into the dense result: O(selected rows x longest row), differentiable
+      and batchable through JAX. With a traced structure it is the product ``S @ W``, ``S``
+      the one-hot selection matrix, computed as the event-driven ``W.T @ S.T`` of
+      :func:`binary_csrmm`, whose transformations and structure poisoning (NaN for a
+      malformed matrix) carry over. A row outside ``[0, rows)`` raises when the rows are
+      concrete and gives a NaN row under ``jit``.
     * :func:`diag_add` computes ``W + diag(d)`` and inserts the diagonal entries ``W`` does
       not store, so the structure changes: it is planned from concrete index arrays once
       (:func:`csr_diag_position`), and the values, for any weights and diagonal, follow
@@ -44,6 +47,34 @@ def _row_selector(row_indices: Any, m: int, who: str):
     return jnp.asarray(rows)
 
 
+def _concrete_structure(data, indices, indptr, m: int, n: int, who: str) -> bool:
+    """Whether the structure is concrete (then checked here, as the kernels would)."""
+    if isinstance(indices, Tracer) or isinstance(indptr, Tracer):
+        return False
+    _common.check_csr_args(who, _scaffold.float_weights(data, who=who, name="data"), indices,
+                           indptr, (m, n))
+    _common.validate_concrete(indices, indptr, (m, n), who)
+    return True
+
+
+def _gather_rows(data, indices, indptr, rows, n: int):
+    """Rows of a concrete structure in O(selected rows x longest row): gather, then scatter."""
+    indptr, indices = np.asarray(indptr), np.asarray(indices)
+    longest = int(np.diff(indptr).max(initial=0))
+    safe = jnp.clip(rows, 0, indptr.shape[0] - 2)
+    start, stop = jnp.asarray(indptr)[safe], jnp.asarray(indptr)[safe + 1]
+    pos = start[:, None] + jnp.arange(longest, dtype=start.dtype)  # (s, longest)
+    live = pos < stop[:, None]
+    pos = jnp.where(live, pos, 0)
+    w = _scaffold.float_weights(data, who="csr_slice_rows", name="data")
+    if w.shape == (1,):  # a shared weight: one per entry
+        w = jnp.broadcast_to(w, (max(indices.shape[0], 1),))
+    vals = jnp.where(live, w[pos], 0)
+    cols = jnp.asarray(indices)[pos] if indices.shape[0] else jnp.zeros(pos.shape, jnp.int32)
+    out = jnp.zeros((rows.shape[0], n), vals.dtype)
+    return out.at[jnp.arange(rows.shape[0])[:, None], cols].add(vals)
+
+
 def csr_slice_rows(data: Any, indices: Any, indptr: Any, row_indices: Any, *,
                    shape: tuple[int, int], backend: str | None = None) -> jax.Array:
     """The rows ``row_indices`` of a CSR matrix, as a dense array.
@@ -54,7 +85,9 @@ def csr_slice_rows(data: Any, indices: Any, indptr: Any, row_indices: Any, *,
         indptr: ``(rows + 1,)`` row offsets.
         row_indices: an integer (one row) or a 1-D integer array (rows may repeat).
         shape: ``(rows, cols)`` of the matrix.
-        backend: the backend of the underlying :func:`binary_csrmm` (default: its own).
+        backend: a backend of :func:`binary_csrmm` to compute with that product even when
+            the structure is concrete (default: the gather for a concrete structure, else
+            the product's default backend).
 
     Returns:
         ``(len(row_indices), cols)`` (``(cols,)`` for one row), dtype of ``data``;
@@ -76,9 +109,12 @@ def csr_slice_rows(data: Any, indices: Any, indptr: Any, row_indices: Any, *,
     rows = _row_selector(row_indices, m, who)
     scalar = rows.ndim == 0
     rows = jnp.atleast_1d(rows)
-    select = rows[None, :] == jnp.arange(m, dtype=rows.dtype)[:, None]  # (m, s) one-hot
-    out = _kernels.binary_csrmm(data, indices, indptr, select, shape=(m, n), transpose=True,
-                                backend=backend).T
+    if backend is None and _concrete_structure(data, indices, indptr, m, n, who):
+        out = _gather_rows(data, indices, indptr, rows, n)
+    else:
+        select = rows[None, :] == jnp.arange(m, dtype=rows.dtype)[:, None]  # (m, s) one-hot
+        out = _kernels.binary_csrmm(data, indices, indptr, select, shape=(m, n),
+                                    transpose=True, backend=backend).T
     valid = (rows >= 0) & (rows < m)
     out = jnp.where(valid[:, None], out, jnp.nan)
     return out[0] if scalar else out
