@@ -1,7 +1,9 @@
 """Compressed sparse row matrices and their event-driven products.
 
 ``matrix`` holds the :class:`CSR` / :class:`CSC` pytrees, ``api`` the four product kernels
-and their public calls, ``structure`` the structure checks, ``grad`` the weight gradient;
+and their public calls, ``structure`` the structure checks, ``grad`` the weight gradient,
+``convert`` the COO/CSR/CSC index conversions, ``slicing`` row slices and diagonal
+updates, ``sddmm`` the sampled dense-dense product;
 ``numba``, ``pallas`` and ``cuda`` the backends' kernels, ``bench`` the benchmark cases.
 """
 
@@ -15,7 +17,16 @@ from primforge.ops.csr.api import (
     csrmv,
     csrmv_p,
 )
+from primforge.ops.csr.convert import (
+    coo2csr,
+    coo_to_csc_index,
+    csc_to_csr_index,
+    csr_to_coo_index,
+    csr_to_csc_index,
+)
 from primforge.ops.csr.matrix import CSC, CSR
+from primforge.ops.csr.sddmm import csr_sddmm
+from primforge.ops.csr.slicing import csr_diag_add, csr_diag_position, csr_slice_rows, diag_add
 from primforge.ops.csr.structure import CSRStructureError
 
 __all__ = [
@@ -26,8 +37,18 @@ __all__ = [
     "binary_csrmm_p",
     "binary_csrmv",
     "binary_csrmv_p",
+    "coo2csr",
+    "coo_to_csc_index",
+    "csc_to_csr_index",
+    "csr_diag_add",
+    "csr_diag_position",
+    "csr_sddmm",
+    "csr_slice_rows",
+    "csr_to_coo_index",
+    "csr_to_csc_index",
     "csrmm",
     "csrmm_p",
     "csrmv",
     "csrmv_p",
+    "diag_add",
 ]

@@ -14,6 +14,7 @@ import numpy as np
 
 from primforge.ops import _scaffold
 from primforge.ops.csr import api as _kernels
+from primforge.ops.csr import slicing as _slicing
 from primforge.ops.csr import structure as _common
 from primforge.ops.packed import as_events
 from primforge.utils import dataclass, field
@@ -285,6 +286,54 @@ class CSR(_Compressed):
             [[0.0, 2.0], [3.0, 0.0]]
         """
         return self._dense_of_stored()
+
+    def slice_rows(self, index: Any) -> CSR:
+        """``W[index, :]`` as a new :class:`CSR` (structure and ``index`` concrete).
+
+        ``index`` is an int or a 1-D integer array (rows may repeat); the weights may be
+        traced (the result is differentiable w.r.t. them). For a dense result, traceable
+        rows and ``vmap``, use :func:`~primforge.ops.csr_slice_rows`.
+
+        Example:
+            >>> W = CSR.from_dense([[0., 2.], [3., 0.], [4., 5.]])
+            >>> W.slice_rows([2, 0]).todense().tolist()
+            [[4.0, 5.0], [0.0, 2.0]]
+        """
+        m, n = self.shape
+        for name, a in (("indices", self.indices), ("indptr", self.indptr), ("index", index)):
+            if not _common._is_concrete(a):
+                raise TypeError(f"CSR.slice_rows: {name!r} must be concrete (the result's "
+                                f"size depends on it); use csr_slice_rows under jit")
+        rows = np.atleast_1d(np.asarray(index))
+        if rows.ndim != 1 or not np.issubdtype(rows.dtype, np.integer):
+            raise TypeError(f"CSR.slice_rows: 'index' must be an int or a 1-D integer array, "
+                            f"got {rows.dtype} of shape {rows.shape}")
+        if rows.size and (rows.min() < 0 or rows.max() >= m):
+            raise IndexError(f"CSR.slice_rows: 'index' must lie in [0, {m}) for {m} rows, got "
+                             f"{int(rows.min() if rows.min() < 0 else rows.max())}")
+        ptr = np.asarray(self.indptr)
+        starts, lengths = ptr[rows], ptr[rows + 1] - ptr[rows]
+        new_indptr = np.zeros(rows.size + 1, np.int32)
+        np.cumsum(lengths, out=new_indptr[1:])
+        pos = np.repeat(starts - new_indptr[:-1], lengths) + np.arange(new_indptr[-1])
+        data = self.data if self.homogeneous else self.data[pos]
+        return CSR._unchecked(data, jnp.asarray(np.asarray(self.indices)[pos]),
+                              jnp.asarray(new_indptr), (int(rows.size), n))
+
+    def diag_add(self, diag: Any) -> CSR:
+        """``W + diag(diag)`` as a new :class:`CSR`, inserting missing diagonal entries.
+
+        The structure must be concrete; ``diag`` (``(min(shape),)``) and the weights may be
+        traced. See :func:`~primforge.ops.diag_add`.
+
+        Example:
+            >>> W = CSR.from_dense([[0., 2.], [3., 0.]])
+            >>> W.diag_add(jnp.array([1., 1.])).todense().tolist()
+            [[1.0, 2.0], [3.0, 1.0]]
+        """
+        data, indices, indptr = _slicing.diag_add(self.data, self.indices, self.indptr, diag,
+                                                  shape=self.shape)
+        return CSR._unchecked(data, indices, indptr, self.shape)
 
     @property
     def T(self) -> CSC:

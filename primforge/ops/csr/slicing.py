@@ -1,0 +1,243 @@
+"""Selected rows of a CSR matrix as a dense array, and adding to its diagonal.
+
+Design:
+    * :func:`csr_slice_rows` with a concrete structure (a matrix built outside ``jit`` or
+      captured by it) gathers each selected row's entries, padded to the longest row, and
+      scatters them into the dense result: O(selected rows x longest row), differentiable
+      and batchable through JAX. With a traced structure it is the product ``S @ W``, ``S``
+      the one-hot selection matrix, computed as the event-driven ``W.T @ S.T`` of
+      :func:`binary_csrmm`, whose transformations and structure poisoning (NaN for a
+      malformed matrix) carry over. A row outside ``[0, rows)`` raises when the rows are
+      concrete and gives a NaN row under ``jit``.
+    * :func:`diag_add` computes ``W + diag(d)`` and inserts the diagonal entries ``W`` does
+      not store, so the structure changes: it is planned from concrete index arrays once
+      (:func:`csr_diag_position`), and the values, for any weights and diagonal, follow
+      from the plan with one scatter (:func:`csr_diag_add`, traceable and linear).
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+import jax
+import jax.numpy as jnp
+import numpy as np
+
+from primforge._compat import Tracer
+from primforge.ops import _scaffold
+from primforge.ops.csr import api as _kernels
+from primforge.ops.csr import structure as _common
+
+__all__ = ["csr_diag_add", "csr_diag_position", "csr_slice_rows", "diag_add"]
+
+
+def _row_selector(row_indices: Any, m: int, who: str):
+    rows = row_indices if isinstance(row_indices, (jax.Array, Tracer)) else np.asarray(
+        row_indices)
+    if rows.ndim > 1:
+        raise ValueError(f"{who}: 'row_indices' must be a scalar or 1-D, got shape {rows.shape}")
+    if not np.issubdtype(rows.dtype, np.integer):
+        raise TypeError(f"{who}: 'row_indices' must be integers, got dtype {rows.dtype}")
+    if not isinstance(rows, Tracer):
+        bad = np.flatnonzero((np.asarray(rows).ravel() < 0) | (np.asarray(rows).ravel() >= m))
+        if bad.size:
+            k = int(bad[0])
+            raise IndexError(f"{who}: 'row_indices' must lie in [0, {m}) for {m} rows, got "
+                             f"{int(np.asarray(rows).ravel()[k])} at position {k}")
+    return jnp.asarray(rows)
+
+
+def _concrete_structure(data, indices, indptr, m: int, n: int, who: str) -> bool:
+    """Whether the structure is concrete (then checked here, as the kernels would)."""
+    if isinstance(indices, Tracer) or isinstance(indptr, Tracer):
+        return False
+    _common.check_csr_args(who, _scaffold.float_weights(data, who=who, name="data"), indices,
+                           indptr, (m, n))
+    _common.validate_concrete(indices, indptr, (m, n), who)
+    return True
+
+
+def _gather_rows(data, indices, indptr, rows, n: int):
+    """Rows of a concrete structure in O(selected rows x longest row): gather, then scatter."""
+    indptr, indices = np.asarray(indptr), np.asarray(indices)
+    longest = int(np.diff(indptr).max(initial=0))
+    safe = jnp.clip(rows, 0, indptr.shape[0] - 2)
+    start, stop = jnp.asarray(indptr)[safe], jnp.asarray(indptr)[safe + 1]
+    pos = start[:, None] + jnp.arange(longest, dtype=start.dtype)  # (s, longest)
+    live = pos < stop[:, None]
+    pos = jnp.where(live, pos, 0)
+    w = _scaffold.float_weights(data, who="csr_slice_rows", name="data")
+    if w.shape == (1,):  # a shared weight: one per entry
+        w = jnp.broadcast_to(w, (max(indices.shape[0], 1),))
+    vals = jnp.where(live, w[pos], 0)
+    cols = jnp.asarray(indices)[pos] if indices.shape[0] else jnp.zeros(pos.shape, jnp.int32)
+    out = jnp.zeros((rows.shape[0], n), vals.dtype)
+    return out.at[jnp.arange(rows.shape[0])[:, None], cols].add(vals)
+
+
+def csr_slice_rows(data: Any, indices: Any, indptr: Any, row_indices: Any, *,
+                   shape: tuple[int, int], backend: str | None = None) -> jax.Array:
+    """The rows ``row_indices`` of a CSR matrix, as a dense array.
+
+    Args:
+        data: weights ``(nnz,)``, or a scalar / ``(1,)`` shared by every entry.
+        indices: column of each stored entry, ``(nnz,)``.
+        indptr: ``(rows + 1,)`` row offsets.
+        row_indices: an integer (one row) or a 1-D integer array (rows may repeat).
+        shape: ``(rows, cols)`` of the matrix.
+        backend: a backend of :func:`binary_csrmm` to compute with that product even when
+            the structure is concrete (default: the gather for a concrete structure, else
+            the product's default backend).
+
+    Returns:
+        ``(len(row_indices), cols)`` (``(cols,)`` for one row), dtype of ``data``;
+        duplicate stored entries add up. A row out of range raises ``IndexError`` when
+        ``row_indices`` is concrete and gives a row of NaN when it is traced.
+
+    Example:
+        >>> import jax, jax.numpy as jnp
+        >>> data, indices, indptr = jnp.array([1., 2., 3.]), jnp.array([0, 2, 1]), \\
+        ...     jnp.array([0, 2, 3])
+        >>> csr_slice_rows(data, indices, indptr, jnp.array([1, 0]), shape=(2, 3))
+        Array([[0., 3., 0.],
+               [1., 0., 2.]], dtype=float32)
+        >>> jax.grad(lambda d: csr_slice_rows(d, indices, indptr, 1, shape=(2, 3)).sum())(data)
+        Array([0., 0., 1.], dtype=float32)
+    """
+    who = "csr_slice_rows"
+    m, n = _scaffold.check_shape(shape, who)
+    rows = _row_selector(row_indices, m, who)
+    scalar = rows.ndim == 0
+    rows = jnp.atleast_1d(rows)
+    if backend is None and _concrete_structure(data, indices, indptr, m, n, who):
+        out = _gather_rows(data, indices, indptr, rows, n)
+    else:
+        select = rows[None, :] == jnp.arange(m, dtype=rows.dtype)[:, None]  # (m, s) one-hot
+        out = _kernels.binary_csrmm(data, indices, indptr, select, shape=(m, n),
+                                    transpose=True, backend=backend).T
+    valid = (rows >= 0) & (rows < m)
+    out = jnp.where(valid[:, None], out, jnp.nan)
+    return out[0] if scalar else out
+
+
+def csr_diag_position(indptr: Any, indices: Any, *, shape: tuple[int, int]):
+    """Plan ``W + diag(d)`` for a CSR structure: where the entries go, where the diagonal is.
+
+    The pattern of the result is the union of ``W``'s and the main diagonal
+    ``(i, i), i < min(shape)``; a missing diagonal entry is inserted in its row after the
+    stored entries of smaller column (its sorted place when the row is sorted). When a row
+    stores ``(i, i)`` more than once, the diagonal is added to the first.
+
+    Args:
+        indptr: concrete ``(rows + 1,)`` row offsets.
+        indices: concrete column of each stored entry, ``(nnz,)``.
+        shape: ``(rows, cols)``.
+
+    Returns:
+        NumPy int32 arrays ``(new_indptr, new_indices, old_to_new, diag_dest)``: the new
+        structure, the new place of each old entry and the place of each diagonal entry.
+
+    Example:
+        >>> import numpy as np
+        >>> plan = csr_diag_position(np.array([0, 1, 2]), np.array([1, 1]), shape=(2, 2))
+        >>> [a.tolist() for a in plan]
+        [[0, 2, 3], [0, 1, 1], [1, 2], [0, 2]]
+    """
+    who = "csr_diag_position"
+    m, n = _scaffold.check_shape(shape, who)
+    for name, a in (("indptr", indptr), ("indices", indices)):
+        if isinstance(a, Tracer):
+            raise TypeError(f"{who}: {name!r} must be concrete (the result's number of entries "
+                            f"depends on its values); plan outside jit, then use csr_diag_add")
+    indptr = np.asarray(indptr)
+    indices = np.asarray(indices)
+    _common.check_csr_args(who, np.zeros(indices.shape, np.float32), indices, indptr, (m, n))
+    _common.validate_concrete(indices, indptr, (m, n), who)
+    nnz, k = indices.shape[0], min(m, n)
+    rows = np.repeat(np.arange(m), np.diff(indptr))
+    local = np.arange(nnz) - indptr[rows]
+    on_diag = indices == rows
+    first = np.full(m, -1, np.int64)  # first stored diagonal entry of each row
+    hits = np.flatnonzero(on_diag)
+    first[rows[hits][::-1]] = hits[::-1]
+    missing = np.flatnonzero(first[:k] < 0)
+    below = np.bincount(rows[indices < rows], minlength=m)  # entries left of the diagonal
+    # Sort key within a row: old entry j at 2j + 1, an inserted one at 2 * (entries before it).
+    all_rows = np.concatenate([rows, missing])
+    slots = np.concatenate([2 * local + 1, 2 * below[missing]])
+    order = np.lexsort((slots, all_rows))
+    where = np.empty_like(order)
+    where[order] = np.arange(order.size)
+    new_indices = np.concatenate([indices, missing])[order].astype(np.int32)
+    new_indptr = np.zeros(m + 1, np.int64)
+    np.cumsum(np.bincount(all_rows, minlength=m), out=new_indptr[1:])
+    diag_dest = np.empty(k, np.int64)
+    present = first[:k] >= 0
+    diag_dest[present] = where[first[:k][present]]
+    diag_dest[missing] = where[nnz:]
+    return (new_indptr.astype(np.int32), new_indices, where[:nnz].astype(np.int32),
+            diag_dest.astype(np.int32))
+
+
+def csr_diag_add(csr_value: Any, positions: tuple, diag_value: Any) -> jax.Array:
+    """The weights of ``W + diag(d)`` on the structure a :func:`csr_diag_position` plan gives.
+
+    Linear in both ``csr_value`` and ``diag_value``; traceable (``jit``, ``grad``, ``vmap``).
+
+    Args:
+        csr_value: ``W``'s weights ``(nnz,)``, or a scalar / ``(1,)`` shared by every entry.
+        positions: the plan returned by :func:`csr_diag_position`.
+        diag_value: ``(min(rows, cols),)`` values added to the diagonal.
+
+    Returns:
+        The ``(len(new_indices),)`` weights of the result.
+
+    Example:
+        >>> import numpy as np, jax.numpy as jnp
+        >>> plan = csr_diag_position(np.array([0, 1, 2]), np.array([1, 1]), shape=(2, 2))
+        >>> csr_diag_add(jnp.array([5., 6.]), plan, jnp.array([1., 2.]))
+        Array([1., 5., 8.], dtype=float32)
+    """
+    who = "csr_diag_add"
+    _, new_indices, old_to_new, diag_dest = positions
+    nnz, k = old_to_new.shape[0], diag_dest.shape[0]
+    w = _scaffold.float_weights(csr_value, who=who, name="csr_value")
+    if w.shape == (1,) and nnz != 1:
+        w = jnp.broadcast_to(w, (nnz,))
+    if w.shape != (nnz,):
+        raise ValueError(f"{who}: 'csr_value' must have shape ({nnz},) (one weight per stored "
+                         f"entry of the planned matrix) or (1,), got {w.shape}")
+    d = jnp.asarray(diag_value)
+    if d.shape != (k,):
+        raise ValueError(f"{who}: 'diag_value' must have shape (min(rows, cols),) = ({k},), "
+                         f"got {d.shape}")
+    dtype = jnp.result_type(w, d)
+    out = jnp.zeros((new_indices.shape[0],), dtype)
+    out = out.at[jnp.asarray(old_to_new)].set(w.astype(dtype), unique_indices=True)
+    return out.at[jnp.asarray(diag_dest)].add(d.astype(dtype))
+
+
+def diag_add(data: Any, indices: Any, indptr: Any, diag: Any, *, shape: tuple[int, int]):
+    """``W + diag(d)`` for a CSR ``W``, inserting the diagonal entries it does not store.
+
+    Args:
+        data: weights ``(nnz,)``, or a scalar / ``(1,)`` shared by every entry.
+        indices: concrete column of each stored entry, ``(nnz,)``.
+        indptr: concrete ``(rows + 1,)`` row offsets.
+        diag: ``(min(rows, cols),)`` values added to the diagonal.
+        shape: ``(rows, cols)``.
+
+    Returns:
+        ``(new_data, new_indices, new_indptr)`` of the result (same shape). ``data`` and
+        ``diag`` may be traced (for ``grad``); the structure must be concrete (see
+        :func:`csr_diag_position` to plan once and reuse under ``jit``).
+
+    Example:
+        >>> import numpy as np, jax.numpy as jnp
+        >>> d, i, p = diag_add(jnp.array([5., 6.]), np.array([1, 1]), np.array([0, 1, 2]),
+        ...                    jnp.array([1., 2.]), shape=(2, 2))
+        >>> d.tolist(), i.tolist(), p.tolist()
+        ([1.0, 5.0, 8.0], [0, 1, 1], [0, 2, 3])
+    """
+    plan = csr_diag_position(indptr, indices, shape=shape)
+    return csr_diag_add(data, plan, diag), jnp.asarray(plan[1]), jnp.asarray(plan[0])
