@@ -1,18 +1,8 @@
 """Debug-mode checks woven into a kernel's lowering (what ``primforge.debug_mode`` turns on).
 
-Design:
-    * Output coverage (backends with a ``debug_prefill`` hook): the kernel gets its output
-      buffers pre-filled, as inputs aliased to its outputs, and runs twice with two
-      different fill patterns. An element whose bits differ between the two runs was
-      never written, or its value depended on what the buffer held before.
-    * Reference comparison: the kernel's reference backend, when it has one on the
-      platform, runs on the same inputs and every output is compared with a tolerance by
-      dtype.
-    * Failures: a host callback words the first failure as a
-      :class:`~primforge.KernelError` and returns its id; a backend's *gate*
-      (``debug_gate`` hook) passes the outputs through and raises :class:`DebugReport` for
-      a non-zero id, so the report is the kernel error XLA raises; without one, a host
-      callback raises it. Eager calls re-raise the ``KernelError`` itself.
+Output coverage (pre-filled outputs, two runs with two fill patterns, for backends with a
+``debug_prefill`` hook), comparison with the reference backend, and the report of the first
+failure as a :class:`~primforge.KernelError` raised inside the compiled call.
 """
 
 from __future__ import annotations

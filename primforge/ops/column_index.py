@@ -1,30 +1,9 @@
 """A matrix that carries an index of its synapses by stored column, for column-side updates.
 
-Design:
-    * Compressed storage (``CSR``, ``CSC``, ``FixedNum``) lists synapses row by row, so an
-      update driven by the neurons of the *other* side (``update_on_post`` on a ``CSR``,
-      ``update_on_pre`` on a ``CSC``) would have to read every stored column index to find
-      the synapses of the neurons that fired. A column index lists them column by column:
-      ``perm[colptr[j]:colptr[j + 1]]`` are the positions of column ``j``'s entries (in
-      increasing order) and ``rows[q]`` is the row of the entry ``perm[q]``. With it the
-      update touches only the synapses of the firing columns (event-driven on both sides).
-    * The index is explicit and held by the user, never a hidden cache:
-      :func:`with_column_index` returns a :class:`ColumnIndexed`, the matrix and its index
-      in one pytree. The index lives next to the structure it was built from: the
-      plasticity updates return a new ``ColumnIndexed`` with the same structure and index,
-      and building one from separate arrays checks them against the matrix.
-    * Building costs one stable sort of the stored entries (jax.numpy, so it also works
-      under ``jit``) and holds ``2 * nnz + cols + 1`` int32 numbers. Entries whose column
-      index is out of range (masked ``FixedNum`` slots) are left out of the index; for a
-      ``CSR``/``CSC`` they make the column-side update return NaN, as without the index.
-    * The kernel checks the pair on every call where a column fires: the number of stored
-      entries of each firing column (one pass over the stored column indices) must equal
-      its length in the index, and every entry it visits must be in range, inside its
-      row's range in ``indptr`` and read back as that column. A column's list is then
-      exactly its synapses, so a malformed index, or one paired with another structure by
-      a pytree edit (``jax.tree.unflatten`` does not re-check), yields NaN weights, never
-      a wrong update or an out-of-bounds access, for arrays passed to
-      ``compressed_update_p`` directly too.
+:func:`with_column_index` returns a :class:`ColumnIndexed`: the matrix and, in one pytree,
+the positions of its entries column by column, so an update driven by the other side
+visits only the synapses of the neurons that fired. The kernels check the pair on every
+call (a stale or malformed index gives NaN, never a wrong update).
 """
 
 from __future__ import annotations

@@ -1,32 +1,9 @@
 """Bounds-checked copies of Numba kernels, helpers included (what debug mode runs).
 
-Design: ``numba.njit(boundscheck=True)`` on a kernel's ``py_func`` checks that function's
-own indexing only; every other ``@njit`` function it calls keeps the options it was
-compiled with. :func:`bounds_checked` therefore rebuilds the whole call graph: a copy of
-the kernel's Python function whose globals and closure cells have each dispatcher they
-hold replaced by its own bounds-checked copy (recursively, and through a module global
-the code reads an attribute of, ``helpers.f``), compiled with the kernel's other options
-and ``boundscheck=True``. Copies are made once per dispatcher and kept while it lives.
-
-Helpers that are not dispatchers are compiled by Numba for the caller: while primforge
-compiles a debug entry, an ``@overload`` implementation (``register_jitable`` too) reached
-from a bounds-checked function is built with ``boundscheck=True`` and cached apart from the
-one built for other callers; dispatchers held in tuples (globals or closure cells) are
-replaced like the others. ``@intrinsic`` code is LLVM written by hand: nothing to check.
-
-A copy runs serially (``parallel=True`` is dropped, ``prange`` is ``range``): Numba drops
-an exception raised on a worker thread, so a threaded copy would stop at a bad index
-without saying so.
-
-While primforge compiles a debug entry (:func:`index_messages`), a failed check raises
-:class:`BoundsCheckIndexError`, an ``IndexError`` naming the index, the axis and its size, and
-the array indexed (its variable in the function that indexes it, and that function), where
-Numba's own says only "index is out of bounds". The array's name is fixed when the indexing
-statement is lowered: Numba's lowering of each statement is wrapped to record the array
-that a ``getitem``/``setitem`` indexes.
-
-``NUMBA_BOUNDSCHECK=0`` turns Numba's bounds checking off everywhere, these copies
-included: :func:`bounds_checked` then warns once.
+:func:`bounds_checked` rebuilds a kernel's whole call graph with ``boundscheck=True`` (the
+dispatchers its globals, closure cells and tuples hold; ``@overload`` and
+``register_jitable`` implementations it reaches), run serially; a failed check raises
+:class:`BoundsCheckIndexError` naming the index, the axis, its size and the array indexed.
 """
 
 from __future__ import annotations

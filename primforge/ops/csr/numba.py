@@ -1,42 +1,9 @@
 """Numba CPU kernels for CSR products (Numba itself is imported only when one is built).
 
-Every product kernel follows the numba backend's convention
-``kernel(data, indices, indptr, x, out)`` (the weight gradient's:
-``kernel(indices, indptr, ct, x, out)``) and fills ``out`` in place. The variant (binary
-or float input, one shared weight or one per synapse, ``W @ x`` or ``W.T @ x``, vector or
-matrix ``x``) is fixed by closure constants, so Numba compiles a branch-free loop for each.
-
-* ``W.T @ x`` (``transpose=True``) walks the *rows* of ``W`` whose entry of ``x`` is
-  non-zero and scatters those rows into ``out``: the work is proportional to the number of
-  active events times the row length, independent of the matrix size. This is the
-  event-driven direction (rows are presynaptic neurons).
-* ``W @ x`` gathers along each row; it must look at every stored entry (CSR cannot find
-  the rows that contain a given column without a transposed index), but skips inactive
-  events without touching the weights.
-
-Malformed structure (``indptr`` not running non-decreasingly from 0 to nnz, or a column
-index out of range on a visited entry) is detected before any out-of-bounds access; the
-output is then filled with NaN. ``indptr`` is checked in its own O(rows) pass (every row
-range is read from it). In the gather kernels (``W @ x``, ``W @ X`` and the weight
-gradient of ``W @ x``) the input is first copied, O(cols), into a float table with one
-zero row appended (binary events as 0/1), and the column check costs no extra pass: each
-index is compared once, unsigned and as wide as the index dtype, clamped to the zero row
-when out of range and counted, and a non-zero count poisons the output at the end. Each
-stored entry is then one gather and one multiply-add, with no early exit and no branch,
-so those loops vectorise; they are compiled with ``fastmath={"reassoc"}`` only (sums may
-be reordered, NaN/infinity keep their meaning).
-
-The opt-in ``numba_parallel`` backend (:func:`parallel_generator`) spreads the rows of
-``W @ x`` over Numba's threads (``prange``; each thread owns whole output rows), and the
-columns of ``X`` in ``W.T @ X`` (each thread owns whole columns). XLA may
-call a handler from several threads at once, and Numba's ``workqueue`` layer aborts the
-process on concurrent parallel launches, so these kernels run only on the ``tbb`` or
-``omp`` layer (:func:`parallel_threading_layer` refuses otherwise, at trace time).
-GNU OpenMP is not fork-safe: do not fork a process after it ran a parallel kernel.
-Unless ``OMP_WAIT_POLICY`` is set already, the first parallel kernel built sets it to
-``PASSIVE`` before OpenMP starts: idle workers then sleep rather than spin, which on a
-machine with few cores was the difference between the threaded kernels losing and
-winning against the serial ones.
+Product kernels are ``kernel(data, indices, indptr, x, out)`` (the weight gradient's
+``kernel(indices, indptr, ct, x, out)``), each variant fixed by closure constants; a
+malformed structure fills ``out`` with NaN. :func:`parallel_generator` builds the opt-in
+``numba_parallel`` kernels (tbb or omp threading layer only).
 """
 
 from __future__ import annotations
