@@ -111,3 +111,31 @@ def test_spike_list_overflow_is_not_silent():
     with pytest.raises(TypeError, match="'spike_indices' must be a 1-D integer"):
         ops.binary_csrmv_indexed(jnp.ones(1), jnp.array([0]), jnp.array([0, 1]),
                                  jnp.array([0.5]), shape=(1, 1))
+
+
+@pytest.mark.parametrize("cap", (0, 3, 12))
+def test_spike_list_against_numpy_eager_jit_vmap(cap):
+    rs = np.random.RandomState(4)
+    events = rs.random_sample((3, 10)) < 0.4
+    events[2] = False  # no events at all
+    want = [np.flatnonzero(e) for e in events]
+    pad = lambda w: np.concatenate([w[:cap], np.zeros(max(0, cap - len(w)), int)])
+    for e, w in zip(events, want):
+        for f in (ops.spike_list, jax.jit(ops.spike_list, static_argnums=1)):
+            idx, count = f(e.astype(np.float32), cap)  # non-zero floats are events too
+            np.testing.assert_array_equal(idx, pad(w))
+            assert int(count) == len(w)
+    idx, count = jax.vmap(lambda e: ops.spike_list(e, cap))(events)
+    np.testing.assert_array_equal(idx, np.stack([pad(w) for w in want]).reshape(3, cap))
+    np.testing.assert_array_equal(count, [len(w) for w in want])
+
+
+@pytest.mark.parametrize("backend", BACKENDS)
+def test_spike_list_backends_agree_with_numpy(backend):
+    from primforge.ops.csr.indexed import _spike_list_p
+
+    events = np.random.RandomState(5).random_sample(50) < 0.2
+    idx, count = _spike_list_p(events, max_spikes=8, backend=backend)
+    want = np.flatnonzero(events)
+    np.testing.assert_array_equal(idx[: min(8, len(want))], want[:8])
+    assert int(count[0]) == len(want)

@@ -254,6 +254,45 @@ def spike_list(events: Any, max_spikes: int) -> tuple[jax.Array, jax.Array]:
                         f"{type(max_spikes).__name__}") from None
     if max_spikes < 0:
         raise ValueError(f"spike_list: 'max_spikes' must be non-negative, got {max_spikes}")
-    active = events != 0
-    (idx,) = jnp.nonzero(active, size=max_spikes, fill_value=0)
-    return idx.astype(jnp.int32), jnp.sum(active, dtype=jnp.int32)
+    if max_spikes >= 2**31 or events.shape[0] >= 2**31:
+        raise ValueError("spike_list: 'events' and 'max_spikes' must stay below 2**31")
+    idx, count = _spike_list_p(events, max_spikes=max_spikes)
+    return idx, count[0]
+
+
+def _compact_reference(*, max_spikes, **_):
+    def kernel(events):
+        active = events != 0
+        (idx,) = jnp.nonzero(active, size=max_spikes, fill_value=0)
+        return idx.astype(jnp.int32), jnp.sum(active, dtype=jnp.int32).reshape(1)
+
+    return kernel
+
+
+def _compact_numba(**_):
+    from primforge.ops.csr import numba as _numba_csr
+
+    return _numba_csr.spike_list_kernel()
+
+
+def _compact_shape(events, *, max_spikes, **_):
+    return (jax.ShapeDtypeStruct((max_spikes,), np.dtype(np.int32)),
+            jax.ShapeDtypeStruct((1,), np.dtype(np.int32)))
+
+
+def _compact_batching(args, axes, *, outs, backend=None, max_spikes, **_):
+    (events,), (ax,) = args, axes
+    one = lambda e: tuple(_spike_list_p(e, max_spikes=max_spikes, backend=backend))
+    return list(jax.lax.map(one, jnp.moveaxis(events, ax, 0))), [0, 0]
+
+
+_spike_list_p = XLACustomKernel("primforge.ops.spike_list", doc="A bool vector compacted into a "
+                                "fixed-length list of its active positions and their count.",
+                                replace=True)
+for _platform in ("cpu", "gpu", "tpu"):
+    _spike_list_p.def_kernel("jax", _platform, _compact_reference)
+_spike_list_p.def_numba_kernel(_compact_numba, asdefault=True)
+_spike_list_p.def_abstract_eval(_compact_shape)
+_spike_list_p.def_batching_rule(_compact_batching)
+_spike_list_p.def_tags("event")
+del _platform

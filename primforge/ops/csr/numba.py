@@ -626,3 +626,24 @@ def indexed_mv_kernel(transpose: bool, homo: bool, wide: bool, n_cols: int):
             out[i] = acc
 
     return csr_mv_indexed
+
+
+@functools.cache
+def spike_list_kernel():
+    """The njit compaction ``kernel(events, idx, count)``: the first active positions of
+    ``events`` into ``idx`` (zeros after them), and the number of active entries."""
+    import numba
+
+    @numba.njit(nogil=True)
+    def spike_list(events, idx, count):
+        cap = idx.shape[0]
+        idx[:] = 0
+        c = 0
+        for i in range(events.shape[0]):
+            if events[i] != 0:
+                if c < cap:
+                    idx[c] = i
+                c += 1
+        count[0] = c
+
+    return spike_list
