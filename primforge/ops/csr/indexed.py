@@ -17,7 +17,7 @@ import numpy as np
 from primforge import _compat
 from primforge._compat import Tracer
 from primforge.kernel.kernel import XLACustomKernel
-from primforge.ops import _scaffold
+from primforge.ops import _scaffold, _sharding
 from primforge.ops.csr import structure as _common
 
 __all__ = ["binary_csrmv_indexed", "binary_csrmv_indexed_p", "spike_list"]
@@ -149,7 +149,10 @@ binary_csrmv_indexed_p.def_abstract_eval(_shape_rule)
 binary_csrmv_indexed_p.def_jvp_rule(_jvp_rule)
 binary_csrmv_indexed_p.def_transpose_rule(_transpose_rule)
 binary_csrmv_indexed_p.def_batching_rule(_batching_rule)
-binary_csrmv_indexed_p.def_tags("csr", "sparse", "event", "matvec")
+binary_csrmv_indexed_p.def_tags("csr", "sparse", "event", "matvec", "spike_list")
+binary_csrmv_indexed_p.def_sharding_rule(_sharding.indexed_rule)
+binary_csrmv_indexed_p.def_benchmark_data(
+    _scaffold.lazy_benchmark_data("primforge.ops.csr.bench", "indexed"))
 del _platform
 
 
@@ -229,14 +232,16 @@ def binary_csrmv_indexed(data: Any, indices: Any, indptr: Any, spike_indices: An
 binary_csrmv_indexed_p.def_call(binary_csrmv_indexed)
 
 
-def spike_list(events: Any, max_spikes: int) -> tuple[jax.Array, jax.Array]:
+def spike_list(events: Any, max_spikes: int, *,
+               backend: str | None = None) -> tuple[jax.Array, jax.Array]:
     """The firing indices of a bool vector as a fixed-length list and a count (jit-safe).
 
     Returns ``(indices, count)``: the first ``min(count, max_spikes)`` entries of ``indices``
     (int32, length ``max_spikes``) are the active positions in increasing order, the rest
     are 0. ``count`` is the number of active entries, even past ``max_spikes``: a list that
     overflows then makes :func:`binary_csrmv_indexed` give NaN (``ValueError`` eagerly)
-    rather than silently dropping spikes.
+    rather than silently dropping spikes. ``backend``: 'numba' (the CPU default, one pass)
+    or 'jax'.
 
     Example:
         >>> import jax.numpy as jnp
@@ -256,7 +261,7 @@ def spike_list(events: Any, max_spikes: int) -> tuple[jax.Array, jax.Array]:
         raise ValueError(f"spike_list: 'max_spikes' must be non-negative, got {max_spikes}")
     if max_spikes >= 2**31 or events.shape[0] >= 2**31:
         raise ValueError("spike_list: 'events' and 'max_spikes' must stay below 2**31")
-    idx, count = _spike_list_p(events, max_spikes=max_spikes)
+    idx, count = _spike_list_p(events, max_spikes=max_spikes, backend=backend)
     return idx, count[0]
 
 
@@ -294,5 +299,9 @@ for _platform in ("cpu", "gpu", "tpu"):
 _spike_list_p.def_numba_kernel(_compact_numba, asdefault=True)
 _spike_list_p.def_abstract_eval(_compact_shape)
 _spike_list_p.def_batching_rule(_compact_batching)
-_spike_list_p.def_tags("event")
+_spike_list_p.def_tags("event", "spike_list")
+_spike_list_p.def_sharding_rule(_sharding.indexed_rule)
+_spike_list_p.def_call(spike_list)
+_spike_list_p.def_benchmark_data(
+    _scaffold.lazy_benchmark_data("primforge.ops.csr.bench", "spike_lists"))
 del _platform
