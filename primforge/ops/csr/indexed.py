@@ -149,7 +149,7 @@ binary_csrmv_indexed_p.def_abstract_eval(_shape_rule)
 binary_csrmv_indexed_p.def_jvp_rule(_jvp_rule)
 binary_csrmv_indexed_p.def_transpose_rule(_transpose_rule)
 binary_csrmv_indexed_p.def_batching_rule(_batching_rule)
-binary_csrmv_indexed_p.def_tags("csr", "sparse", "event", "matvec", "spike_list")
+binary_csrmv_indexed_p.def_tags("sparse", "event", "matvec", "spike_list")
 binary_csrmv_indexed_p.def_sharding_rule(_sharding.indexed_rule)
 binary_csrmv_indexed_p.def_benchmark_data(
     _scaffold.lazy_benchmark_data("primforge.ops.csr.bench", "indexed"))
