@@ -139,3 +139,39 @@ def test_spike_list_backends_agree_with_numpy(backend):
     want = np.flatnonzero(events)
     np.testing.assert_array_equal(idx[: min(8, len(want))], want[:8])
     assert int(count[0]) == len(want)
+
+
+@pytest.mark.parametrize("backend", BACKENDS)
+@pytest.mark.parametrize("transpose", (True, False))
+def test_matrix_form_matches_numpy_per_list_and_its_grad(backend, transpose):
+    rs = np.random.RandomState(6)
+    data, indices, indptr, dense = _random_csr(rs, 6, 5)
+    spikes = rs.randint(0, 6 if transpose else 5, (4, 5)).astype(np.int32)
+    counts = np.array([0, 5, 2, 3], np.int32)
+    f = lambda w, s, c: ops.binary_csrmm_indexed(w, indices, indptr, s, c, shape=(6, 5),
+                                                 transpose=transpose, backend=backend)
+    want = np.stack([_numpy(dense, s, c, transpose) for s, c in zip(spikes, counts)])
+    for g in (f, jax.jit(f)):
+        np.testing.assert_allclose(g(data, spikes, counts), want, rtol=1e-5, atol=1e-6)
+    check_grads(lambda w: f(w, spikes, counts), (jnp.asarray(data),), order=1,
+                modes=("fwd", "rev"), atol=1e-2, rtol=1e-2)
+    bad = jax.jit(f)(data, np.where(np.arange(5) == 0, -1, spikes), counts)
+    assert np.isnan(bad[1:]).all() and not np.isnan(bad[0]).any()  # list 0 is empty
+    with pytest.raises(IndexError, match="'spike_indices' holds -1"):
+        f(data, np.where(np.arange(5) == 0, -1, spikes), counts)
+
+
+@pytest.mark.parametrize("backend", BACKENDS)
+def test_vmap_over_counts_alone_and_over_weights(backend):
+    rs = np.random.RandomState(7)
+    data, indices, indptr, dense = _random_csr(rs, 6, 4)
+    spikes = np.array([5, 0, 2, 2], np.int32)
+    call = lambda w, c: ops.binary_csrmv_indexed(w, indices, indptr, spikes, c, shape=(6, 4),
+                                                 transpose=True, backend=backend)
+    got = jax.vmap(lambda c: call(data, c))(np.arange(5, dtype=np.int32))
+    np.testing.assert_allclose(got, [_numpy(dense, spikes, c, True) for c in range(5)],
+                               rtol=1e-5, atol=1e-6)
+    scales = np.float32([1.0, -2.0, 0.5])
+    got = jax.vmap(lambda s: call(data * s, 3))(scales)
+    np.testing.assert_allclose(got, [s * _numpy(dense, spikes, 3, True) for s in scales],
+                               rtol=1e-5, atol=1e-6)

@@ -183,6 +183,9 @@ def indexed_rule(ins, outs, **_) -> ShardingRule:
     """
     if len(ins) == 1:
         return ShardingRule("n -> s, k", need_replication_factors=("n", "s", "k"))
+    if len(ins[3].shape) == 2:  # several lists
+        return ShardingRule("w, e, p, b s, b -> b o",
+                            need_replication_factors=("w", "e", "p", "b", "s", "o"))
     return ShardingRule("w, e, p, s, k -> o",
                         need_replication_factors=("w", "e", "p", "s", "k", "o"))
 

@@ -25,7 +25,13 @@ from primforge.ops.csr.convert import (
     csr_to_coo_index,
     csr_to_csc_index,
 )
-from primforge.ops.csr.indexed import binary_csrmv_indexed, binary_csrmv_indexed_p, spike_list
+from primforge.ops.csr.indexed import (
+    binary_csrmm_indexed,
+    binary_csrmm_indexed_p,
+    binary_csrmv_indexed,
+    binary_csrmv_indexed_p,
+    spike_list,
+)
 from primforge.ops.csr.matrix import CSC, CSR
 from primforge.ops.csr.sddmm import csr_sddmm
 from primforge.ops.csr.slicing import csr_diag_add, csr_diag_position, csr_slice_rows, diag_add
@@ -36,6 +42,8 @@ __all__ = [
     "CSR",
     "CSRStructureError",
     "binary_csrmm",
+    "binary_csrmm_indexed",
+    "binary_csrmm_indexed_p",
     "binary_csrmm_p",
     "binary_csrmv",
     "binary_csrmv_indexed",

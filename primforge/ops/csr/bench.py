@@ -12,7 +12,7 @@ import numpy as np
 from primforge.bench import BenchmarkConfig
 from primforge.ops import _scaffold
 
-__all__ = ["CASES", "PROB", "SEED", "case", "indexed", "random_csr", "spike_lists",
+__all__ = ["CASES", "PROB", "SEED", "case", "indexed", "indexed_mm", "random_csr", "spike_lists",
            "weight_grad"]
 
 SEED = 1234
@@ -99,4 +99,18 @@ def spike_lists(*, platform: str) -> list:
         events = np.random.RandomState(SEED + 200 + i).random_sample(n) < _scaffold.BENCH_RATE
         out.append(BenchmarkConfig(args=(events, cap), kwargs={},
                                    params={"n": n, "max_spikes": cap}))
+    return out
+
+
+def indexed_mm(*, platform: str) -> list:
+    """Several spike lists at once: :func:`indexed`'s cases with lists of their own."""
+    out = []
+    for i, cfg in enumerate(indexed(platform=platform)):
+        rs = np.random.RandomState(SEED + 300 + i)
+        data, indices, indptr, spikes, _ = cfg.args
+        lists = rs.randint(0, cfg.kwargs["shape"][0], (_scaffold.BENCH_COLS, spikes.size))
+        counts = rs.randint(0, spikes.size + 1, _scaffold.BENCH_COLS).astype(np.int32)
+        out.append(BenchmarkConfig(args=(data, indices, indptr, lists.astype(np.int32), counts),
+                                   kwargs=cfg.kwargs,
+                                   params=dict(cfg.params, lists=_scaffold.BENCH_COLS)))
     return out

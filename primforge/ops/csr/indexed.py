@@ -20,9 +20,16 @@ from primforge.kernel.kernel import XLACustomKernel
 from primforge.ops import _scaffold, _sharding
 from primforge.ops.csr import structure as _common
 
-__all__ = ["binary_csrmv_indexed", "binary_csrmv_indexed_p", "spike_list"]
+__all__ = [
+    "binary_csrmm_indexed",
+    "binary_csrmm_indexed_p",
+    "binary_csrmv_indexed",
+    "binary_csrmv_indexed_p",
+    "spike_list",
+]
 
 _WHO = "binary_csrmv_indexed"
+_WHO_MM = "binary_csrmm_indexed"
 
 
 # ----------------------------------------------------------------------------- jax reference
@@ -64,26 +71,50 @@ def _jax_generator(*, ins, outs, shape, transpose, **_):
     return _reference(shape, transpose, outs[0].dtype, _common.is_homogeneous(ins[0], ins[1]))
 
 
-# ----------------------------------------------------------------------------- numba
-def _numba_generator(*, ins, outs, shape, transpose, **_):
-    from primforge.ops.csr import numba as _numba_csr
+def _jax_generator_mm(*, ins, outs, shape, transpose, **_):
+    one = _reference(shape, transpose, outs[0].dtype, _common.is_homogeneous(ins[0], ins[1]))
+    many = jax.vmap(one, in_axes=(None, None, None, 0, 0))
+    return lambda data, indices, indptr, spikes, counts: many(
+        data, indices, indptr, spikes, counts.reshape(-1, 1))
 
-    homo = _common.is_homogeneous(ins[0], ins[1])
-    wide = np.dtype(ins[1].dtype).itemsize > 4
-    return _numba_csr.indexed_mv_kernel(bool(transpose), homo, wide, int(shape[1]))
+
+# ----------------------------------------------------------------------------- numba
+def _numba_generator(matrix: bool):
+    def generate(*, ins, outs, shape, transpose, **_):
+        from primforge.ops.csr import numba as _numba_csr
+
+        homo = _common.is_homogeneous(ins[0], ins[1])
+        wide = np.dtype(ins[1].dtype).itemsize > 4
+        make = _numba_csr.indexed_mm_kernel if matrix else _numba_csr.indexed_mv_kernel
+        return make(bool(transpose), homo, wide, int(shape[1]))
+
+    return generate
 
 
 # ----------------------------------------------------------------------------- rules
-def _shape_rule(data, indices, indptr, spikes, count, *, shape, transpose, **_):
-    m, n = _scaffold.check_shape(shape, _WHO)
-    _common.check_csr_args(_WHO, data, indices, indptr, (m, n))
-    if len(spikes.shape) != 1 or not jnp.issubdtype(spikes.dtype, jnp.integer):
-        raise TypeError(f"{_WHO}: 'spike_indices' must be a 1-D integer array, got "
+def _shape_rule(matrix: bool):
+    who = _WHO_MM if matrix else _WHO
+
+    def rule(data, indices, indptr, spikes, count, *, shape, transpose, **_):
+        m, n = _scaffold.check_shape(shape, who)
+        _common.check_csr_args(who, data, indices, indptr, (m, n))
+        _check_list(who, spikes, count, matrix)
+        lead = tuple(spikes.shape[:1]) if matrix else ()
+        return jax.ShapeDtypeStruct(lead + (n if transpose else m,), data.dtype)
+
+    return rule
+
+
+def _check_list(who, spikes, count, matrix):
+    if len(spikes.shape) != 1 + matrix or not jnp.issubdtype(spikes.dtype, jnp.integer):
+        want = "a 2-D (lists, length)" if matrix else "a 1-D"
+        raise TypeError(f"{who}: 'spike_indices' must be {want} integer array, got "
                         f"{spikes.dtype}{list(spikes.shape)}")
-    if tuple(count.shape) != (1,) or not jnp.issubdtype(count.dtype, jnp.integer):
-        raise TypeError(f"{_WHO}: 'spike_count' must be an integer scalar, got "
+    want_shape = tuple(spikes.shape[:1]) if matrix else (1,)
+    if tuple(count.shape) != want_shape or not jnp.issubdtype(count.dtype, jnp.integer):
+        want = f"one integer per list, shape {want_shape}" if matrix else "an integer scalar"
+        raise TypeError(f"{who}: 'spike_count' must be {want}, got "
                         f"{count.dtype}{list(count.shape)}")
-    return jax.ShapeDtypeStruct((n if transpose else m,), data.dtype)
 
 
 def _weight_cotangent(ct, w_aval, indices, indptr, spikes, count, *, shape, transpose):
@@ -101,59 +132,88 @@ def _weight_cotangent(ct, w_aval, indices, indptr, spikes, count, *, shape, tran
     return jnp.where(ok, g, jnp.nan).astype(dtype)
 
 
-def _jvp_rule(primals, tangents, *, outs, backend=None, shape, transpose, **_):
-    y = binary_csrmv_indexed_p(*primals, shape=shape, transpose=transpose, backend=backend)
-    d_w = tangents[0]
-    if type(d_w) is _compat.Zero:
-        return [y], [jnp.zeros_like(y)]
-    t = binary_csrmv_indexed_p(d_w, *primals[1:], shape=shape, transpose=transpose,
-                               backend=backend)
-    return [y], [t]
+def _jvp_rule(matrix: bool):
+    def jvp(primals, tangents, *, outs, backend=None, shape, transpose, **_):
+        prim = _KERNELS[matrix]
+        y = prim(*primals, shape=shape, transpose=transpose, backend=backend)
+        d_w = tangents[0]
+        if type(d_w) is _compat.Zero:
+            return [y], [jnp.zeros_like(y)]
+        t = prim(d_w, *primals[1:], shape=shape, transpose=transpose, backend=backend)
+        return [y], [t]
+
+    return jvp
 
 
-def _transpose_rule(cts, data, indices, indptr, spikes, count, *, outs, backend=None, shape,
-                    transpose, **_):
-    (ct,) = cts
-    none = [None] * 5
-    if type(ct) is _compat.Zero:
-        return none
-    if any(_compat.is_undefined_primal(a) for a in (indices, indptr, spikes, count)):
-        raise ValueError(f"{_WHO} is linear in 'data' only")
-    if not _compat.is_undefined_primal(data):
-        return none
-    ct_w = _weight_cotangent(jnp.asarray(ct), data.aval, indices, indptr, spikes, count,
-                             shape=shape, transpose=transpose)
-    return [ct_w] + none[1:]
+def _transpose_rule(matrix: bool):
+    def rule(cts, data, indices, indptr, spikes, count, *, outs, backend=None, shape,
+             transpose, **_):
+        (ct,) = cts
+        none = [None] * 5
+        if type(ct) is _compat.Zero:
+            return none
+        if any(_compat.is_undefined_primal(a) for a in (indices, indptr, spikes, count)):
+            raise ValueError(f"{_WHO_MM if matrix else _WHO} is linear in 'data' only")
+        if not _compat.is_undefined_primal(data):
+            return none
+        grad = lambda c, s, k: _weight_cotangent(c, data.aval, indices, indptr, s, k,
+                                                 shape=shape, transpose=transpose)
+        ct = jnp.asarray(ct)
+        if matrix:  # the lists' contributions add up
+            ct_w = jnp.sum(jax.vmap(grad)(ct, spikes, count.reshape(-1, 1)), axis=0)
+        else:
+            ct_w = grad(ct, spikes, count)
+        return [ct_w] + none[1:]
+
+    return rule
 
 
-def _batching_rule(args, axes, *, outs, backend=None, **kw):
-    """``vmap``: one kernel call per batch element (spike lists of one length)."""
-    moved = [a if ax is None else jnp.moveaxis(a, ax, 0) for a, ax in zip(args, axes)]
-    mapped = [ax is not None for ax in axes]
+def _batching_rule(matrix: bool):
+    """``vmap``: over spike lists alone, one matrix call; else one call per element."""
 
-    def one(sliced):
-        it = iter(sliced)
-        full = [next(it) if mp else a for a, mp in zip(moved, mapped)]
-        return binary_csrmv_indexed_p(*full, backend=backend, shape=kw["shape"],
-                                      transpose=kw["transpose"])
+    def batch(args, axes, *, outs, backend=None, shape, transpose, **_):
+        kw = {"shape": shape, "transpose": transpose, "backend": backend}
+        if not matrix and all(ax is None for ax in axes[:3]):
+            *fixed, spikes, count = args
+            spikes = jnp.moveaxis(spikes, axes[3], 0) if axes[3] is not None else None
+            count = jnp.moveaxis(count, axes[4], 0) if axes[4] is not None else count
+            size = (spikes if spikes is not None else count).shape[0]
+            if spikes is None:
+                spikes = jnp.broadcast_to(args[3], (size,) + args[3].shape)
+            count = jnp.broadcast_to(count.reshape(-1), (size,))
+            return [_KERNELS[True](*fixed, spikes, count, **kw)], [0]
+        moved = [a if ax is None else jnp.moveaxis(a, ax, 0) for a, ax in zip(args, axes)]
+        mapped = [ax is not None for ax in axes]
 
-    return [jax.lax.map(one, [a for a, mp in zip(moved, mapped) if mp])], [0]
+        def one(sliced):
+            it = iter(sliced)
+            full = [next(it) if mp else a for a, mp in zip(moved, mapped)]
+            return _KERNELS[matrix](*full, **kw)
+
+        return [jax.lax.map(one, [a for a, mp in zip(moved, mapped) if mp])], [0]
+
+    return batch
 
 
-binary_csrmv_indexed_p = XLACustomKernel("primforge.ops.binary_csrmv_indexed", doc=__doc__,
-                                         replace=True)
-for _platform in ("cpu", "gpu", "tpu"):
-    binary_csrmv_indexed_p.def_kernel("jax", _platform, _jax_generator)
-binary_csrmv_indexed_p.def_numba_kernel(_numba_generator, asdefault=True)
-binary_csrmv_indexed_p.def_abstract_eval(_shape_rule)
-binary_csrmv_indexed_p.def_jvp_rule(_jvp_rule)
-binary_csrmv_indexed_p.def_transpose_rule(_transpose_rule)
-binary_csrmv_indexed_p.def_batching_rule(_batching_rule)
-binary_csrmv_indexed_p.def_tags("sparse", "event", "matvec", "spike_list")
-binary_csrmv_indexed_p.def_sharding_rule(_sharding.indexed_rule)
-binary_csrmv_indexed_p.def_benchmark_data(
-    _scaffold.lazy_benchmark_data("primforge.ops.csr.bench", "indexed"))
-del _platform
+_KERNELS = {}
+for _matrix in (False, True):
+    _k = XLACustomKernel("primforge.ops." + (_WHO_MM if _matrix else _WHO), doc=__doc__,
+                         replace=True)
+    for _platform in ("cpu", "gpu", "tpu"):
+        _k.def_kernel("jax", _platform, _jax_generator_mm if _matrix else _jax_generator)
+    _k.def_numba_kernel(_numba_generator(_matrix), asdefault=True)
+    _k.def_abstract_eval(_shape_rule(_matrix))
+    _k.def_jvp_rule(_jvp_rule(_matrix))
+    _k.def_transpose_rule(_transpose_rule(_matrix))
+    _k.def_batching_rule(_batching_rule(_matrix))
+    _k.def_tags("sparse", "event", "matmat" if _matrix else "matvec", "spike_list")
+    _k.def_sharding_rule(_sharding.indexed_rule)
+    _k.def_benchmark_data(_scaffold.lazy_benchmark_data(
+        "primforge.ops.csr.bench", "indexed_mm" if _matrix else "indexed"))
+    _KERNELS[_matrix] = _k
+binary_csrmv_indexed_p = _KERNELS[False]
+binary_csrmm_indexed_p = _KERNELS[True]
+del _platform, _matrix, _k
 
 
 # ----------------------------------------------------------------------------- public calls
@@ -230,6 +290,61 @@ def binary_csrmv_indexed(data: Any, indices: Any, indptr: Any, spike_indices: An
 
 
 binary_csrmv_indexed_p.def_call(binary_csrmv_indexed)
+
+
+def binary_csrmm_indexed(data: Any, indices: Any, indptr: Any, spike_indices: Any,
+                         spike_count: Any = None, *, shape: tuple[int, int],
+                         transpose: bool = False, backend: str | None = None) -> jax.Array:
+    """:func:`binary_csrmv_indexed` for several spike lists of one length at once.
+
+    Row ``b`` of the result is ``binary_csrmv_indexed`` with list ``spike_indices[b]`` and
+    count ``spike_count[b]`` (``vmap`` of that function over the lists calls this kernel);
+    a bad list makes its own row NaN under ``jit``.
+
+    Args:
+        data: weights, shape ``(nnz,)``, or a scalar / ``(1,)`` shared by every entry.
+        indices: column of each stored entry, shape ``(nnz,)``.
+        indptr: row offsets, shape ``(rows + 1,)``.
+        spike_indices: integer array ``(lists, length)``.
+        spike_count: the valid length of each list, shape ``(lists,)``, or one int for all
+            (default: every entry is valid).
+        shape: ``(rows, cols)`` of ``W``.
+        transpose: the lists hold rows of ``W`` and each product is ``W.T @ e``.
+        backend: force a backend ('numba', 'jax'); default: numba on CPU, jax elsewhere.
+
+    Returns:
+        The ``(lists, cols)`` (``(lists, rows)`` without ``transpose``) products.
+
+    Example:
+        >>> import jax.numpy as jnp
+        >>> # W = [[1, 0, 2], [0, 3, 0]]; list 0: row 1 twice; list 1: row 0
+        >>> binary_csrmm_indexed(jnp.array([1., 2., 3.]), jnp.array([0, 2, 1]),
+        ...                      jnp.array([0, 2, 3]), jnp.array([[1, 1], [0, 1]]),
+        ...                      jnp.array([2, 1]), shape=(2, 3), transpose=True)
+        Array([[0., 6., 0.],
+               [1., 0., 2.]], dtype=float32)
+    """
+    shape = _scaffold.check_shape(shape, _WHO_MM)
+    data = _scaffold.float_weights(data, who=_WHO_MM, name="data")
+    indices = _scaffold.index_array(indices, _WHO_MM, "indices")
+    indptr = _scaffold.index_array(indptr, _WHO_MM, "indptr")
+    spikes = _scaffold.index_array(spike_indices, _WHO_MM, "spike_indices")
+    if spike_count is None:
+        spike_count = spikes.shape[-1] if spikes.ndim else 0
+    count = jnp.asarray(spike_count)
+    if spikes.ndim == 2 and count.ndim == 0 and jnp.issubdtype(count.dtype, jnp.integer):
+        count = jnp.broadcast_to(count, spikes.shape[:1])
+    _check_list(_WHO_MM, spikes, count, True)
+    count = count.astype(spikes.dtype)
+    size = shape[0] if transpose else shape[1]
+    if not isinstance(spikes, Tracer) and not isinstance(count, Tracer):
+        for s, c in zip(np.asarray(spikes), np.asarray(count)):
+            _check_concrete(s, c.reshape(1), size)
+    return binary_csrmm_indexed_p(data, indices, indptr, spikes, count, shape=shape,
+                                  transpose=bool(transpose), backend=backend)
+
+
+binary_csrmm_indexed_p.def_call(binary_csrmm_indexed)
 
 
 def spike_list(events: Any, max_spikes: int, *,

@@ -647,3 +647,20 @@ def spike_list_kernel():
         count[0] = c
 
     return spike_list
+
+
+@functools.cache
+def indexed_mm_kernel(transpose: bool, homo: bool, wide: bool, n_cols: int):
+    """:func:`indexed_mv_kernel` over several lists: ``kernel(data, indices, indptr, spikes,
+    counts, out)`` with ``spikes`` ``(B, L)``, ``counts`` ``(B,)`` and ``out`` ``(B, len)``,
+    row ``b`` the product with list ``b`` (NaN in that row alone for a bad list)."""
+    import numba
+
+    mv = indexed_mv_kernel(transpose, homo, wide, n_cols)
+
+    @numba.njit(nogil=True)
+    def csr_mm_indexed(data, indices, indptr, spikes, counts, out):
+        for b in range(spikes.shape[0]):
+            mv(data, indices, indptr, spikes[b], counts[b:b + 1], out[b])
+
+    return csr_mm_indexed
