@@ -2,9 +2,9 @@
 
 A random ``N x N`` CSR matrix, each entry present with probability ``p``; ``W.T @ e`` with
 ``e`` given three ways, each jitted and timed interleaved call by call (rotating which goes
-first), medians reported: ``binary_csrmv`` on the bool vector, ``binary_csrmv_indexed`` on
+first), medians reported: ``binary_csrmv`` on the bool vector, ``binary_csrmv_spikes`` on
 a ready-made spike list (capacity twice the expected count), and ``spike_list`` followed by
-``binary_csrmv_indexed`` in one jitted call.
+``binary_csrmv_spikes`` in one jitted call.
 
     python benchmarks/spike_list.py                     # N = 10000, p = 0.01, 1% and 10%
     python benchmarks/spike_list.py --n 4000 --reps 50
@@ -67,9 +67,9 @@ def one_rate(data, indices, indptr, shape, events, cap, reps):
     idx, cnt = ops.spike_list(events, cap)
     dense = jax.jit(lambda e: ops.binary_csrmv(data, indices, indptr, e, shape=shape,
                                                transpose=True))
-    listed = jax.jit(lambda s, c: ops.binary_csrmv_indexed(
+    listed = jax.jit(lambda s, c: ops.binary_csrmv_spikes(
         data, indices, indptr, s, c, shape=shape, transpose=True))
-    built = jax.jit(lambda e: ops.binary_csrmv_indexed(
+    built = jax.jit(lambda e: ops.binary_csrmv_spikes(
         data, indices, indptr, *ops.spike_list(e, cap), shape=shape, transpose=True))
     np.testing.assert_allclose(listed(idx, cnt), dense(events), rtol=1e-4, atol=1e-4)
     np.testing.assert_allclose(built(events), dense(events), rtol=1e-4, atol=1e-4)

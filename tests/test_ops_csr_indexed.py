@@ -35,10 +35,10 @@ def test_matches_numpy_with_duplicates_and_ignored_tail(backend, transpose, homo
         data, dense = np.float32([1.5]), np.where(dense != 0, 1.5, 0).astype(np.float32)
     src = 7 if transpose else 5
     spikes = np.array([1, 3, 3, 0, src - 1, 99], np.int32)  # duplicate 3, tail past count
-    got = ops.binary_csrmv_indexed(data, indices, indptr, spikes, 5, shape=(7, 5),
+    got = ops.binary_csrmv_spikes(data, indices, indptr, spikes, 5, shape=(7, 5),
                                    transpose=transpose, backend=backend)
     np.testing.assert_allclose(got, _numpy(dense, spikes, 5, transpose), rtol=1e-5, atol=1e-6)
-    jitted = jax.jit(lambda s, c: ops.binary_csrmv_indexed(
+    jitted = jax.jit(lambda s, c: ops.binary_csrmv_spikes(
         data, indices, indptr, s, c, shape=(7, 5), transpose=transpose, backend=backend))
     np.testing.assert_allclose(jitted(spikes, 5), got, rtol=1e-6)
 
@@ -50,7 +50,7 @@ def test_equals_binary_csrmv_on_the_bool_vector(backend):
     events = rs.random_sample(40) < 0.2
     idx, count = jax.jit(ops.spike_list, static_argnums=1)(events, 16)
     assert int(count) == events.sum() <= 16
-    got = ops.binary_csrmv_indexed(data, indices, indptr, idx, count, shape=(40, 30),
+    got = ops.binary_csrmv_spikes(data, indices, indptr, idx, count, shape=(40, 30),
                                    transpose=True, backend=backend)
     want = ops.binary_csrmv(data, indices, indptr, events, shape=(40, 30), transpose=True)
     np.testing.assert_allclose(got, want, rtol=1e-5, atol=1e-6)
@@ -62,7 +62,7 @@ def test_vmap_over_spike_lists(backend):
     data, indices, indptr, dense = _random_csr(rs, 6, 4)
     spikes = rs.randint(0, 6, size=(3, 5)).astype(np.int32)
     counts = np.array([0, 2, 5], np.int32)
-    got = jax.vmap(lambda s, c: ops.binary_csrmv_indexed(
+    got = jax.vmap(lambda s, c: ops.binary_csrmv_spikes(
         data, indices, indptr, s, c, shape=(6, 4), transpose=True, backend=backend))(
         spikes, counts)
     want = np.stack([_numpy(dense, s, c, True) for s, c in zip(spikes, counts)])
@@ -75,7 +75,7 @@ def test_grad_wrt_data(backend, transpose):
     rs = np.random.RandomState(3)
     data, indices, indptr, _ = _random_csr(rs, 5, 4)
     spikes = np.array([0, 2, 2, 4] if transpose else [0, 3, 3], np.int32)
-    f = lambda w: ops.binary_csrmv_indexed(w, indices, indptr, spikes, 3, shape=(5, 4),
+    f = lambda w: ops.binary_csrmv_spikes(w, indices, indptr, spikes, 3, shape=(5, 4),
                                            transpose=transpose, backend=backend)
     check_grads(f, (jnp.asarray(data),), order=1, modes=("fwd", "rev"), atol=1e-2, rtol=1e-2)
     check_grads(lambda w: f(w.reshape(1)), (jnp.float32(0.7),), order=1,
@@ -85,7 +85,7 @@ def test_grad_wrt_data(backend, transpose):
 @pytest.mark.parametrize("backend", BACKENDS)
 def test_bad_spike_lists(backend):
     data, indices, indptr = np.float32([1, 2, 3]), np.int32([0, 2, 1]), np.int32([0, 2, 3])
-    call = lambda s, c=None: ops.binary_csrmv_indexed(
+    call = lambda s, c=None: ops.binary_csrmv_spikes(
         data, indices, indptr, s, c, shape=(2, 3), transpose=True, backend=backend)
     with pytest.raises(IndexError, match="'spike_indices' holds -1"):
         call(np.int32([0, -1]))
@@ -104,12 +104,12 @@ def test_spike_list_overflow_is_not_silent():
     events = jnp.array([True, True, True, False])
     idx, count = ops.spike_list(events, 2)
     assert idx.tolist() == [0, 1] and int(count) == 3
-    out = jax.jit(lambda s, c: ops.binary_csrmv_indexed(
+    out = jax.jit(lambda s, c: ops.binary_csrmv_spikes(
         jnp.ones(1), jnp.array([0, 1]), jnp.array([0, 1, 2, 2, 2]), s, c, shape=(4, 2),
         transpose=True))(idx, count)
     assert np.isnan(out).all()
     with pytest.raises(TypeError, match="'spike_indices' must be a 1-D integer"):
-        ops.binary_csrmv_indexed(jnp.ones(1), jnp.array([0]), jnp.array([0, 1]),
+        ops.binary_csrmv_spikes(jnp.ones(1), jnp.array([0]), jnp.array([0, 1]),
                                  jnp.array([0.5]), shape=(1, 1))
 
 
@@ -148,7 +148,7 @@ def test_matrix_form_matches_numpy_per_list_and_its_grad(backend, transpose):
     data, indices, indptr, dense = _random_csr(rs, 6, 5)
     spikes = rs.randint(0, 6 if transpose else 5, (4, 5)).astype(np.int32)
     counts = np.array([0, 5, 2, 3], np.int32)
-    f = lambda w, s, c: ops.binary_csrmm_indexed(w, indices, indptr, s, c, shape=(6, 5),
+    f = lambda w, s, c: ops.binary_csrmm_spikes(w, indices, indptr, s, c, shape=(6, 5),
                                                  transpose=transpose, backend=backend)
     want = np.stack([_numpy(dense, s, c, transpose) for s, c in zip(spikes, counts)])
     for g in (f, jax.jit(f)):
@@ -166,7 +166,7 @@ def test_vmap_over_counts_alone_and_over_weights(backend):
     rs = np.random.RandomState(7)
     data, indices, indptr, dense = _random_csr(rs, 6, 4)
     spikes = np.array([5, 0, 2, 2], np.int32)
-    call = lambda w, c: ops.binary_csrmv_indexed(w, indices, indptr, spikes, c, shape=(6, 4),
+    call = lambda w, c: ops.binary_csrmv_spikes(w, indices, indptr, spikes, c, shape=(6, 4),
                                                  transpose=True, backend=backend)
     got = jax.vmap(lambda c: call(data, c))(np.arange(5, dtype=np.int32))
     np.testing.assert_allclose(got, [_numpy(dense, spikes, c, True) for c in range(5)],

@@ -73,8 +73,8 @@ _DENSE = ["dense_kept_dimension_sharded", "dense_contracted_dimension_reduced"]
 KERNEL_CHECKS = {
     "primforge.ops.csrmv": _CSR + ["csr_vmap_over_a_sharded_batch"],
     "primforge.ops.binary_csrmv": _CSR,
-    "primforge.ops.binary_csrmv_indexed": ["spike_list_sharded_inputs_stay_right"],
-    "primforge.ops.binary_csrmm_indexed": ["spike_list_sharded_inputs_stay_right"],
+    "primforge.ops.binary_csrmv_spikes": ["spike_list_sharded_inputs_stay_right"],
+    "primforge.ops.binary_csrmm_spikes": ["spike_list_sharded_inputs_stay_right"],
     "primforge.ops.spike_list": ["spike_list_sharded_inputs_stay_right"],
     "primforge.ops.csrmm": _CSR + ["csr_grad_columns_sharded"],
     "primforge.ops.binary_csrmm": _CSR + ["csr_homogeneous_matmat_columns_sharded"],

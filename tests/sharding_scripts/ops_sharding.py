@@ -184,7 +184,7 @@ def csr_row_sharded_inputs_stay_right():
 def spike_list_sharded_inputs_stay_right():
     # Spike lists and their product are kept whole: sharded inputs are gathered.
     x = RNG.random(M) < 0.4
-    f = lambda d, i, p, x: ops.binary_csrmv_indexed(
+    f = lambda d, i, p, x: ops.binary_csrmv_spikes(
         d, i, p, *ops.spike_list(x, M), shape=(M, N), transpose=True)
     close(jax.jit(f)(*csr_args(), put(x, "x")), ref(CSR_DENSE, x, binary=True, transpose=True),
           "spike list")

@@ -26,10 +26,10 @@ from primforge.ops.csr.convert import (
     csr_to_csc_index,
 )
 from primforge.ops.csr.indexed import (
-    binary_csrmm_indexed,
-    binary_csrmm_indexed_p,
-    binary_csrmv_indexed,
-    binary_csrmv_indexed_p,
+    binary_csrmm_spikes,
+    binary_csrmm_spikes_p,
+    binary_csrmv_spikes,
+    binary_csrmv_spikes_p,
     spike_list,
 )
 from primforge.ops.csr.matrix import CSC, CSR
@@ -42,13 +42,13 @@ __all__ = [
     "CSR",
     "CSRStructureError",
     "binary_csrmm",
-    "binary_csrmm_indexed",
-    "binary_csrmm_indexed_p",
     "binary_csrmm_p",
+    "binary_csrmm_spikes",
+    "binary_csrmm_spikes_p",
     "binary_csrmv",
-    "binary_csrmv_indexed",
-    "binary_csrmv_indexed_p",
     "binary_csrmv_p",
+    "binary_csrmv_spikes",
+    "binary_csrmv_spikes_p",
     "coo2csr",
     "coo_to_csc_index",
     "csc_to_csr_index",

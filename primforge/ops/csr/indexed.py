@@ -21,15 +21,15 @@ from primforge.ops import _scaffold, _sharding
 from primforge.ops.csr import structure as _common
 
 __all__ = [
-    "binary_csrmm_indexed",
-    "binary_csrmm_indexed_p",
-    "binary_csrmv_indexed",
-    "binary_csrmv_indexed_p",
+    "binary_csrmm_spikes",
+    "binary_csrmm_spikes_p",
+    "binary_csrmv_spikes",
+    "binary_csrmv_spikes_p",
     "spike_list",
 ]
 
-_WHO = "binary_csrmv_indexed"
-_WHO_MM = "binary_csrmm_indexed"
+_WHO = "binary_csrmv_spikes"
+_WHO_MM = "binary_csrmm_spikes"
 
 
 # ----------------------------------------------------------------------------- jax reference
@@ -211,8 +211,8 @@ for _matrix in (False, True):
     _k.def_benchmark_data(_scaffold.lazy_benchmark_data(
         "primforge.ops.csr.bench", "indexed_mm" if _matrix else "indexed"))
     _KERNELS[_matrix] = _k
-binary_csrmv_indexed_p = _KERNELS[False]
-binary_csrmm_indexed_p = _KERNELS[True]
+binary_csrmv_spikes_p = _KERNELS[False]
+binary_csrmm_spikes_p = _KERNELS[True]
 del _platform, _matrix, _k
 
 
@@ -231,7 +231,7 @@ def _check_concrete(spikes, count, size: int) -> None:
                          f"(the sources of the product)")
 
 
-def binary_csrmv_indexed(data: Any, indices: Any, indptr: Any, spike_indices: Any,
+def binary_csrmv_spikes(data: Any, indices: Any, indptr: Any, spike_indices: Any,
                          spike_count: Any = None, *, shape: tuple[int, int],
                          transpose: bool = False, backend: str | None = None) -> jax.Array:
     """CSR product with events given as a spike list: ``W @ e`` (or ``W.T @ e``).
@@ -264,7 +264,7 @@ def binary_csrmv_indexed(data: Any, indices: Any, indptr: Any, spike_indices: An
     Example:
         >>> import jax.numpy as jnp
         >>> # W = [[1, 0, 2], [0, 3, 0]]; row 1 fires; the entry past the count is ignored
-        >>> binary_csrmv_indexed(jnp.array([1., 2., 3.]), jnp.array([0, 2, 1]),
+        >>> binary_csrmv_spikes(jnp.array([1., 2., 3.]), jnp.array([0, 2, 1]),
         ...                      jnp.array([0, 2, 3]), jnp.array([1, 0]), 1, shape=(2, 3),
         ...                      transpose=True)
         Array([0., 3., 0.], dtype=float32)
@@ -285,19 +285,19 @@ def binary_csrmv_indexed(data: Any, indices: Any, indptr: Any, spike_indices: An
                         f"{count.dtype}{list(count.shape)}")
     count = count.reshape(1).astype(spikes.dtype)
     _check_concrete(spikes, count, shape[0] if transpose else shape[1])
-    return binary_csrmv_indexed_p(data, indices, indptr, spikes, count, shape=shape,
+    return binary_csrmv_spikes_p(data, indices, indptr, spikes, count, shape=shape,
                                   transpose=bool(transpose), backend=backend)
 
 
-binary_csrmv_indexed_p.def_call(binary_csrmv_indexed)
+binary_csrmv_spikes_p.def_call(binary_csrmv_spikes)
 
 
-def binary_csrmm_indexed(data: Any, indices: Any, indptr: Any, spike_indices: Any,
+def binary_csrmm_spikes(data: Any, indices: Any, indptr: Any, spike_indices: Any,
                          spike_count: Any = None, *, shape: tuple[int, int],
                          transpose: bool = False, backend: str | None = None) -> jax.Array:
-    """:func:`binary_csrmv_indexed` for several spike lists of one length at once.
+    """:func:`binary_csrmv_spikes` for several spike lists of one length at once.
 
-    Row ``b`` of the result is ``binary_csrmv_indexed`` with list ``spike_indices[b]`` and
+    Row ``b`` of the result is ``binary_csrmv_spikes`` with list ``spike_indices[b]`` and
     count ``spike_count[b]`` (``vmap`` of that function over the lists calls this kernel);
     a bad list makes its own row NaN under ``jit``.
 
@@ -318,7 +318,7 @@ def binary_csrmm_indexed(data: Any, indices: Any, indptr: Any, spike_indices: An
     Example:
         >>> import jax.numpy as jnp
         >>> # W = [[1, 0, 2], [0, 3, 0]]; list 0: row 1 twice; list 1: row 0
-        >>> binary_csrmm_indexed(jnp.array([1., 2., 3.]), jnp.array([0, 2, 1]),
+        >>> binary_csrmm_spikes(jnp.array([1., 2., 3.]), jnp.array([0, 2, 1]),
         ...                      jnp.array([0, 2, 3]), jnp.array([[1, 1], [0, 1]]),
         ...                      jnp.array([2, 1]), shape=(2, 3), transpose=True)
         Array([[0., 6., 0.],
@@ -340,11 +340,11 @@ def binary_csrmm_indexed(data: Any, indices: Any, indptr: Any, spike_indices: An
     if not isinstance(spikes, Tracer) and not isinstance(count, Tracer):
         for s, c in zip(np.asarray(spikes), np.asarray(count)):
             _check_concrete(s, c.reshape(1), size)
-    return binary_csrmm_indexed_p(data, indices, indptr, spikes, count, shape=shape,
+    return binary_csrmm_spikes_p(data, indices, indptr, spikes, count, shape=shape,
                                   transpose=bool(transpose), backend=backend)
 
 
-binary_csrmm_indexed_p.def_call(binary_csrmm_indexed)
+binary_csrmm_spikes_p.def_call(binary_csrmm_spikes)
 
 
 def spike_list(events: Any, max_spikes: int, *,
@@ -354,7 +354,7 @@ def spike_list(events: Any, max_spikes: int, *,
     Returns ``(indices, count)``: the first ``min(count, max_spikes)`` entries of ``indices``
     (int32, length ``max_spikes``) are the active positions in increasing order, the rest
     are 0. ``count`` is the number of active entries, even past ``max_spikes``: a list that
-    overflows then makes :func:`binary_csrmv_indexed` give NaN (``ValueError`` eagerly)
+    overflows then makes :func:`binary_csrmv_spikes` give NaN (``ValueError`` eagerly)
     rather than silently dropping spikes. ``backend``: 'numba' (the CPU default, one pass)
     or 'jax'.
 
