@@ -31,6 +31,7 @@ N_DEV = 4
 # lax.map), so there is no partitioning to assert, with or without the rules.
 VALUE_ONLY = {
     "csr_row_sharded_inputs_stay_right",
+    "spike_list_sharded_inputs_stay_right",
     "jitc_row_sharded_inputs_stay_right",
     "compressed_update_sharded_inputs_stay_right",
     "vmap_over_sharded_weights_stays_right",
@@ -72,6 +73,9 @@ _DENSE = ["dense_kept_dimension_sharded", "dense_contracted_dimension_reduced"]
 KERNEL_CHECKS = {
     "primforge.ops.csrmv": _CSR + ["csr_vmap_over_a_sharded_batch"],
     "primforge.ops.binary_csrmv": _CSR,
+    "primforge.ops.binary_csrmv_spikes": ["spike_list_sharded_inputs_stay_right"],
+    "primforge.ops.binary_csrmm_spikes": ["spike_list_sharded_inputs_stay_right"],
+    "primforge.ops.spike_list": ["spike_list_sharded_inputs_stay_right"],
     "primforge.ops.csrmm": _CSR + ["csr_grad_columns_sharded"],
     "primforge.ops.binary_csrmm": _CSR + ["csr_homogeneous_matmat_columns_sharded"],
     "primforge.ops.csr_weight_grad": ["csr_grad_columns_sharded"],

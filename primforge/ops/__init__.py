@@ -11,8 +11,12 @@ from primforge.ops.csr import (
     CSRStructureError,
     binary_csrmm,
     binary_csrmm_p,
+    binary_csrmm_spikes,
+    binary_csrmm_spikes_p,
     binary_csrmv,
     binary_csrmv_p,
+    binary_csrmv_spikes,
+    binary_csrmv_spikes_p,
     csrmm,
     csrmm_p,
     csrmv,
@@ -36,8 +40,12 @@ __all__ = [
     "CSRStructureError",
     "binary_csrmm",
     "binary_csrmm_p",
+    "binary_csrmm_spikes",
+    "binary_csrmm_spikes_p",
     "binary_csrmv",
     "binary_csrmv_p",
+    "binary_csrmv_spikes",
+    "binary_csrmv_spikes_p",
     "binary_jitc_matmat",
     "binary_jitc_matmat_p",
     "binary_jitc_matvec",
@@ -143,3 +151,8 @@ from primforge.ops.csr import (
 __all__ += ["coo2csr", "coo_to_csc_index", "csc_to_csr_index", "csr_diag_add",
             "csr_diag_position", "csr_sddmm", "csr_slice_rows", "csr_to_coo_index",
             "csr_to_csc_index", "diag_add"]
+
+# Spike lists: firing indices plus a count, built under jit by spike_list.
+from primforge.ops.csr import spike_list
+
+__all__ += ["spike_list"]

@@ -19,6 +19,7 @@ __all__ = [
     "dense_update_rule",
     "fixed_num_rule",
     "fixed_num_weight_grad_rule",
+    "indexed_rule",
     "install",
     "jitc_rule",
 ]
@@ -166,6 +167,27 @@ def compressed_update_rule(ins, outs, **_) -> ShardingRule:
         return ShardingRule("e, e, p, a, b, c, e, e -> e",
                             need_replication_factors=("e", "p", "c"))
     return ShardingRule("e, e, p, a, b -> e", need_replication_factors=("e", "p"))
+
+
+def indexed_rule(ins, outs, **_) -> ShardingRule:
+    """The spike-list product ``(data, indices, indptr, spikes, count)``, and the builder
+    of spike lists ``(events,) -> (spikes, count)``: kept whole.
+
+    Example:
+        >>> import jax
+        >>> s = lambda *shape: jax.ShapeDtypeStruct(shape, 'float32')
+        >>> indexed_rule((s(5), s(5), s(4), s(2), s(1)), (s(3),)).rule
+        'w, e, p, s, k -> o'
+        >>> indexed_rule((s(6),), (s(2), s(1))).rule
+        'n -> s, k'
+    """
+    if len(ins) == 1:
+        return ShardingRule("n -> s, k", need_replication_factors=("n", "s", "k"))
+    if len(ins[3].shape) == 2:  # several lists
+        return ShardingRule("w, e, p, b s, b -> b o",
+                            need_replication_factors=("w", "e", "p", "b", "s", "o"))
+    return ShardingRule("w, e, p, s, k -> o",
+                        need_replication_factors=("w", "e", "p", "s", "k", "o"))
 
 
 def install(kernels: Iterable, rule) -> None:

@@ -181,6 +181,17 @@ def csr_row_sharded_inputs_stay_right():
 
 
 @check
+def spike_list_sharded_inputs_stay_right():
+    # Spike lists and their product are kept whole: sharded inputs are gathered.
+    x = RNG.random(M) < 0.4
+    f = lambda d, i, p, x: ops.binary_csrmv_spikes(
+        d, i, p, *ops.spike_list(x, M), shape=(M, N), transpose=True)
+    close(jax.jit(f)(*csr_args(), put(x, "x")), ref(CSR_DENSE, x, binary=True, transpose=True),
+          "spike list")
+    return "values only: no partitioning to assert"
+
+
+@check
 def csr_vmap_over_a_sharded_batch():
     # vmap over the input alone becomes one csrmm whose columns are the (sharded) batch.
     for binary, transpose in VARIANTS:

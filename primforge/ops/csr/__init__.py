@@ -3,7 +3,8 @@
 ``matrix`` holds the :class:`CSR` / :class:`CSC` pytrees, ``api`` the four product kernels
 and their public calls, ``structure`` the structure checks, ``grad`` the weight gradient,
 ``convert`` the COO/CSR/CSC index conversions, ``slicing`` row slices and diagonal
-updates, ``sddmm`` the sampled dense-dense product;
+updates, ``sddmm`` the sampled dense-dense product, ``indexed`` the product taking a
+spike list;
 ``numba``, ``pallas`` and ``cuda`` the backends' kernels, ``bench`` the benchmark cases.
 """
 
@@ -24,6 +25,13 @@ from primforge.ops.csr.convert import (
     csr_to_coo_index,
     csr_to_csc_index,
 )
+from primforge.ops.csr.indexed import (
+    binary_csrmm_spikes,
+    binary_csrmm_spikes_p,
+    binary_csrmv_spikes,
+    binary_csrmv_spikes_p,
+    spike_list,
+)
 from primforge.ops.csr.matrix import CSC, CSR
 from primforge.ops.csr.sddmm import csr_sddmm
 from primforge.ops.csr.slicing import csr_diag_add, csr_diag_position, csr_slice_rows, diag_add
@@ -35,8 +43,12 @@ __all__ = [
     "CSRStructureError",
     "binary_csrmm",
     "binary_csrmm_p",
+    "binary_csrmm_spikes",
+    "binary_csrmm_spikes_p",
     "binary_csrmv",
     "binary_csrmv_p",
+    "binary_csrmv_spikes",
+    "binary_csrmv_spikes_p",
     "coo2csr",
     "coo_to_csc_index",
     "csc_to_csr_index",
@@ -51,4 +63,5 @@ __all__ = [
     "csrmv",
     "csrmv_p",
     "diag_add",
+    "spike_list",
 ]

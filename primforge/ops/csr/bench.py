@@ -1,7 +1,8 @@
 """Benchmark cases of the CSR kernels, imported only when benchmark data is asked for.
 
 ``CASES``, ``SEED`` and :func:`case` feed the four products (see
-:meth:`primforge.ops._scaffold.Family.install`); :func:`weight_grad` the weight gradient.
+:meth:`primforge.ops._scaffold.Family.install`); :func:`weight_grad` the weight gradient,
+:func:`indexed` and :func:`spike_lists` the spike-list product and its builder.
 """
 
 from __future__ import annotations
@@ -11,7 +12,8 @@ import numpy as np
 from primforge.bench import BenchmarkConfig
 from primforge.ops import _scaffold
 
-__all__ = ["CASES", "PROB", "SEED", "case", "random_csr", "weight_grad"]
+__all__ = ["CASES", "PROB", "SEED", "case", "indexed", "indexed_mm", "random_csr", "spike_lists",
+           "weight_grad"]
 
 SEED = 1234
 PROB = 0.05  # connection probability
@@ -65,4 +67,50 @@ def weight_grad(*, platform: str) -> list:
                         kwargs={"binary": binary, "transpose": transpose, "matrix": matrix},
                         params={"n": n, "p": p, "binary": binary, "matrix": matrix,
                                 "transpose": transpose}))
+    return out
+
+
+def indexed(*, platform: str) -> list:
+    """The spike-list product: both directions, a shared weight, a repeated index and
+    entries past the count."""
+    del platform
+    out = []
+    for i, (n, transpose, shared) in enumerate(CASES):
+        rs = np.random.RandomState(SEED + 100 + i)
+        data, indices, indptr = random_csr(rs, n, PROB)
+        if shared:
+            data = np.array([0.5], np.float32)
+        spikes = rs.randint(0, n, int(2 * _scaffold.BENCH_RATE * n)).astype(np.int32)
+        spikes[1] = spikes[0]
+        count = np.int32(spikes.size // 2)
+        out.append(BenchmarkConfig(
+            args=(data, indices, indptr, spikes, count),
+            kwargs={"shape": (n, n), "transpose": transpose},
+            params={"n": n, "p": PROB, "spikes": int(count), "transpose": transpose,
+                    "weight": "shared" if shared else "per-synapse"}))
+    return out
+
+
+def spike_lists(*, platform: str) -> list:
+    """Bool vectors compacted into spike lists (one list overflowing its capacity)."""
+    del platform
+    out = []
+    for i, (n, cap) in enumerate(((1_000, 100), (10_000, 200), (10_000, 20))):
+        events = np.random.RandomState(SEED + 200 + i).random_sample(n) < _scaffold.BENCH_RATE
+        out.append(BenchmarkConfig(args=(events, cap), kwargs={},
+                                   params={"n": n, "max_spikes": cap}))
+    return out
+
+
+def indexed_mm(*, platform: str) -> list:
+    """Several spike lists at once: :func:`indexed`'s cases with lists of their own."""
+    out = []
+    for i, cfg in enumerate(indexed(platform=platform)):
+        rs = np.random.RandomState(SEED + 300 + i)
+        data, indices, indptr, spikes, _ = cfg.args
+        lists = rs.randint(0, cfg.kwargs["shape"][0], (_scaffold.BENCH_COLS, spikes.size))
+        counts = rs.randint(0, spikes.size + 1, _scaffold.BENCH_COLS).astype(np.int32)
+        out.append(BenchmarkConfig(args=(data, indices, indptr, lists.astype(np.int32), counts),
+                                   kwargs=cfg.kwargs,
+                                   params=dict(cfg.params, lists=_scaffold.BENCH_COLS)))
     return out

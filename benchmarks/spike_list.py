@@ -1,0 +1,80 @@
+"""The CSR product on a spike list against the same product on a bool event vector.
+
+A random ``N x N`` CSR matrix, each entry present with probability ``p``; ``W.T @ e`` with
+``e`` given three ways, each jitted and timed interleaved call by call (rotating which goes
+first), medians reported: ``binary_csrmv`` on the bool vector, ``binary_csrmv_spikes`` on
+a ready-made spike list (capacity twice the expected count), and ``spike_list`` followed by
+``binary_csrmv_spikes`` in one jitted call.
+
+    python benchmarks/spike_list.py                     # N = 10000, p = 0.01, 1% and 10%
+    python benchmarks/spike_list.py --n 4000 --reps 50
+"""
+
+from __future__ import annotations
+
+import argparse
+import os
+import statistics
+import sys
+import time
+
+import jax
+import jax.numpy as jnp
+import numpy as np
+
+sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
+os.environ.setdefault("JAX_PLATFORMS", "cpu")
+from primforge import ops
+
+
+def median_times(fns, reps):
+    times = {name: [] for name in fns}
+    names = list(fns)
+    for r in range(reps):
+        shift = r % len(names)
+        for name in names[shift:] + names[:shift]:
+            t0 = time.perf_counter()
+            jax.block_until_ready(fns[name]())
+            times[name].append(time.perf_counter() - t0)
+    return {name: statistics.median(t) for name, t in times.items()}
+
+
+def main():
+    ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    ap.add_argument("--n", type=int, default=10_000)
+    ap.add_argument("--p", type=float, default=0.01)
+    ap.add_argument("--reps", type=int, default=200)
+    args = ap.parse_args()
+    n, rng = args.n, np.random.default_rng(0)
+    counts = rng.binomial(n, args.p, n)
+    indptr = jnp.asarray(np.concatenate([[0], np.cumsum(counts)]).astype(np.int32))
+    indices = jnp.asarray(np.concatenate(
+        [np.sort(rng.choice(n, c, replace=False)) for c in counts]).astype(np.int32))
+    data = jnp.asarray(rng.uniform(0.5, 1.5, indices.shape[0]).astype(np.float32))
+    shape = (n, n)
+    print(f"N = {n}, p = {args.p}, nnz = {indices.shape[0]}, {args.reps} reps, "
+          f"{jax.devices()[0].platform}")
+    print("| activity | bool vector (us) | spike list (us) | spike_list + product (us) |")
+    print("|---|---|---|---|")
+    for rate in (0.01, 0.10):
+        events = jnp.asarray(rng.random(n) < rate)
+        t = one_rate(data, indices, indptr, shape, events, max(1, int(2 * rate * n)), args.reps)
+        print(f"| {rate:.0%} | {t['dense'] * 1e6:.1f} | {t['listed'] * 1e6:.1f} | "
+              f"{t['built'] * 1e6:.1f} |")
+
+
+def one_rate(data, indices, indptr, shape, events, cap, reps):
+    idx, cnt = ops.spike_list(events, cap)
+    dense = jax.jit(lambda e: ops.binary_csrmv(data, indices, indptr, e, shape=shape,
+                                               transpose=True))
+    listed = jax.jit(lambda s, c: ops.binary_csrmv_spikes(
+        data, indices, indptr, s, c, shape=shape, transpose=True))
+    built = jax.jit(lambda e: ops.binary_csrmv_spikes(
+        data, indices, indptr, *ops.spike_list(e, cap), shape=shape, transpose=True))
+    np.testing.assert_allclose(listed(idx, cnt), dense(events), rtol=1e-4, atol=1e-4)
+    np.testing.assert_allclose(built(events), dense(events), rtol=1e-4, atol=1e-4)
+    return median_times({"dense": lambda: dense(events), "listed": lambda: listed(idx, cnt),
+                         "built": lambda: built(events)}, reps)
+
+if __name__ == "__main__":
+    main()
