@@ -95,3 +95,29 @@ def test_constructors_accept_padding():
     np.testing.assert_allclose(np.asarray(x @ C), x @ dense.T, rtol=1e-5, atol=1e-5)
     with pytest.raises(ops.CSRStructureError, match="indptr\\[-1\\]"):
         CSR(data[:3], indices[:3], indptr, shape=(M, N))  # fewer entries than indptr says
+
+
+@pytest.mark.parametrize("backend,pre,indexed", [
+    ("jax", True, False), ("jax", False, False), ("numba", True, False),
+    ("numba", False, False), ("pallas", False, False), ("jax", False, True),
+    ("numba", False, True)])
+def test_plasticity_on_padded_csr(backend, pre, indexed):
+    """The compressed updates (and the column index) leave the padding untouched."""
+    data, indices, indptr, _ = padded_csr(13)
+    rng = np.random.default_rng(14)
+    spikes = rng.random(M if pre else N) < 0.5
+    trace = rng.normal(size=N if pre else M).astype(np.float32) * 0.3
+    W = CSR(data, indices, indptr, shape=(M, N))
+    if indexed:
+        W = ops.with_column_index(W)
+    fn = ops.update_on_pre if pre else ops.update_on_post
+    got = fn(W, spikes, trace, w_max=0.8, backend=backend)
+    got = np.asarray((got.matrix if indexed else got).data)
+    nnz = int(indptr[-1])
+    rows = np.repeat(np.arange(M), np.diff(indptr))
+    cols = indices[:nnz]
+    fires = spikes[rows] if pre else spikes[cols]
+    add = trace[cols] if pre else trace[rows]
+    want = data.copy()
+    want[:nnz] = np.where(fires, np.minimum(data[:nnz] + add, np.float32(0.8)), data[:nnz])
+    np.testing.assert_array_equal(got, want)  # NaN padding stays NaN, in place
