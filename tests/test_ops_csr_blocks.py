@@ -63,5 +63,25 @@ def test_shard_map_recipe_on_four_devices():
                          capture_output=True, text=True, timeout=300, cwd=ROOT, env=env,
                          check=False)
     assert out.returncode == 0, out.stderr[-3000:]
-    assert "4 devices, 13 rows each" in out.stdout
+    assert "process 0 of 1: 4 devices, 13 rows each" in out.stdout
     assert "match NumPy; no all-gather" in out.stdout
+
+
+def test_shard_map_recipe_on_two_processes_of_two_devices():
+    """The same example started by the launcher as 2 processes x 2 CPU devices: every
+    process checks its own rows of W @ x and its copy of x @ W against NumPy and the
+    one-device product, with no all-gather (bounded: the launcher stops both at its
+    timeout)."""
+    env = dict(os.environ, JAX_PLATFORMS="cpu", PYTHONPATH=str(ROOT))
+    for name in ("XLA_FLAGS", "JAX_COORDINATOR_ADDRESS", "PRIMFORGE_NUM_PROCESSES",
+                 "PRIMFORGE_PROCESS_ID", "SLURM_JOB_ID", "OMPI_COMM_WORLD_SIZE"):
+        env.pop(name, None)
+    argv = [sys.executable, "-m", "primforge.distributed", "-n", "2", "--devices-per-process",
+            "2", "--timeout", "120", str(ROOT / "examples" / "csr_row_blocks.py")]
+    out = subprocess.run(argv, capture_output=True, text=True, timeout=180, cwd=ROOT, env=env,
+                         check=False)
+    text = out.stdout + out.stderr
+    assert out.returncode == 0, text[-3000:]
+    for rank in (0, 1):
+        assert (f"process {rank} of 2: 4 devices, 13 rows each, " in text
+                and text.count("match NumPy; no all-gather") == 2), text[-3000:]
