@@ -121,3 +121,17 @@ def test_plasticity_on_padded_csr(backend, pre, indexed):
     want = data.copy()
     want[:nnz] = np.where(fires, np.minimum(data[:nnz] + add, np.float32(0.8)), data[:nnz])
     np.testing.assert_array_equal(got, want)  # NaN padding stays NaN, in place
+
+
+def test_diag_add_and_row_slices_leave_the_padding_out():
+    data, indices, indptr, dense = padded_csr(17)
+    d = np.arange(1, min(M, N) + 1, dtype=np.float32)
+    new_data, new_indices, new_indptr = ops.diag_add(data, indices, indptr, d, shape=(M, N))
+    want = dense.copy()
+    want[np.arange(d.size), np.arange(d.size)] += d
+    got = sp.csr_matrix((np.asarray(new_data), np.asarray(new_indices), np.asarray(new_indptr)),
+                        shape=(M, N)).toarray()
+    np.testing.assert_allclose(got, want, rtol=1e-6)
+    rows = np.array([0, 2, 6])
+    np.testing.assert_allclose(
+        np.asarray(ops.csr_slice_rows(data, indices, indptr, rows, shape=(M, N))), dense[rows])

@@ -137,6 +137,8 @@ def csr_diag_position(indptr: Any, indices: Any, *, shape: tuple[int, int]):
     Returns:
         NumPy int32 arrays ``(new_indptr, new_indices, old_to_new, diag_dest)``: the new
         structure, the new place of each old entry and the place of each diagonal entry.
+        Padding past ``indptr[-1]`` is left out of the new structure (its place is past
+        the end).
 
     Example:
         >>> import numpy as np
@@ -154,6 +156,8 @@ def csr_diag_position(indptr: Any, indices: Any, *, shape: tuple[int, int]):
     indices = np.asarray(indices)
     _common.check_csr_args(who, np.zeros(indices.shape, np.float32), indices, indptr, (m, n))
     _common.validate_concrete(indices, indptr, (m, n), who)
+    stored = indices.shape[0]
+    indices = indices[:int(indptr[-1])]  # padding past indptr[-1] is left out of the result
     nnz, k = indices.shape[0], min(m, n)
     rows = np.repeat(np.arange(m), np.diff(indptr))
     local = np.arange(nnz) - indptr[rows]
@@ -176,7 +180,9 @@ def csr_diag_position(indptr: Any, indices: Any, *, shape: tuple[int, int]):
     present = first[:k] >= 0
     diag_dest[present] = where[first[:k][present]]
     diag_dest[missing] = where[nnz:]
-    return (new_indptr.astype(np.int32), new_indices, where[:nnz].astype(np.int32),
+    # A padding entry goes to a place of its own past the end: dropped by csr_diag_add.
+    old_to_new = np.concatenate([where[:nnz], new_indices.size + np.arange(stored - nnz)])
+    return (new_indptr.astype(np.int32), new_indices, old_to_new.astype(np.int32),
             diag_dest.astype(np.int32))
 
 
@@ -214,7 +220,8 @@ def csr_diag_add(csr_value: Any, positions: tuple, diag_value: Any) -> jax.Array
                          f"got {d.shape}")
     dtype = jnp.result_type(w, d)
     out = jnp.zeros((new_indices.shape[0],), dtype)
-    out = out.at[jnp.asarray(old_to_new)].set(w.astype(dtype), unique_indices=True)
+    out = out.at[jnp.asarray(old_to_new)].set(w.astype(dtype), unique_indices=True,
+                                               mode="drop")
     return out.at[jnp.asarray(diag_dest)].add(d.astype(dtype))
 
 
