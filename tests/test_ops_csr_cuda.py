@@ -201,8 +201,8 @@ def test_malformed_structure_gives_all_nan(matrix, transpose):
     p[7], p[8] = p[8], p[7] - 1  # a decreasing step, ends still right
     cases["decreasing indptr"] = (indices, p)
     p = indptr.copy()
-    p[-1] -= 1
-    cases["indptr[-1] != nnz"] = (indices, p)
+    p[-1] += 1
+    cases["indptr[-1] > len(indices)"] = (indices, p)
     p = indptr.copy()
     p[0] = 1
     cases["indptr[0] != 0"] = (indices, p)

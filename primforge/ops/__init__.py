@@ -134,13 +134,15 @@ from primforge.ops.jitconn import jitc_numba_columns
 
 __all__ += ["jitc_numba_columns"]
 
-# Index conversions, row slices, diagonal updates and the sampled dense-dense product.
+# Index conversions, row slices and blocks, diagonal updates, the sampled dense-dense product.
 from primforge.ops.csr import (
+    CSRRowBlocks,
     coo2csr,
     coo_to_csc_index,
     csc_to_csr_index,
     csr_diag_add,
     csr_diag_position,
+    csr_row_blocks,
     csr_sddmm,
     csr_slice_rows,
     csr_to_coo_index,
@@ -148,9 +150,9 @@ from primforge.ops.csr import (
     diag_add,
 )
 
-__all__ += ["coo2csr", "coo_to_csc_index", "csc_to_csr_index", "csr_diag_add",
-            "csr_diag_position", "csr_sddmm", "csr_slice_rows", "csr_to_coo_index",
-            "csr_to_csc_index", "diag_add"]
+__all__ += ["CSRRowBlocks", "coo2csr", "coo_to_csc_index", "csc_to_csr_index",
+            "csr_diag_add", "csr_diag_position", "csr_row_blocks", "csr_sddmm", "csr_slice_rows",
+            "csr_to_coo_index", "csr_to_csc_index", "diag_add"]
 
 # Spike lists: firing indices plus a count, built under jit by spike_list.
 from primforge.ops.csr import spike_list

@@ -37,8 +37,8 @@ def _build(indices, indptr, shape) -> tuple[jax.Array, jax.Array, jax.Array]:
     """``(colptr, perm, rows)`` of stored compressed rows (jax.numpy, traceable)."""
     _, n = shape
     nnz = indices.shape[0]
-    valid = (indices >= 0) & (indices < n)
-    key = jnp.where(valid, indices, n).astype(jnp.int32)  # out-of-range entries go last
+    valid = (indices >= 0) & (indices < n) & _common.live_entries(indptr, nnz)
+    key = jnp.where(valid, indices, n).astype(jnp.int32)  # out-of-range, padding: last
     perm = jnp.argsort(key, stable=True).astype(jnp.int32)
     counts = jnp.zeros((n + 1,), jnp.int32).at[key].add(1)
     colptr = jnp.concatenate([jnp.zeros((1,), jnp.int32),

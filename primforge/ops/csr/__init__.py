@@ -2,9 +2,9 @@
 
 ``matrix`` holds the :class:`CSR` / :class:`CSC` pytrees, ``api`` the four product kernels
 and their public calls, ``structure`` the structure checks, ``grad`` the weight gradient,
-``convert`` the COO/CSR/CSC index conversions, ``slicing`` row slices and diagonal
-updates, ``sddmm`` the sampled dense-dense product, ``indexed`` the product taking a
-spike list;
+``convert`` the COO/CSR/CSC index conversions, ``slicing`` row slices, row blocks and
+diagonal updates, ``sddmm`` the sampled dense-dense product, ``indexed`` the products
+taking a spike list;
 ``numba``, ``pallas`` and ``cuda`` the backends' kernels, ``bench`` the benchmark cases.
 """
 
@@ -34,12 +34,20 @@ from primforge.ops.csr.indexed import (
 )
 from primforge.ops.csr.matrix import CSC, CSR
 from primforge.ops.csr.sddmm import csr_sddmm
-from primforge.ops.csr.slicing import csr_diag_add, csr_diag_position, csr_slice_rows, diag_add
+from primforge.ops.csr.slicing import (
+    CSRRowBlocks,
+    csr_diag_add,
+    csr_diag_position,
+    csr_row_blocks,
+    csr_slice_rows,
+    diag_add,
+)
 from primforge.ops.csr.structure import CSRStructureError
 
 __all__ = [
     "CSC",
     "CSR",
+    "CSRRowBlocks",
     "CSRStructureError",
     "binary_csrmm",
     "binary_csrmm_p",
@@ -54,6 +62,7 @@ __all__ = [
     "csc_to_csr_index",
     "csr_diag_add",
     "csr_diag_position",
+    "csr_row_blocks",
     "csr_sddmm",
     "csr_slice_rows",
     "csr_to_coo_index",

@@ -53,7 +53,7 @@ def _jax_generator(binary: bool, matrix: bool):
             # shared weight multiplies each row's summed input once.
             if transpose:
                 # out[indices[k]] += w_k * x[row_k]
-                got = ev[rows]
+                got = ev.at[rows].get(mode="fill", fill_value=0)  # padding: row m, no event
                 contrib = jnp.where(got != 0, w * got, 0)
                 y = jnp.zeros(outs[0].shape, dtype).at[indices].add(contrib, mode="drop")
             else:

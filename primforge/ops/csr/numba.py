@@ -16,12 +16,12 @@ import numpy as np
 
 @functools.cache
 def _indptr_checker():
-    """An njit check that ``indptr`` starts at 0, ends at ``nnz`` and never decreases."""
+    """An njit check that ``indptr`` starts at 0, ends at most at ``nnz``, never decreases."""
     import numba
 
     @numba.njit(nogil=True)
     def indptr_ok(indptr, m, nnz):
-        if indptr[0] != 0 or indptr[m] != nnz:
+        if indptr[0] != 0 or indptr[m] > nnz:
             return False
         for i in range(m):
             if indptr[i + 1] < indptr[i]:
@@ -248,7 +248,7 @@ def _gather_mv(binary: bool, homo: bool, parallel: bool, wide: bool = False):
         m = out.shape[0]
         n = x.shape[0]
         nnz = indices.shape[0]
-        if not indptr_ok(indptr, m, nnz) or (n == 0 and nnz > 0):
+        if not indptr_ok(indptr, m, nnz) or (n == 0 and indptr[m] > 0):
             out[:] = np.nan
             return
         t = table(x)
@@ -305,9 +305,10 @@ def weight_grad_kernel(binary: bool, transpose: bool, matrix: bool, wide: bool =
         m = by_row.shape[0]
         n = by_col.shape[0]
         nnz = indices.shape[0]
-        if not indptr_ok(indptr, m, nnz) or (n == 0 and nnz > 0):
+        if not indptr_ok(indptr, m, nnz) or (n == 0 and indptr[m] > 0):
             out[:] = np.nan
             return
+        out[indptr[m]:] = 0.0  # the padding past indptr[m] has no weight to differentiate
         un = np.uint64(n)
         nbad = 0
         for i in range(m):
@@ -367,9 +368,10 @@ def _gather_weight_grad(binary: bool, matrix: bool, wide: bool, parallel: bool =
         m = ct.shape[0]
         n = x.shape[0]
         nnz = indices.shape[0]
-        if not indptr_ok(indptr, m, nnz) or (n == 0 and nnz > 0):
+        if not indptr_ok(indptr, m, nnz) or (n == 0 and indptr[m] > 0):
             out[:] = np.nan
             return
+        out[indptr[m]:] = 0.0  # the padding past indptr[m] has no weight to differentiate
         t = table(x)
         un = U(n)
         nbad = 0
@@ -423,7 +425,7 @@ def _gather_mm(binary: bool, homo: bool, parallel: bool, wide: bool = False):
         m = out.shape[0]
         n, kcols = x.shape
         nnz = indices.shape[0]
-        if not indptr_ok(indptr, m, nnz) or (n == 0 and nnz > 0):
+        if not indptr_ok(indptr, m, nnz) or (n == 0 and indptr[m] > 0):
             out[:] = np.nan
             return
         t = table(x)

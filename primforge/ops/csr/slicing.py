@@ -1,4 +1,4 @@
-"""Selected rows of a CSR matrix as a dense array, and adding to its diagonal.
+"""Selected rows of a CSR matrix as a dense array, row blocks for devices, its diagonal.
 
 Design:
     * :func:`csr_slice_rows` with a concrete structure (a matrix built outside ``jit`` or
@@ -17,7 +17,7 @@ Design:
 
 from __future__ import annotations
 
-from typing import Any
+from typing import Any, NamedTuple
 
 import jax
 import jax.numpy as jnp
@@ -28,7 +28,8 @@ from primforge.ops import _scaffold
 from primforge.ops.csr import api as _kernels
 from primforge.ops.csr import structure as _common
 
-__all__ = ["csr_diag_add", "csr_diag_position", "csr_slice_rows", "diag_add"]
+__all__ = ["CSRRowBlocks", "csr_diag_add", "csr_diag_position", "csr_row_blocks",
+           "csr_slice_rows", "diag_add"]
 
 
 def _row_selector(row_indices: Any, m: int, who: str):
@@ -136,6 +137,8 @@ def csr_diag_position(indptr: Any, indices: Any, *, shape: tuple[int, int]):
     Returns:
         NumPy int32 arrays ``(new_indptr, new_indices, old_to_new, diag_dest)``: the new
         structure, the new place of each old entry and the place of each diagonal entry.
+        Padding past ``indptr[-1]`` is left out of the new structure (its place is past
+        the end).
 
     Example:
         >>> import numpy as np
@@ -153,6 +156,8 @@ def csr_diag_position(indptr: Any, indices: Any, *, shape: tuple[int, int]):
     indices = np.asarray(indices)
     _common.check_csr_args(who, np.zeros(indices.shape, np.float32), indices, indptr, (m, n))
     _common.validate_concrete(indices, indptr, (m, n), who)
+    stored = indices.shape[0]
+    indices = indices[:int(indptr[-1])]  # padding past indptr[-1] is left out of the result
     nnz, k = indices.shape[0], min(m, n)
     rows = np.repeat(np.arange(m), np.diff(indptr))
     local = np.arange(nnz) - indptr[rows]
@@ -175,7 +180,9 @@ def csr_diag_position(indptr: Any, indices: Any, *, shape: tuple[int, int]):
     present = first[:k] >= 0
     diag_dest[present] = where[first[:k][present]]
     diag_dest[missing] = where[nnz:]
-    return (new_indptr.astype(np.int32), new_indices, where[:nnz].astype(np.int32),
+    # A padding entry goes to a place of its own past the end: dropped by csr_diag_add.
+    old_to_new = np.concatenate([where[:nnz], new_indices.size + np.arange(stored - nnz)])
+    return (new_indptr.astype(np.int32), new_indices, old_to_new.astype(np.int32),
             diag_dest.astype(np.int32))
 
 
@@ -213,7 +220,8 @@ def csr_diag_add(csr_value: Any, positions: tuple, diag_value: Any) -> jax.Array
                          f"got {d.shape}")
     dtype = jnp.result_type(w, d)
     out = jnp.zeros((new_indices.shape[0],), dtype)
-    out = out.at[jnp.asarray(old_to_new)].set(w.astype(dtype), unique_indices=True)
+    out = out.at[jnp.asarray(old_to_new)].set(w.astype(dtype), unique_indices=True,
+                                               mode="drop")
     return out.at[jnp.asarray(diag_dest)].add(d.astype(dtype))
 
 
@@ -241,3 +249,85 @@ def diag_add(data: Any, indices: Any, indptr: Any, diag: Any, *, shape: tuple[in
     """
     plan = csr_diag_position(indptr, indices, shape=shape)
     return csr_diag_add(data, plan, diag), jnp.asarray(plan[1]), jnp.asarray(plan[0])
+
+
+class CSRRowBlocks(NamedTuple):
+    """Row blocks of a CSR matrix, stacked on a leading block axis (see :func:`csr_row_blocks`).
+
+    Attributes:
+        data: ``(blocks, length)`` weights, zero on the padding (``(blocks, 1)`` when shared).
+        indices: ``(blocks, length)`` columns, zero on the padding.
+        indptr: ``(blocks, rows_per_block + 1)`` offsets local to each block.
+        block_shape: ``(rows_per_block, cols)``, the ``shape`` of one block's products.
+
+    Example:
+        >>> import numpy as np
+        >>> CSRRowBlocks(np.zeros((2, 1)), np.zeros((2, 1)), np.zeros((2, 2)), (1, 3)).block_shape
+        (1, 3)
+    """
+
+    data: np.ndarray
+    indices: np.ndarray
+    indptr: np.ndarray
+    block_shape: tuple[int, int]
+
+
+def csr_row_blocks(W, num_blocks: int) -> CSRRowBlocks:
+    """Split a concrete :class:`CSR` into ``num_blocks`` contiguous row blocks.
+
+    Block ``b`` holds rows ``b * r : (b + 1) * r``, ``r = ceil(rows / num_blocks)``; the last
+    blocks get empty rows where ``rows`` does not divide evenly. Every block's ``data`` and
+    ``indices`` are padded to the longest block's entry count (padding past its
+    ``indptr[-1]``, which the products ignore), so the stacked arrays can be placed on a mesh
+    axis with ``jax.device_put`` and each device runs the CSR products on its own block
+    inside ``jax.shard_map`` (docs/distributed.md, "Splitting a CSR by rows"). The rows of
+    ``W @ x`` come out blocked (``blocks * r`` of them); ``x @ W`` takes ``x`` padded to
+    ``blocks * r`` rows and sums the blocks' partial outputs (``jax.lax.psum``).
+
+    Args:
+        W: a :class:`CSR` with concrete arrays (built outside ``jit``).
+        num_blocks: the number of blocks, e.g. the size of the mesh axis.
+
+    Returns:
+        A :class:`CSRRowBlocks` of NumPy arrays.
+
+    Example:
+        >>> import numpy as np
+        >>> from primforge.ops import CSR, csrmv
+        >>> W = CSR.from_dense(np.array([[1., 0., 2.], [0., 0., 0.], [0., 3., 0.]]))
+        >>> blocks = csr_row_blocks(W, 2)
+        >>> blocks.data.shape, blocks.indptr.tolist(), blocks.block_shape
+        ((2, 2), [[0, 2, 2], [0, 1, 1]], (2, 3))
+        >>> x = np.ones(3, np.float32)
+        >>> [csrmv(d, i, p, x, shape=blocks.block_shape).tolist()
+        ...  for d, i, p in zip(blocks.data, blocks.indices, blocks.indptr)]
+        [[3.0, 0.0], [3.0, 0.0]]
+    """
+    who = "csr_row_blocks"
+    if getattr(W, "_TRANSPOSED", True) or not hasattr(W, "indptr"):  # a CSR, not a CSC
+        raise TypeError(f"{who}: 'W' must be a CSR matrix, got {type(W).__name__}")
+    if isinstance(num_blocks, bool) or not isinstance(num_blocks, (int, np.integer)) \
+            or num_blocks < 1:
+        raise ValueError(f"{who}: 'num_blocks' must be a positive integer, got {num_blocks!r}")
+    m, n = W.shape
+    data, indices, indptr = (np.asarray(a) for a in (W.data, W.indices, W.indptr))
+    _common.validate_concrete(indices, indptr, (m, n), who)
+    homo = W.homogeneous
+    r = -(-m // num_blocks) if m else 0
+    ends = np.minimum(np.arange(num_blocks + 1) * r, m)
+    starts = indptr[ends]  # global entry offset of each block boundary
+    length = max(1, int(np.max(np.diff(starts))) if num_blocks else 1)
+    out_data = np.zeros((num_blocks, 1 if homo else length), data.dtype)
+    out_idx = np.zeros((num_blocks, length), indices.dtype)
+    out_ptr = np.zeros((num_blocks, r + 1), indptr.dtype)
+    for b in range(num_blocks):
+        lo, hi = int(starts[b]), int(starts[b + 1])
+        rows = indptr[ends[b]:ends[b + 1] + 1] - lo
+        out_ptr[b, :rows.size] = rows
+        out_ptr[b, rows.size:] = hi - lo  # empty rows past the matrix's last
+        out_idx[b, :hi - lo] = indices[lo:hi]
+        if homo:
+            out_data[b] = data[0]
+        else:
+            out_data[b, :hi - lo] = data[lo:hi]
+    return CSRRowBlocks(out_data, out_idx, out_ptr, (r, n))

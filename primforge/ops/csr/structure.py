@@ -24,6 +24,7 @@ __all__ = [
     "clip_to",
     "indptr_ok",
     "is_homogeneous",
+    "live_entries",
     "row_ids",
     "structure_ok",
     "validate_concrete",
@@ -101,26 +102,40 @@ def row_ids(indptr: jax.Array, nnz: int) -> jax.Array:
     """Row index of every stored entry, from ``indptr`` in O(nnz + rows) (jax.numpy).
 
     Entry ``k`` belongs to row ``i`` when ``indptr[i] <= k < indptr[i + 1]``: the row is the
-    number of interior row starts at or before ``k``.
+    number of row ends at or before ``k``. Padding entries (``k >= indptr[-1]``) get row
+    ``rows``, one past the last: scatters and segment sums with ``mode="drop"`` skip them.
 
     Example:
         >>> import jax.numpy as jnp
-        >>> row_ids(jnp.array([0, 2, 2, 3]), 3)
-        Array([0, 0, 2], dtype=int32)
+        >>> row_ids(jnp.array([0, 2, 2, 3]), 5)
+        Array([0, 0, 2, 3, 3], dtype=int32)
     """
-    marks = jnp.zeros((nnz,), jnp.int32).at[indptr[1:-1]].add(1, mode="drop")
+    marks = jnp.zeros((nnz,), jnp.int32).at[indptr[1:]].add(1, mode="drop")
     return jnp.cumsum(marks, dtype=jnp.int32)
 
 
 def indptr_ok(indptr: jax.Array, nnz: int) -> jax.Array:
-    """Traceable boolean scalar: does ``indptr`` run non-decreasingly from 0 to ``nnz``?
+    """Traceable boolean scalar: does ``indptr`` run non-decreasingly from 0 to at most ``nnz``?
+
+    ``nnz`` is the length of ``indices``; entries from ``indptr[-1]`` on are padding.
 
     Example:
         >>> import jax.numpy as jnp
-        >>> bool(indptr_ok(jnp.array([0, 2, 2, 3]), 3)), bool(indptr_ok(jnp.array([0, 2, 1]), 1))
+        >>> bool(indptr_ok(jnp.array([0, 2, 2, 3]), 4)), bool(indptr_ok(jnp.array([0, 2, 1]), 2))
         (True, False)
     """
-    return (indptr[0] == 0) & (indptr[-1] == nnz) & jnp.all(indptr[1:] >= indptr[:-1])
+    return (indptr[0] == 0) & (indptr[-1] <= nnz) & jnp.all(indptr[1:] >= indptr[:-1])
+
+
+def live_entries(indptr: jax.Array, nnz: int) -> jax.Array:
+    """Boolean ``(nnz,)`` mask of the stored entries, False on the padding past ``indptr[-1]``.
+
+    Example:
+        >>> import jax.numpy as jnp
+        >>> live_entries(jnp.array([0, 1, 2]), 4).tolist()
+        [True, True, False, False]
+    """
+    return jnp.arange(nnz) < indptr[-1]
 
 
 def structure_ok(indices: jax.Array, indptr: jax.Array, n_cols: int) -> jax.Array:
@@ -136,7 +151,8 @@ def structure_ok(indices: jax.Array, indptr: jax.Array, n_cols: int) -> jax.Arra
     nnz = indices.shape[0]
     ok = indptr_ok(indptr, nnz)
     if nnz:
-        ok = ok & jnp.all(indices >= 0) & jnp.all(indices < n_cols)
+        inside = (indices >= 0) & (indices < n_cols)
+        ok = ok & jnp.all(inside | ~live_entries(indptr, nnz))
     return ok
 
 
@@ -146,8 +162,10 @@ def _problems(indices: np.ndarray, indptr: np.ndarray, shape: tuple[int, int]) -
     found = []
     if indptr[0] != 0:
         found.append(f"indptr[0] must be 0, got {int(indptr[0])}")
-    if indptr[-1] != nnz:
-        found.append(f"indptr[-1] must equal nnz = len(indices) = {nnz}, got {int(indptr[-1])}")
+    if indptr[-1] > nnz:
+        found.append(
+            f"indptr[-1] must be at most len(indices) = {nnz} (entries past it are padding), "
+            f"got {int(indptr[-1])}")
     drops = np.flatnonzero(np.diff(indptr) < 0)
     if drops.size:
         i = int(drops[0])
@@ -155,7 +173,8 @@ def _problems(indices: np.ndarray, indptr: np.ndarray, shape: tuple[int, int]) -
             f"indptr must be non-decreasing, but indptr[{i}] = {int(indptr[i])} > "
             f"indptr[{i + 1}] = {int(indptr[i + 1])} ({drops.size} decreasing step(s))"
         )
-    if nnz:
+    indices = indices[:max(0, min(int(indptr[-1]), nnz))]  # the padding is never read
+    if indices.size:
         bad = np.flatnonzero((indices < 0) | (indices >= n))
         if bad.size:
             k = int(bad[0])

@@ -46,7 +46,9 @@ def _compressed_masks(data, indices, indptr, spikes, *, shape, on_rows, masked):
     _, n = shape
     nnz = indices.shape[0]
     rows = _common.row_ids(indptr, nnz)
-    valid = (indices >= 0) & (indices < n)
+    # Padding past indptr[-1] is neither a synapse nor an error.
+    live = _common.live_entries(indptr, nnz)
+    valid = (indices >= 0) & (indices < n) & live
     safe = jnp.where(valid, indices, 0)
     if on_rows:
         touched = spikes.at[rows].get(mode="fill", fill_value=0) != 0
@@ -58,7 +60,7 @@ def _compressed_masks(data, indices, indptr, spikes, *, shape, on_rows, masked):
     else:
         # The update on columns visits every entry, unless no column fired at all.
         visited = touched if on_rows else jnp.broadcast_to(jnp.any(spikes != 0), (nnz,))
-        poisoned = ~_common.indptr_ok(indptr, nnz) | jnp.any(visited & ~valid)
+        poisoned = ~_common.indptr_ok(indptr, nnz) | jnp.any(visited & live & ~valid)
         touched = touched & valid
     return touched, safe, rows, poisoned
 

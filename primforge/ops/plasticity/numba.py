@@ -154,6 +154,8 @@ def indexed_kernel(masked: bool, lo, hi):
         n = spikes.shape[0]
         nnz = indices.shape[0]
         ok = indptr_ok(indptr, m, nnz) and colptr_ok(colptr, n, nnz)
+        if ok:
+            nnz = indptr[m]  # entries past it are padding, left out of the index
         if ok and not MASKED and colptr[n] != nnz:
             # Entries with an out-of-range column are left out of the index (after
             # colptr[n]); unmasked, they are a structural error once any column fires.

@@ -17,7 +17,7 @@
 //
 // Structure checks never let a bad value reach a memory access: each row clamps its entry
 // range to [0, nnz] and lane 0 flags a decreasing indptr step; check_ends (one thread)
-// flags indptr[0] != 0 or indptr[m] != nnz; every visited column index is range-checked
+// flags indptr[0] != 0 or indptr[m] > nnz; every visited column index is range-checked
 // before use. Any problem sets *flag = 1; the driver then fills the whole output with NaN.
 #pragma once
 
@@ -79,10 +79,10 @@ PF_HD inline int64_t clamp64(int64_t v, int64_t lo, int64_t hi) {
   return v < lo ? lo : (v > hi ? hi : v);
 }
 
-// indptr must start at 0 and end at nnz. Run by exactly one thread.
+// indptr must start at 0 and end at most at nnz (entries past it are padding). Run by exactly one thread.
 template <typename P>
 PF_HD inline void check_ends(const P& p) {
-  if (static_cast<int64_t>(p.indptr[0]) != 0 || static_cast<int64_t>(p.indptr[p.m]) != p.nnz) {
+  if (static_cast<int64_t>(p.indptr[0]) != 0 || static_cast<int64_t>(p.indptr[p.m]) > p.nnz) {
     raise_flag(p.flag);
   }
 }
