@@ -350,6 +350,11 @@ def test_adversarial_values_and_structures(data):
                 fixed_w, fixed_cols = w.copy(), structure[0].copy()
                 fixed_w[k] = 0
                 repaired = fixed_w, (fixed_cols, ptr)
+            else:  # a shared weight can't be zeroed for one entry: drop the entry instead
+                row = np.searchsorted(ptr, k, side="right") - 1
+                fixed_ptr = ptr.copy()
+                fixed_ptr[row + 1:] -= 1
+                repaired = w, (np.delete(structure[0], k), fixed_ptr)
         else:
             ptr[2], ptr[3] = ptr[3], ptr[2] - 1
         structure = (cols, ptr)
