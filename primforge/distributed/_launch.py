@@ -1,6 +1,6 @@
 """Start N local processes of one script, joined by ``jax.distributed``; stop all on failure.
 
-Each rank is ``python SCRIPT ARGS...`` in a session of its own, with the environment that
+Each rank is ``python SCRIPT ARGS...`` in a process group of its own, with the environment that
 :func:`initialize` reads; a rank whose script raises or exits with a nonzero code ends at
 once (``_rank.py``), without waiting in ``jax.distributed``'s shutdown barrier. The
 launcher forwards every rank's output line by line and watches the ranks: the first one
