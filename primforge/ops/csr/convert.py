@@ -118,6 +118,18 @@ def _coo_sort(major, minor, n_major: int, use_numpy: bool):
     return indptr, minor[perm].astype(jnp.int32), perm
 
 
+def _coo_args(who: str, rows: Any, cols: Any, row_name: str, col_name: str,
+              shape: tuple[int, int]):
+    """Checked COO arguments: ``(m, n, rows, cols)``, each index in range, equal lengths."""
+    m, n = _scaffold.check_shape(shape, who)
+    rows, cols = _index(rows, who, row_name), _index(cols, who, col_name)
+    if rows.shape != cols.shape:
+        raise ValueError(f"{who}: {row_name!r} and {col_name!r} must have the same length, "
+                         f"got {rows.shape[0]} and {cols.shape[0]}")
+    _check(who, [("range", row_name, rows, m, "rows"), ("range", col_name, cols, n, "columns")])
+    return m, n, rows, cols
+
+
 def coo2csr(row_ids: Any, col_ids: Any, *, shape: tuple[int, int]):
     """CSR index arrays of a matrix given in COO form, and the permutation to CSR order.
 
@@ -138,14 +150,8 @@ def coo2csr(row_ids: Any, col_ids: Any, *, shape: tuple[int, int]):
         >>> indptr.tolist(), indices.tolist(), order.tolist()
         ([0, 2, 3, 4], [1, 3, 2, 0], [0, 3, 2, 1])
     """
-    who = "coo2csr"
-    m, n = _scaffold.check_shape(shape, who)
-    row_ids, col_ids = _index(row_ids, who, "row_ids"), _index(col_ids, who, "col_ids")
-    if row_ids.shape != col_ids.shape:
-        raise ValueError(f"{who}: 'row_ids' and 'col_ids' must have the same length, got "
-                         f"{row_ids.shape[0]} and {col_ids.shape[0]}")
-    _check(who, [("range", "row_ids", row_ids, m, "rows"),
-                 ("range", "col_ids", col_ids, n, "columns")])
+    m, _, row_ids, col_ids = _coo_args("coo2csr", row_ids, col_ids, "row_ids", "col_ids",
+                                       shape)
     return _coo_sort(row_ids, col_ids, m, not _is_jax(row_ids, col_ids))
 
 
@@ -168,14 +174,8 @@ def coo_to_csc_index(pre_ids: Any, indices: Any, *, shape: tuple[int, int]):
         >>> ptr.tolist(), rows.tolist(), perm.tolist()
         ([0, 2, 3, 4], [0, 2, 1, 0], [0, 3, 2, 1])
     """
-    who = "coo_to_csc_index"
-    m, n = _scaffold.check_shape(shape, who)
-    pre_ids, indices = _index(pre_ids, who, "pre_ids"), _index(indices, who, "indices")
-    if pre_ids.shape != indices.shape:
-        raise ValueError(f"{who}: 'pre_ids' and 'indices' must have the same length, got "
-                         f"{pre_ids.shape[0]} and {indices.shape[0]}")
-    _check(who, [("range", "pre_ids", pre_ids, m, "rows"),
-                 ("range", "indices", indices, n, "columns")])
+    _, n, pre_ids, indices = _coo_args("coo_to_csc_index", pre_ids, indices, "pre_ids",
+                                       "indices", shape)
     return _coo_sort(indices, pre_ids, n, not _is_jax(pre_ids, indices))
 
 
