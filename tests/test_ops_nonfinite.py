@@ -10,6 +10,7 @@ multiplies each row's summed input once in ``W @ x``.
 from __future__ import annotations
 
 import itertools
+import os
 
 import jax
 import jax.numpy as jnp
@@ -320,7 +321,11 @@ def test_packed_events_with_extra_words_raise():
 _TRANSFORMS = ("eager", "jit", "vmap", "grad")
 
 
-@settings(max_examples=12, deadline=None, suppress_health_check=list(HealthCheck))
+# The same draws on every run (a red CI run reproduces); PRIMFORGE_FUZZ_EXAMPLES=N and
+# PRIMFORGE_FUZZ_RANDOM=1 explore further.
+@settings(max_examples=int(os.environ.get("PRIMFORGE_FUZZ_EXAMPLES", "12")), deadline=None,
+          derandomize=not os.environ.get("PRIMFORGE_FUZZ_RANDOM"), database=None,
+          suppress_health_check=list(HealthCheck))
 @given(data=st.data())
 def test_adversarial_values_and_structures(data):
     """Random non-finite values and malformed structures over every family, backend and
