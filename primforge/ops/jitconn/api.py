@@ -356,6 +356,10 @@ def binary_jitc_matvec(weight: Any, seed: Any, events: Any, *, shape: tuple[int,
         >>> w = jitc_todense(3, (4, 5), 0.6, (0.0, 1.0), 'uniform')
         >>> np.allclose(y, spikes @ w)
         True
+        >>> part = binary_jitc_matvec((0.0, 1.0), 3, spikes, shape=(4, 5), prob=0.6,
+        ...                           transpose=True, weight_kind='uniform', cols=(2, 3))
+        >>> np.allclose(part, spikes @ w[:, 2:5])  # columns 2 .. 4 of the same matrix
+        True
     """
     return _public(True, False, weight, seed, events, shape=shape, prob=prob,
                    transpose=transpose, weight_kind=weight_kind, backend=backend, rows=rows,
