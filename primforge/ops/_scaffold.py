@@ -236,7 +236,7 @@ class Family:
         return self.kernels[(binary, matrix)](*args, backend=backend, **params)
 
     def _params(self, kw: dict) -> dict:
-        return {k: kw[k] for k in self.params}
+        return {k: kw[k] for k in self.params if k in kw}  # optional params may be absent
 
     # ------------------------------------------------------------------ shape rule
     def output(self, who: str, x, shape: tuple[int, int], dtype, *, binary: bool,

@@ -9,12 +9,14 @@ in docs/architecture.md.
 from __future__ import annotations
 
 import math
+import operator
 from typing import Any
 
 import jax
 import jax.numpy as jnp
 import numpy as np
 
+from primforge._compat import Tracer
 from primforge.ops import _scaffold, _sharding
 from primforge.ops.jitconn import generator as _jitc_generator
 from primforge.ops.jitconn.generator import (  # the generator; these names stay importable here
@@ -56,7 +58,8 @@ gap, mix32, unit, MAX_TABLE = (_jitc_generator.gap, _jitc_generator.mix32, _jitc
                                _jitc_generator.MAX_TABLE)
 
 FAMILY = _scaffold.Family(
-    ("jitc_matvec", "jitc_matmat"), params=("shape", "prob", "transpose", "weight_kind"),
+    ("jitc_matvec", "jitc_matmat"),
+    params=("shape", "prob", "transpose", "weight_kind", "block"),
     what="jitc products", weights="the weights", structure="'seed' or the threshold table",
     doc=__doc__)
 KERNELS = FAMILY.kernels  # (binary, matrix) -> kernel
@@ -67,18 +70,41 @@ def _name(binary: bool, matrix: bool) -> str:
 
 
 # ----------------------------------------------------------------------------- jax reference
+def _block_window(seed, shape, block):
+    """``(rows, row_ok, c0, stop)`` of the block that ``seed = (seed, r0, c0)`` places.
+
+    ``rows`` are the block's global row indices (uint32), ``row_ok`` those inside the
+    matrix; the block's columns are ``c0 ..`` (int32, clipped to the matrix) and every row
+    is generated up to column ``stop``: past the window it is not needed.
+    """
+    m, n = shape
+    h, w = block
+    r0, c0 = seed[1], seed[2]
+    local = jnp.arange(h, dtype=jnp.uint32)
+    # r0 + i cannot wrap: r0 < m < 2**31 wherever row_ok holds, and i < 2**31.
+    row_ok = (r0 < jnp.uint32(m)) & (local < jnp.uint32(m) - r0)
+    c0 = jnp.minimum(c0, jnp.uint32(n)).astype(jnp.int32)
+    stop = c0 + jnp.minimum(jnp.int32(w), jnp.int32(n) - c0)
+    return r0 + local, row_ok, c0, stop
+
+
 def _jax_generator(binary: bool, matrix: bool):
-    def generate(*, ins, outs, shape, transpose, weight_kind, **_):
+    def generate(*, ins, outs, shape, transpose, weight_kind, block=None, **_):
         m, n = shape
         dtype = outs[0].dtype
         k_max = int(ins[2].shape[0]) - 1
         homo = weight_kind == "homo"
+        rows_b, cols_b = (m, n) if block is None else block
 
         def kernel(theta, seed, table, x):
-            if min(m, n) == 0:
+            if min(rows_b, cols_b) == 0:
                 return jnp.zeros(outs[0].shape, dtype)
             ev = (x != 0).astype(dtype) if binary else x.astype(dtype)
-            stream = row_streams(seed[0], jnp.arange(m, dtype=jnp.int32))
+            if block is None:
+                rows, row_ok, c0, stop = jnp.arange(m, dtype=jnp.int32), None, 0, n
+            else:
+                rows, row_ok, c0, stop = _block_window(seed, shape, block)
+            stream = row_streams(seed[0], rows)
 
             def load(idx):
                 return table[idx]
@@ -86,7 +112,9 @@ def _jax_generator(binary: bool, matrix: bool):
             if transpose:
                 alive0 = jnp.any(ev != 0, axis=1) if matrix else ev != 0
             else:
-                alive0 = jnp.ones((m,), bool)
+                alive0 = jnp.ones((rows_b,), bool)
+            if row_ok is not None:
+                alive0 = alive0 & row_ok
             y0 = jnp.zeros(outs[0].shape, dtype)
 
             def cond(state):
@@ -95,21 +123,22 @@ def _jax_generator(binary: bool, matrix: bool):
             def body(state):
                 s, j, alive, y = state
                 j, alive = next_column(j, alive, draw(stream, jnp.uint32(3) * s), load, k_max,
-                                       n)
+                                       stop)
                 w = weights(theta, stream, s, weight_kind, dtype)
+                hit = alive if block is None else alive & (j >= c0)  # inside the window
                 if transpose:  # y[j_i] += w_i x[i], only rows still alive
                     contrib = w[:, None] * ev if matrix else w * ev
                     contrib = jnp.where(ev != 0, contrib, 0)  # inactive inputs: skipped
-                    y = y.at[jnp.where(alive, j, n)].add(contrib, mode="drop")
+                    y = y.at[jnp.where(hit, j - c0, cols_b)].add(contrib, mode="drop")
                 else:  # y[i] += w_i x[j_i]; a shared weight multiplies the sum once
                     w = jnp.ones_like(w) if homo else w
-                    got = ev[jnp.where(alive, j, 0)]
-                    live = alive[:, None] if matrix else alive
+                    got = ev[jnp.where(hit, j - c0, 0)]
+                    live = hit[:, None] if matrix else hit
                     live = live & (got != 0) if binary else live  # inactive events: skipped
                     y = y + jnp.where(live, (w[:, None] if matrix else w) * got, 0)
                 return s + jnp.uint32(1), j, alive, y
 
-            init = (jnp.uint32(0), jnp.full((m,), -1, jnp.int32), alive0, y0)
+            init = (jnp.uint32(0), jnp.full((rows_b,), -1, jnp.int32), alive0, y0)
             y = jax.lax.while_loop(cond, body, init)[3]
             return y * theta[0].astype(dtype) if homo and not transpose else y
 
@@ -119,10 +148,12 @@ def _jax_generator(binary: bool, matrix: bool):
 
 
 def _numba_generator(binary: bool, matrix: bool):
-    def generate(*, prob, transpose, weight_kind, **_):
+    def generate(*, shape, prob, transpose, weight_kind, block=None, **_):
         from primforge.ops.jitconn import numba as _numba_jitconn
 
-        return _numba_jitconn.kernel(binary, matrix, bool(transpose), weight_kind, float(prob))
+        blocked = None if block is None else tuple(int(v) for v in shape)
+        return _numba_jitconn.kernel(binary, matrix, bool(transpose), weight_kind, float(prob),
+                                     blocked)
 
     return generate
 
@@ -131,8 +162,12 @@ def _numba_generator(binary: bool, matrix: bool):
 def _shape_rule(binary: bool, matrix: bool):
     who = FAMILY.name(binary, matrix)
 
-    def rule(theta, seed, table, x, *, shape, prob, transpose, weight_kind, **_):
+    def rule(theta, seed, table, x, *, shape, prob, transpose, weight_kind, block=None, **_):
         m, n = _scaffold.check_shape(shape, who, int32=True)
+        if block is not None:
+            h, w = _scaffold.check_shape(block, who, int32=True)
+            if h > m or w > n:
+                raise ValueError(f"{who}: 'block' {(h, w)} must fit in 'shape' {(m, n)}")
         p = check_prob(prob, who)
         check_kind(weight_kind, who)
         want_theta = (WEIGHT_KINDS[weight_kind],)
@@ -141,16 +176,18 @@ def _shape_rule(binary: bool, matrix: bool):
                 f"{who}: the weight parameters must be a float array of shape {want_theta} for "
                 f"weight_kind={weight_kind!r}, got {theta.dtype}{list(theta.shape)}"
             )
-        if tuple(seed.shape) != (1,) or seed.dtype != jnp.uint32:
-            raise ValueError(f"{who}: 'seed' must be a (1,) uint32 array, got "
+        want_seed = (1,) if block is None else (3,)
+        if tuple(seed.shape) != want_seed or seed.dtype != jnp.uint32:
+            raise ValueError(f"{who}: 'seed' must be a {want_seed} uint32 array (with a "
+                             f"'block': the seed, first row, first column), got "
                              f"{seed.dtype}{list(seed.shape)}")
         want_table = cached_table(p).shape
         if tuple(table.shape) != want_table or table.dtype != jnp.uint32:
             raise ValueError(
                 f"{who}: 'table' must be threshold_table({p}) (uint32{list(want_table)}), "
                 f"got {table.dtype}{list(table.shape)}")
-        return FAMILY.output(who, x, (m, n), theta.dtype, binary=binary, matrix=matrix,
-                             transpose=transpose)
+        return FAMILY.output(who, x, (m, n) if block is None else (h, w), theta.dtype,
+                             binary=binary, matrix=matrix, transpose=transpose)
 
     return rule
 
@@ -195,8 +232,41 @@ def _seed(seed, who):
     return s.reshape(1).astype(jnp.uint32)
 
 
+def _window(window, size, who, name):
+    """``(start, length)`` of the ``rows`` or ``cols`` argument, checked (``None``: all)."""
+    if window is None:
+        return 0, size, True
+    try:
+        start, length = window
+    except (TypeError, ValueError):
+        raise TypeError(f"{who}: '{name}' must be a pair (start, size), got {window!r}") from None
+    try:
+        length = operator.index(length)
+    except TypeError:
+        raise TypeError(f"{who}: the size in '{name}' must be an int (static), got "
+                        f"{length!r}") from None
+    if not 0 <= length <= size:
+        raise ValueError(f"{who}: the size in '{name}' must be in [0, {size}], got {length}")
+    if isinstance(start, jax.Array) or hasattr(start, "aval"):
+        if start.shape != () or not jnp.issubdtype(start.dtype, jnp.integer):
+            raise TypeError(f"{who}: the start in '{name}' must be an integer scalar, got "
+                            f"{start.dtype}{list(start.shape)}")
+        if not isinstance(start, Tracer):
+            return _window((int(start), length), size, who, name)
+        return start, length, False
+    try:
+        start = operator.index(start)
+    except TypeError:
+        raise TypeError(f"{who}: the start in '{name}' must be an integer, got "
+                        f"{start!r}") from None
+    if not 0 <= start <= size - length:
+        raise ValueError(f"{who}: '{name}' = ({start}, {length}) must lie in [0, {size}]: "
+                         f"the start must be in [0, {size - length}]")
+    return start, length, start == 0 and length == size
+
+
 def _public(binary: bool, matrix: bool, weight, seed, x, *, shape, prob, transpose,
-            weight_kind, backend):
+            weight_kind, backend, rows=None, cols=None):
     who = FAMILY.name(binary, matrix)
     shape = _scaffold.check_shape(shape, who, int32=True)
     prob = check_prob(prob, who)
@@ -204,8 +274,22 @@ def _public(binary: bool, matrix: bool, weight, seed, x, *, shape, prob, transpo
     theta, x = _scaffold.promote_input(theta, x, binary, who=who,
                                        name="events" if binary else "x")
     table = jnp.asarray(cached_table(prob))
-    return FAMILY.call(binary, matrix, theta, _seed(seed, who), table, x, shape=shape, prob=prob,
-                       transpose=bool(transpose), weight_kind=weight_kind, backend=backend)
+    seed = _seed(seed, who)
+    r0, h, all_rows = _window(rows, shape[0], who, "rows")
+    c0, w, all_cols = _window(cols, shape[1], who, "cols")
+    params = {}
+    if not (all_rows and all_cols):  # a block: its offsets travel with the seed
+        if backend == "pallas":
+            raise ValueError(f"{who}: backend 'pallas' does not take 'rows' or 'cols' (a block "
+                             f"of W); use backend 'jax' or 'numba'")
+        # Wrapping to uint32 sends a negative traced start past the matrix (zeros).
+        starts = [jnp.asarray(v).astype(jnp.int32).astype(jnp.uint32).reshape(1)
+                  for v in (r0, c0)]
+        seed = jnp.concatenate([seed, *starts])
+        params["block"] = (h, w)
+    return FAMILY.call(binary, matrix, theta, seed, table, x, shape=shape, prob=prob,
+                       transpose=bool(transpose), weight_kind=weight_kind, backend=backend,
+                       **params)
 
 
 _ARGS_DOC = """
@@ -220,6 +304,15 @@ _ARGS_DOC = """
         transpose: compute ``W.T @ x`` (the same as ``x @ W``), event-driven: only the
             rows whose input is non-zero are generated.
         weight_kind: 'homo', 'uniform' or 'normal'.
+        rows: ``(start, size)``: use the rows ``start .. start + size - 1`` of ``W`` only
+            (default all), i.e. ``W[start:start + size]``, the rows of the same global
+            matrix. ``size`` is a static int; ``start`` may be traced (for example
+            ``jax.lax.axis_index`` times a block size inside ``jax.shard_map``). A traced
+            start that puts part of the block outside ``W`` makes that part zero.
+        cols: ``(start, size)``: the same for the columns: ``W[:, start:start + size]``.
+            Each generated row stops past the block's last column. With a block the input
+            and output have the block's lengths; the transpose of a block product is the
+            same block's product in the other direction. Backends numba and jax.
         backend: force a backend ('numba', 'jax', 'pallas'); default numba on CPU, jax on
             GPU and TPU.
 """
@@ -227,7 +320,7 @@ _ARGS_DOC = """
 
 def jitc_matvec(weight: Any, seed: Any, x: Any, *, shape: tuple[int, int], prob: float,
                 transpose: bool = False, weight_kind: str = "homo",
-                backend: str | None = None) -> jax.Array:
+                backend: str | None = None, rows: Any = None, cols: Any = None) -> jax.Array:
     """``W @ x`` (or ``W.T @ x``) for the random matrix ``W`` that ``seed`` describes.
 
     {args}
@@ -242,12 +335,13 @@ def jitc_matvec(weight: Any, seed: Any, x: Any, *, shape: tuple[int, int], prob:
         True
     """
     return _public(False, False, weight, seed, x, shape=shape, prob=prob, transpose=transpose,
-                   weight_kind=weight_kind, backend=backend)
+                   weight_kind=weight_kind, backend=backend, rows=rows, cols=cols)
 
 
 def binary_jitc_matvec(weight: Any, seed: Any, events: Any, *, shape: tuple[int, int],
                        prob: float, transpose: bool = False, weight_kind: str = "homo",
-                       backend: str | None = None) -> jax.Array:
+                       backend: str | None = None, rows: Any = None,
+                       cols: Any = None) -> jax.Array:
     """``W @ (e != 0)`` (or ``W.T @ (e != 0)``): the summed weights of active events.
 
     {args}
@@ -262,14 +356,19 @@ def binary_jitc_matvec(weight: Any, seed: Any, events: Any, *, shape: tuple[int,
         >>> w = jitc_todense(3, (4, 5), 0.6, (0.0, 1.0), 'uniform')
         >>> np.allclose(y, spikes @ w)
         True
+        >>> part = binary_jitc_matvec((0.0, 1.0), 3, spikes, shape=(4, 5), prob=0.6,
+        ...                           transpose=True, weight_kind='uniform', cols=(2, 3))
+        >>> np.allclose(part, spikes @ w[:, 2:5])  # columns 2 .. 4 of the same matrix
+        True
     """
     return _public(True, False, weight, seed, events, shape=shape, prob=prob,
-                   transpose=transpose, weight_kind=weight_kind, backend=backend)
+                   transpose=transpose, weight_kind=weight_kind, backend=backend, rows=rows,
+                   cols=cols)
 
 
 def jitc_matmat(weight: Any, seed: Any, x: Any, *, shape: tuple[int, int], prob: float,
                 transpose: bool = False, weight_kind: str = "homo",
-                backend: str | None = None) -> jax.Array:
+                backend: str | None = None, rows: Any = None, cols: Any = None) -> jax.Array:
     """``W @ B`` (or ``W.T @ B``) for the random matrix ``W`` that ``seed`` describes.
 
     {args}
@@ -284,12 +383,13 @@ def jitc_matmat(weight: Any, seed: Any, x: Any, *, shape: tuple[int, int], prob:
         True
     """
     return _public(False, True, weight, seed, x, shape=shape, prob=prob, transpose=transpose,
-                   weight_kind=weight_kind, backend=backend)
+                   weight_kind=weight_kind, backend=backend, rows=rows, cols=cols)
 
 
 def binary_jitc_matmat(weight: Any, seed: Any, events: Any, *, shape: tuple[int, int],
                        prob: float, transpose: bool = False, weight_kind: str = "homo",
-                       backend: str | None = None) -> jax.Array:
+                       backend: str | None = None, rows: Any = None,
+                       cols: Any = None) -> jax.Array:
     """``W @ (E != 0)`` (or ``W.T @ (E != 0)``) for a matrix of events, one vector a column.
 
     {args}
@@ -304,7 +404,8 @@ def binary_jitc_matmat(weight: Any, seed: Any, events: Any, *, shape: tuple[int,
         True
     """
     return _public(True, True, weight, seed, events, shape=shape, prob=prob,
-                   transpose=transpose, weight_kind=weight_kind, backend=backend)
+                   transpose=transpose, weight_kind=weight_kind, backend=backend, rows=rows,
+                   cols=cols)
 
 
 _scaffold.fill_args(_ARGS_DOC, {

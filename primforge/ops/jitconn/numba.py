@@ -95,8 +95,13 @@ def guide_table(table: np.ndarray) -> tuple[np.ndarray, int]:
 
 
 @functools.cache
-def kernel(binary: bool, matrix: bool, transpose: bool, kind: str, prob: float):
+def kernel(binary: bool, matrix: bool, transpose: bool, kind: str, prob: float,
+           blocked: tuple[int, int] | None = None):
     """The njit kernel for one variant (compiled lazily per dtype).
+
+    ``blocked``: the shape of the whole matrix when the product uses a block of it; the
+    seed array then holds ``(seed, first row, first column)`` and the input and output
+    have the block's lengths.
 
     Long by design: the njit bodies close over this variant's constants (guide table,
     weight kind, direction), which Numba folds into the compiled code; split into
@@ -112,6 +117,20 @@ def kernel(binary: bool, matrix: bool, transpose: bool, kind: str, prob: float):
     BINARY = binary
     KIND = {"homo": 0, "uniform": 1, "normal": 2}[kind]
     TWO_PI = 2.0 * math.pi
+    BLOCKED = blocked is not None
+    M_ALL, N_ALL = blocked if BLOCKED else (0, 0)
+
+    @numba.njit(inline="always", nogil=True)
+    def window(seed, h, w):
+        """``(r0, c0, stop, row_end)``: the block's first row and column, the column where
+        each row's generation stops and the number of its rows inside the matrix."""
+        if BLOCKED:
+            r0 = np.int64(seed[1])
+            c0 = min(np.int64(seed[2]), np.int64(N_ALL))
+            stop = c0 + min(np.int64(w), N_ALL - c0)
+            row_end = max(np.int64(0), min(np.int64(h), M_ALL - r0))
+            return r0, c0, stop, row_end
+        return np.int64(0), np.int64(0), np.int64(w), np.int64(h)
 
     # Synapse ``s`` of a row uses the draws with counters 3s (its gap), 3s+1 and 3s+2 (its
     # weight), i.e. ``mix(start + gamma * c)`` mod 2**32 for those c: the loops carry
@@ -141,32 +160,34 @@ def kernel(binary: bool, matrix: bool, transpose: bool, kind: str, prob: float):
         @numba.njit(nogil=True)
         def jitc_mv(theta, seed, table, x, out):
             m = out.shape[0]
-            n = x.shape[0]
+            r0, c0, stop, row_end = window(seed, m, x.shape[0])
             keys = seed_keys(seed[0])
             th = params(theta)
-            for i in range(m):
-                ctr, gamma, step = row_stream(keys, i)
+            for i in range(row_end):
+                ctr, gamma, step = row_stream(keys, r0 + i)
                 j = -1
                 count = 0  # shared weight, binary events: an exact integer count
                 acc = 0.0
                 while True:
                     g = skip(mix(ctr), table, GUIDE, SHIFT)
-                    if g >= n - 1 - j:
+                    if g >= stop - 1 - j:
                         break
                     j += 1 + g
-                    xv = x[j]
-                    if KIND == 0:  # shared weight: no branch, applied once per row below
-                        if BINARY:
-                            count += 1 if xv != 0 else 0
-                        else:
-                            acc += xv
-                    elif xv != 0:  # a random weight is drawn only where it is needed
-                        w = weight(th, ctr, gamma)
-                        acc += w if BINARY else w * xv
+                    if not BLOCKED or j >= c0:  # a block's columns only
+                        xv = x[j - c0]
+                        if KIND == 0:  # shared weight: no branch, applied once per row below
+                            if BINARY:
+                                count += 1 if xv != 0 else 0
+                            else:
+                                acc += xv
+                        elif xv != 0:  # a random weight is drawn only where it is needed
+                            w = weight(th, ctr, gamma)
+                            acc += w if BINARY else w * xv
                     ctr = (ctr + step) & MASK
                 if KIND == 0 and BINARY:
                     acc = float(count)
                 out[i] = acc * theta[0] if KIND == 0 else acc
+            out[row_end:] = 0
 
         return jitc_mv
 
@@ -174,27 +195,27 @@ def kernel(binary: bool, matrix: bool, transpose: bool, kind: str, prob: float):
 
         @numba.njit(nogil=True)
         def jitc_t_mv(theta, seed, table, x, out):
-            m = x.shape[0]
-            n = out.shape[0]
+            r0, c0, stop, row_end = window(seed, x.shape[0], out.shape[0])
             keys = seed_keys(seed[0])
             th = params(theta)
             out[:] = 0
-            for i in range(m):
+            for i in range(row_end):
                 xi = x[i]
                 if xi == 0:
                     continue
-                ctr, gamma, step = row_stream(keys, i)
+                ctr, gamma, step = row_stream(keys, r0 + i)
                 j = -1
                 while True:
                     g = skip(mix(ctr), table, GUIDE, SHIFT)
-                    if g >= n - 1 - j:
+                    if g >= stop - 1 - j:
                         break
                     j += 1 + g
-                    w = weight(th, ctr, gamma)
-                    if BINARY:
-                        out[j] += w
-                    else:
-                        out[j] += w * xi
+                    if not BLOCKED or j >= c0:
+                        w = weight(th, ctr, gamma)
+                        if BINARY:
+                            out[j - c0] += w
+                        else:
+                            out[j - c0] += w * xi
                     ctr = (ctr + step) & MASK
 
         return jitc_t_mv
@@ -203,27 +224,28 @@ def kernel(binary: bool, matrix: bool, transpose: bool, kind: str, prob: float):
 
         @numba.njit(nogil=True)
         def jitc_mm(theta, seed, table, x, out):
-            m = out.shape[0]
             n, kcols = x.shape
+            r0, c0, stop, row_end = window(seed, out.shape[0], n)
             keys = seed_keys(seed[0])
             th = params(theta)
             out[:] = 0
-            for i in range(m):
-                ctr, gamma, step = row_stream(keys, i)
+            for i in range(row_end):
+                ctr, gamma, step = row_stream(keys, r0 + i)
                 j = -1
                 while True:
                     g = skip(mix(ctr), table, GUIDE, SHIFT)
-                    if g >= n - 1 - j:
+                    if g >= stop - 1 - j:
                         break
                     j += 1 + g
-                    w = 1.0 if KIND == 0 else weight(th, ctr, gamma)  # shared: once per row
-                    for c in range(kcols):
-                        xv = x[j, c]
-                        if BINARY:
-                            if xv != 0:
-                                out[i, c] += w
-                        else:
-                            out[i, c] += w * xv
+                    if not BLOCKED or j >= c0:
+                        w = 1.0 if KIND == 0 else weight(th, ctr, gamma)  # shared: once per row
+                        for c in range(kcols):
+                            xv = x[j - c0, c]
+                            if BINARY:
+                                if xv != 0:
+                                    out[i, c] += w
+                            else:
+                                out[i, c] += w * xv
                     ctr = (ctr + step) & MASK
                 if KIND == 0:
                     for c in range(kcols):
@@ -233,13 +255,13 @@ def kernel(binary: bool, matrix: bool, transpose: bool, kind: str, prob: float):
 
     @numba.njit(nogil=True)
     def jitc_t_mm(theta, seed, table, x, out):
-        m, kcols = x.shape
-        n = out.shape[0]
+        kcols = x.shape[1]
+        r0, c0, stop, row_end = window(seed, x.shape[0], out.shape[0])
         keys = seed_keys(seed[0])
         th = params(theta)
         out[:] = 0
         act = np.empty(kcols, np.int64)  # the columns of x that fire in row i
-        for i in range(m):
+        for i in range(row_end):
             na = 0
             for c in range(kcols):
                 if x[i, c] != 0:
@@ -247,20 +269,21 @@ def kernel(binary: bool, matrix: bool, transpose: bool, kind: str, prob: float):
                     na += 1
             if na == 0:
                 continue
-            ctr, gamma, step = row_stream(keys, i)
+            ctr, gamma, step = row_stream(keys, r0 + i)
             j = -1
             while True:
                 g = skip(mix(ctr), table, GUIDE, SHIFT)
-                if g >= n - 1 - j:
+                if g >= stop - 1 - j:
                     break
                 j += 1 + g
-                w = weight(th, ctr, gamma)
-                for t in range(na):
-                    c = act[t]
-                    if BINARY:
-                        out[j, c] += w
-                    else:
-                        out[j, c] += w * x[i, c]
+                if not BLOCKED or j >= c0:
+                    w = weight(th, ctr, gamma)
+                    for t in range(na):
+                        c = act[t]
+                        if BINARY:
+                            out[j - c0, c] += w
+                        else:
+                            out[j - c0, c] += w * x[i, c]
                 ctr = (ctr + step) & MASK
 
     return jitc_t_mm

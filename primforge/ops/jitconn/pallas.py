@@ -170,6 +170,9 @@ def generator(binary: bool, matrix: bool, fallback):
         k = int(x.shape[1]) if matrix else 1
         who = _jc._name(binary, matrix)
         check_float_weights(who, "pallas", dtype)
+        if params.get("block") is not None:
+            raise ValueError(f"{who}: backend 'pallas' does not take 'rows' or 'cols' (a block "
+                             f"of W); use backend 'jax' or 'numba'")
         if min(m, n, k) == 0:
             return fallback(ins=ins, outs=outs, shape=shape, prob=prob, transpose=transpose,
                             weight_kind=weight_kind, platform=platform, **params)
