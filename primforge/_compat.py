@@ -127,6 +127,12 @@ def match_varying(arrays) -> list:
     with device-varying ones is cast to varying (a no-op on the values), as ``jax.ffi``
     calls do; its cotangent then comes back summed over those axes instead of mistyped.
     Outside ``shard_map`` the arrays are returned as they are.
+
+    Example:
+        >>> import jax.numpy as jnp
+        >>> x = jnp.ones(2)
+        >>> match_varying([x])[0] is x
+        True
     """
     arrays = list(arrays)
     kinds = [varying_axes(getattr(a, "aval", None)) for a in arrays]
