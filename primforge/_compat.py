@@ -114,6 +114,35 @@ def varying_kwargs(x, varying: frozenset | None = None) -> dict:
     return {"vma": frozenset(vma if varying is None else varying)}
 
 
+def _to_varying(x, axes: tuple):
+    if hasattr(jax.lax, "pcast"):  # JAX >= 0.10
+        return jax.lax.pcast(x, axes, to="varying")
+    return jax.lax.pvary(x, axes)
+
+
+def match_varying(arrays) -> list:
+    """``arrays``, each made to vary over every manual axis that one of them varies over.
+
+    Inside ``shard_map``, an operand that is the same on every device (e.g. ``P()``) bound
+    with device-varying ones is cast to varying (a no-op on the values), as ``jax.ffi``
+    calls do; its cotangent then comes back summed over those axes instead of mistyped.
+    Outside ``shard_map`` the arrays are returned as they are.
+
+    Example:
+        >>> import jax.numpy as jnp
+        >>> x = jnp.ones(2)
+        >>> match_varying([x])[0] is x
+        True
+    """
+    arrays = list(arrays)
+    kinds = [varying_axes(getattr(a, "aval", None)) for a in arrays]
+    union = frozenset().union(*kinds)
+    if not union:
+        return arrays
+    return [a if k == union else _to_varying(a, tuple(sorted(union - k)))
+            for a, k in zip(arrays, kinds)]
+
+
 # Symbolic-zero tangent and undefined-primal markers used by JVP/transpose rules.
 Zero = ad.Zero
 UndefinedPrimal = ad.UndefinedPrimal

@@ -206,3 +206,11 @@ def test_plasticity_dense_is_elementwise_and_compressed_stays_whole():
     ins = (_s(9), _s(9, dtype=jnp.int32), _s(7, dtype=jnp.int32), _s(6), _s(5))
     assert _free(ops.compressed_update_p, ins, (_s(9),), shape=(6, 5), on_rows=True,
                  masked=False, w_min=None, w_max=None) == (set(), set())
+
+
+@pytest.mark.parametrize("on_rows", [True, False])
+def test_plasticity_on_fixed_number_rows_shards_the_rows(on_rows):
+    w, i = _s(6, 3), _s(6, 3, dtype=jnp.int32)
+    vectors = (_s(6), _s(5)) if on_rows else (_s(5), _s(6))
+    assert _free(ops.compressed_update_p, (w, i) + vectors, (w,), shape=(6, 5),
+                 on_rows=on_rows, masked=True, w_min=None, w_max=None) == ({"m", "k"}, set())

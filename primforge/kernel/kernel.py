@@ -154,6 +154,7 @@ class XLACustomKernel(
             raise TypeError(f"kernel {self.name!r}: reserved param name(s) {sorted(clash)}")
         self._check_params(params)
         structs, container = self._resolve_outs(arrays, outs, params)
+        arrays = _compat.match_varying(arrays)  # inside shard_map: one varying type
         # KernelPrimitive.bind adds the backend overrides and debug mode in force here.
         flat = self.primitive.bind(*arrays, outs=structs, backend=backend, **params)
         if container is None:

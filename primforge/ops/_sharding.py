@@ -151,18 +151,33 @@ def dense_update_rule(ins, outs, *, on_rows, **_) -> str:
     return "m n, m, n -> m n" if on_rows else "m n, n, m -> m n"
 
 
-def compressed_update_rule(ins, outs, **_) -> ShardingRule:
-    """Compressed plasticity ``(data, indices, indptr, spikes, trace[, column index])``: whole.
+def compressed_update_rule(ins, outs, *, on_rows=True, **_) -> ShardingRule:
+    """Compressed plasticity: fixed-number rows shard, CSR / CSC storage is kept whole.
+
+    A ``FixedNum`` arrives as its rows ``(weights, indices, spikes, trace)``: the ``m`` rows
+    and ``k`` entries of ``weights`` and ``indices`` shard, the vector indexed by rows
+    (the spikes on rows, the trace on columns) follows ``m``, the one indexed through
+    ``indices`` (``n``) is kept whole. The flat form ``(data, indices, indptr, spikes,
+    trace[, column index])`` is kept whole: ``indptr`` holds global offsets (split a CSR
+    by rows with :func:`primforge.ops.csr_row_blocks` inside ``jax.shard_map``).
 
     Example:
         >>> import jax
         >>> s = lambda *shape: jax.ShapeDtypeStruct(shape, 'float32')
+        >>> compressed_update_rule((s(6, 3), s(6, 3), s(6), s(5)), (s(6, 3),)).rule
+        'm k, m k, m, n -> m k'
+        >>> compressed_update_rule((s(6, 3), s(6, 3), s(5), s(6)), (s(6, 3),),
+        ...                        on_rows=False).rule
+        'm k, m k, n, m -> m k'
         >>> compressed_update_rule((s(5), s(5), s(4), s(3), s(2)), (s(5),)).rule
         'e, e, p, a, b -> e'
         >>> compressed_update_rule((s(5), s(5), s(4), s(3), s(2), s(4), s(5), s(5)),
         ...                        (s(5),)).rule
         'e, e, p, a, b, c, e, e -> e'
     """
+    if len(ins) == 4:  # fixed-number rows
+        vectors = "m, n" if on_rows else "n, m"
+        return ShardingRule(f"m k, m k, {vectors} -> m k", need_replication_factors=("n",))
     if len(ins) > 5:  # with a column index
         return ShardingRule("e, e, p, a, b, c, e, e -> e",
                             need_replication_factors=("e", "p", "c"))

@@ -2,7 +2,8 @@
 
 :func:`update_on_pre` and :func:`update_on_post` return new weights for compressed
 (``CSR``, ``CSC``, ``FixedNum``) and dense storage, one kernel per storage and side, with
-``jax``, ``numba`` and (compressed storage) ``pallas`` backends.
+``jax``, ``numba`` and (compressed storage) ``pallas`` backends. A ``FixedNum`` reaches
+the compressed kernel as its ``(m, k)`` rows, which shard like the rows of its products.
 """
 
 from __future__ import annotations
@@ -85,6 +86,31 @@ def _dense_reference(weights, spikes, trace, *, on_rows, w_min, w_max):
 
 
 # ----------------------------------------------------------------------------- generators
+def _on_fixed_rows(generate):
+    """``generate`` (of the flat form) also serving the ``(weights, indices, spikes, trace)``
+    form of fixed-number rows, with the ``(m, k)`` shape of the operands it is built for."""
+
+    def gen(*, ins, outs, shape, masked, **kw):
+        if len(ins) != _N_ROWS:
+            return generate(ins=ins, outs=outs, shape=shape, masked=masked, **kw)
+        weights, indices = ins[0], ins[1]
+        m, k = indices.shape
+        flat = (jax.ShapeDtypeStruct((m * k,), weights.dtype),
+                jax.ShapeDtypeStruct((m * k,), indices.dtype),
+                jax.ShapeDtypeStruct((m + 1,), indices.dtype), ins[2], ins[3])
+        inner = generate(ins=flat, outs=(jax.ShapeDtypeStruct((m * k,), outs[0].dtype),),
+                         shape=(m, shape[1]), masked=True, **kw)
+
+        def kernel(weights, indices, spikes, trace):
+            indptr = jnp.arange(m + 1, dtype=indices.dtype) * k
+            return inner(weights.reshape(-1), indices.reshape(-1), indptr, spikes,
+                         trace).reshape(m, k)
+
+        return kernel
+
+    return gen
+
+
 def _jax_compressed(*, shape, on_rows, masked, w_min, w_max, **_):
     def kernel(data, indices, indptr, spikes, trace, *index):
         del index  # the result does not depend on it
@@ -106,6 +132,8 @@ def _numba_compressed(*, ins, outs, on_rows, masked, w_min, w_max, **_):
 
     dtype = outs[0].dtype
     lo, hi = _cast_bound(w_min, dtype), _cast_bound(w_max, dtype)
+    if len(ins) == _N_ROWS:
+        return _in_place(_numba_plasticity.fixed_rows_kernel(bool(on_rows), lo, hi), outs)
     if len(ins) == _N_INDEXED:
         return _in_place(_numba_plasticity.indexed_kernel(bool(masked), lo, hi), outs)
     return _in_place(_numba_plasticity.compressed_kernel(bool(on_rows), bool(masked), lo, hi),
@@ -137,9 +165,33 @@ def _check_vector(who, name, x, length, *, floating):
 
 
 _N_INDEXED = 8  # operands of a call with a column index
+_N_ROWS = 4  # operands of a call on fixed-number rows: (weights, indices, spikes, trace)
 
 
-def _compressed_shape_rule(data, indices, indptr, spikes, trace, *index, shape, on_rows, **_):
+def _compressed_shape_rule(*ins, shape, on_rows, **_):
+    if len(ins) == _N_ROWS:
+        return _rows_shape_rule(*ins, shape=shape, on_rows=on_rows)
+    return _flat_shape_rule(*ins, shape=shape, on_rows=on_rows)
+
+
+def _rows_shape_rule(weights, indices, spikes, trace, *, shape, on_rows):
+    who = "compressed_update"
+    m, n = shape
+    if len(indices.shape) != 2 or indices.shape[0] != m:
+        raise ValueError(f"{who}: fixed-number 'indices' must be {m} rows, shape ({m}, k), "
+                         f"got {tuple(indices.shape)}")
+    if weights.shape != indices.shape:
+        raise ValueError(f"{who}: 'weights' must hold one weight per entry, shape "
+                         f"{tuple(indices.shape)}, got {tuple(weights.shape)}")
+    if not jnp.issubdtype(weights.dtype, jnp.floating):
+        raise TypeError(f"{who}: 'weights' must be floating point, got {weights.dtype}")
+    spike_len, trace_len = (m, n) if on_rows else (n, m)
+    _check_vector(who, "spikes", spikes, spike_len, floating=False)
+    _check_vector(who, "trace", trace, trace_len, floating=True)
+    return jax.ShapeDtypeStruct(weights.shape, weights.dtype)
+
+
+def _flat_shape_rule(data, indices, indptr, spikes, trace, *index, shape, on_rows):
     who = "compressed_update"
     m, n = shape
     if index:
@@ -198,12 +250,28 @@ def _is_zero(t) -> bool:
 
 def _compressed_jvp(primals, tangents, *, outs, shape, on_rows, masked, w_min, w_max,
                     backend=None, **_):
-    data, indices, indptr, spikes, trace, *index = primals
-    d_data, _, _, _, d_trace, *_ = tangents
     del outs
-    y = _compressed_call(data, indices, indptr, spikes, trace, *index, shape=shape,
-                         on_rows=on_rows, masked=masked, w_min=w_min, w_max=w_max,
-                         backend=backend)
+    y = _compressed_call(*primals, shape=shape, on_rows=on_rows, masked=masked, w_min=w_min,
+                         w_max=w_max, backend=backend)
+    if len(primals) == _N_ROWS:  # the same update on the flattened rows
+        weights, indices, spikes, trace = primals
+        d_w, _, _, d_trace = tangents
+        m, k = indices.shape
+        indptr = jnp.arange(m + 1, dtype=indices.dtype) * k
+        t = _compressed_tangent(weights.reshape(-1), indices.reshape(-1), indptr, spikes,
+                                trace, d_w if _is_zero(d_w) else d_w.reshape(-1), d_trace,
+                                shape=shape, on_rows=on_rows, masked=True, w_min=w_min,
+                                w_max=w_max)
+        return [y], [None if t is None else t.reshape(m, k)]
+    data, indices, indptr, spikes, trace, *_ = primals
+    d_data, _, _, _, d_trace, *_ = tangents
+    return [y], [_compressed_tangent(data, indices, indptr, spikes, trace, d_data, d_trace,
+                                     shape=shape, on_rows=on_rows, masked=masked,
+                                     w_min=w_min, w_max=w_max)]
+
+
+def _compressed_tangent(data, indices, indptr, spikes, trace, d_data, d_trace, *, shape,
+                        on_rows, masked, w_min, w_max):
     touched, safe, rows, _ = _compressed_masks(data, indices, indptr, spikes, shape=shape,
                                                on_rows=on_rows, masked=masked)
     gather = (lambda t: t[safe]) if on_rows else (lambda t: t.at[rows].get(mode="fill",
@@ -216,7 +284,7 @@ def _compressed_jvp(primals, tangents, *, outs, shape, on_rows, masked, w_min, w
     if not _is_zero(d_trace):
         td = jnp.where(moves, gather(d_trace).astype(data.dtype), 0)
         t = td if t is None else t + td
-    return [y], [t]
+    return t
 
 
 def _dense_jvp(primals, tangents, *, outs, on_rows, w_min, w_max, backend=None, **_):
@@ -243,7 +311,7 @@ def _dense_jvp(primals, tangents, *, outs, on_rows, w_min, w_max, backend=None, 
 def _pallas_compressed(**kw):
     from primforge.ops.plasticity import pallas as _pallas_plasticity
 
-    return _pallas_plasticity.generator(_jax_compressed)(**kw)
+    return _on_fixed_rows(_pallas_plasticity.generator(_jax_compressed))(**kw)
 
 
 def _make(name, jax_gen, numba_gen, shape_rule, jvp, tags, pallas_gen=None) -> XLACustomKernel:
@@ -260,7 +328,8 @@ def _make(name, jax_gen, numba_gen, shape_rule, jvp, tags, pallas_gen=None) -> X
     return kernel
 
 
-compressed_update_p = _make("compressed_update", _jax_compressed, _numba_compressed,
+compressed_update_p = _make("compressed_update", _on_fixed_rows(_jax_compressed),
+                            _numba_compressed,
                             _compressed_shape_rule, _compressed_jvp, ("compressed",),
                             pallas_gen=_pallas_compressed)
 dense_update_p = _make("dense_update", _jax_dense, _numba_dense, _dense_shape_rule,
@@ -269,10 +338,10 @@ compressed_update_p.def_sharding_rule(_sharding.compressed_update_rule)
 dense_update_p.def_sharding_rule(_sharding.dense_update_rule)
 
 
-def _compressed_call(data, indices, indptr, spikes, trace, *index, shape, on_rows,
-                     masked=False, w_min=None, w_max=None, backend=None):
+def _compressed_call(data, *operands, shape, on_rows, masked=False, w_min=None, w_max=None,
+                     backend=None):
     out = jax.ShapeDtypeStruct(data.shape, data.dtype)
-    return compressed_update_p(data, indices, indptr, spikes, trace, *index, outs=out,
+    return compressed_update_p(data, *operands, outs=out,
                                shape=tuple(int(s) for s in shape), on_rows=bool(on_rows),
                                masked=bool(masked), w_min=w_min, w_max=w_max,
                                backend=backend)
@@ -343,12 +412,16 @@ def _update_matrix(W, spikes, trace, *, pre: bool, w_min, w_max, backend, who, i
         trace = trace.astype(W.dtype)
         rows, k = W.indices.shape
         indices = _scaffold.index_array(W.indices, who, "indices")
-        indptr = jnp.arange(rows + 1, dtype=indices.dtype) * k
         on_rows = pre == (W.per == "pre")
+        if on_rows or not index:  # the (m, k) rows: they shard like the products' rows
+            new = _compressed_call(W.weights, indices, spikes, trace, shape=W._stored_shape,
+                                   on_rows=on_rows, masked=True, w_min=lo, w_max=hi,
+                                   backend=backend)
+            return W.with_data(new)
+        indptr = jnp.arange(rows + 1, dtype=indices.dtype) * k
         new = _compressed_call(W.weights.reshape(-1), indices.reshape(-1), indptr, spikes,
-                               trace, *(() if on_rows else index), shape=W._stored_shape,
-                               on_rows=on_rows, masked=True, w_min=lo, w_max=hi,
-                               backend=backend)
+                               trace, *index, shape=W._stored_shape, on_rows=on_rows,
+                               masked=True, w_min=lo, w_max=hi, backend=backend)
         return W.with_data(new.reshape(rows, k))
     weights = jnp.asarray(W)
     if not jnp.issubdtype(weights.dtype, jnp.floating):

@@ -240,3 +240,49 @@ def dense_kernel(on_rows: bool, lo, hi):
                     out[i, j] = clamp(out[i, j] + ti)
 
     return dense_cols
+
+
+@functools.cache
+def fixed_rows_kernel(on_rows: bool, lo, hi):
+    """``kernel(weights, indices, spikes, trace, out)``: fixed-number ``(m, k)`` rows, an
+    entry with a column outside ``[0, n)`` skipped (``out`` is ``weights``)."""
+    import numba
+
+    clamp = _clamp(lo, hi)
+
+    if on_rows:
+
+        @numba.njit(nogil=True)
+        def fixed_rows(weights, indices, spikes, trace, out):
+            m, k = indices.shape
+            un = np.uint64(trace.shape[0])
+            for i in range(m):
+                if spikes[i] != 0:
+                    for e in range(k):
+                        u = np.uint64(indices[i, e])  # a negative index wraps: outside too
+                        if u < un:
+                            out[i, e] = clamp(out[i, e] + trace[u])
+
+        return fixed_rows
+
+    @numba.njit(nogil=True)
+    def fixed_cols(weights, indices, spikes, trace, out):
+        m, k = indices.shape
+        n = spikes.shape[0]
+        hit = np.zeros(n + 1, np.uint8)  # per column, and a 0 where a bad index points
+        count = 0
+        for j in range(n):
+            h = 1 if spikes[j] != 0 else 0
+            hit[j] = h
+            count += h
+        if count == 0:
+            return
+        un = np.uint64(n)
+        for i in range(m):
+            ti = trace[i]
+            for e in range(k):
+                u = np.uint64(indices[i, e])
+                if hit[min(u, un)]:
+                    out[i, e] = clamp(out[i, e] + ti)
+
+    return fixed_cols
