@@ -215,6 +215,15 @@ def test_bad_delays_are_refused_naming_the_argument():
         delay_buffer(-1, 3)
 
 
+def test_delays_captured_by_a_jitted_function_are_checked_on_the_host():
+    W = CSR.from_dense([[1.0, 2.0], [0.0, 3.0]])
+    good, bad = jnp.array([0, 2, 1]), jnp.array([0, 3, 1])
+    f = jax.jit(lambda x: delayed_matvec(W, x, good, delay_buffer(2, 2), 1))
+    np.testing.assert_allclose(f(jnp.array([True, False])), [[0, 2], [1, 0], [0, 0]])
+    with pytest.raises(ValueError, match="'delays' holds 3"):
+        jax.jit(lambda x: delayed_matvec(W, x, bad, delay_buffer(2, 2), 1))(jnp.ones(2, bool))
+
+
 @pytest.mark.parametrize("backend", ["numba", "jax"])
 def test_traced_delays_outside_the_buffer_fill_it_with_nan(backend):
     W = CSR.from_dense([[1.0, 2.0], [0.0, 3.0]])

@@ -13,6 +13,7 @@ from typing import Any
 
 import jax
 import jax.numpy as jnp
+import numpy as np
 
 from primforge import _compat
 from primforge.kernel.kernel import XLACustomKernel
@@ -244,7 +245,8 @@ def _delay_values(who: str, delays: Any, depth: int, shape: tuple[int, ...] | No
         raise ValueError(f"{who}: 'delays' must be one integer or hold one delay per synapse, "
                          f"shape {shape}, got {tuple(arr.shape)}")
     if not isinstance(arr, _compat.Tracer) and arr.size:
-        lo, hi = int(jnp.min(arr)), int(jnp.max(arr))
+        values = np.asarray(arr)  # on the host: a concrete array captured under jit stays so
+        lo, hi = int(values.min()), int(values.max())
         if lo < 0 or hi >= depth:
             bad = lo if lo < 0 else hi
             raise ValueError(f"{who}: 'delays' holds {bad}, outside [0, D) = [0, {depth}) for a "
