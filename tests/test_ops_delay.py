@@ -74,7 +74,7 @@ def _simulate(W, delays, inputs, backend, buffer=None):
     def step(buf, tx):
         t, x = tx
         buf = delayed_matvec(W, x, delays, buf, t, backend=backend)
-        now, buf = delay_read(buf, t)
+        now, buf = delay_read(buf, t, backend=backend)
         return buf, now
 
     buf = delay_buffer(MAX_DELAY, N_POST) if buffer is None else buffer
@@ -250,3 +250,15 @@ def test_cli_check_passes_for_the_delay_kernels(capsys, monkeypatch):
     out = capsys.readouterr().out
     assert code == 0, out
     assert "2 of 2 kernel(s) passed on cpu" in out, out
+
+
+def test_a_simulation_step_updates_the_buffer_in_place():
+    """No copy of the ring buffer in the compiled loop: the product and the read each write
+    into it (a slice-and-update read after the product's call made XLA copy it per step)."""
+    W, delays, *_ = _network("csr", seed=16)
+    inputs = jnp.asarray(_inputs(True, seed=17))
+    hlo = jax.jit(_simulate, static_argnums=3).lower(W, delays, inputs, "numba").compile()
+    shape = f"f32[{MAX_DELAY + 1},{N_POST}]"
+    copies = [line for line in hlo.as_text().splitlines()
+              if f"= {shape}" in line and " copy(" in line]
+    assert len(copies) <= 1, copies  # at most the initial buffer's, outside the loop

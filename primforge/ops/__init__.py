@@ -165,10 +165,11 @@ from primforge.ops.delay import (
     binary_delayed_csrmv_p,
     delay_buffer,
     delay_read,
+    delay_read_p,
     delayed_csrmv,
     delayed_csrmv_p,
     delayed_matvec,
 )
 
 __all__ += ["binary_delayed_csrmv", "binary_delayed_csrmv_p", "delay_buffer", "delay_read",
-            "delayed_csrmv", "delayed_csrmv_p", "delayed_matvec"]
+            "delay_read_p", "delayed_csrmv", "delayed_csrmv_p", "delayed_matvec"]

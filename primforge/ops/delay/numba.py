@@ -92,3 +92,24 @@ def kernel(binary: bool, transpose: bool, homo: bool):
                     out[r, i] += w * xj
 
     return delayed_cols
+
+
+@functools.cache
+def read_kernel():
+    """``read(buffer, slot, now, out)`` (``out`` is ``buffer``): ``now`` gets row ``slot``,
+    which is then zeroed in place; a slot outside ``[0, D)`` gives NaN in both outputs."""
+    import numba
+
+    @numba.njit(nogil=True)
+    def delay_read(buffer, slot, now, out):
+        depth, n = out.shape
+        s = slot[0]
+        if s < 0 or s >= depth:
+            now[:] = np.nan
+            out[:, :] = np.nan
+            return
+        for j in range(n):
+            now[j] = out[s, j]
+            out[s, j] = 0
+
+    return delay_read
