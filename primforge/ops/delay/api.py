@@ -496,9 +496,9 @@ def delayed_matvec(W: Any, x: Any, delays: Any, buffer: Any, t: Any, *,
             :class:`~primforge.ops.FixedNum`.
         x: ``(n_pre,)`` events or floats.
         delays: one integer for every synapse (the homogeneous case: one row of the buffer
-            gets ``x @ W`` through the ordinary product), or an integer array aligned with
-            the stored weights (``W.data`` of a CSR or CSC, ``W.indices`` of a FixedNum).
-            Each in ``[0, D)``: 0 arrives in the same step.
+            gets ``x @ W`` through the ordinary product, ``W.rmatmul``), or an integer
+            array aligned with the stored weights (``W.data`` of a CSR or CSC,
+            ``W.indices`` of a FixedNum). Each in ``[0, D)``: 0 arrives in the same step.
         buffer: ``(D, n_post)`` float buffer from :func:`delay_buffer`.
         t: integer step.
         backend: 'numba' (CPU default) or 'jax'.
@@ -535,7 +535,7 @@ def delayed_matvec(W: Any, x: Any, delays: Any, buffer: Any, t: Any, *,
         slot = _step(who, (jnp.asarray(t) + delays), depth)[0]
         weights = W.weights if isinstance(W, FixedNum) else W.data
         W = W.with_data(weights.astype(buffer.dtype))
-        y = x @ W if binary else x.astype(buffer.dtype) @ W
+        y = W.rmatmul(x if binary else x.astype(buffer.dtype), backend=backend)
         row = jax.lax.dynamic_index_in_dim(buffer, slot, 0, keepdims=False)
         return jax.lax.dynamic_update_slice_in_dim(buffer, (row + y)[None], slot, 0)
     call = _public(binary)
