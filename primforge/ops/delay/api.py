@@ -17,7 +17,7 @@ import numpy as np
 
 from primforge import _compat
 from primforge.kernel.kernel import XLACustomKernel
-from primforge.ops import _scaffold
+from primforge.ops import _scaffold, _sharding
 from primforge.ops.csr import structure as _common
 from primforge.ops.csr.matrix import CSC, CSR
 from primforge.ops.fixed_num.matrix import FixedNum
@@ -209,6 +209,7 @@ def _make(binary: bool) -> XLACustomKernel:
 
 
 KERNELS = {False: _make(False), True: _make(True)}
+_sharding.install(KERNELS.values(), _sharding.delayed_rule)
 delayed_csrmv_p = KERNELS[False]
 binary_delayed_csrmv_p = KERNELS[True]
 
@@ -274,6 +275,7 @@ delay_read_p.def_jvp_rule(_read_jvp)
 delay_read_p.def_transpose_rule(_read_transpose)
 delay_read_p.register_general_batching()
 delay_read_p.def_tags("delay")
+delay_read_p.def_sharding_rule(_sharding.delay_read_rule)
 
 
 # ----------------------------------------------------------------------------- argument checks
@@ -549,3 +551,6 @@ for _kernel, _public_call, _cases in ((delayed_csrmv_p, delayed_csrmv, "floats")
     _kernel.def_call(_public_call)
     _kernel.def_benchmark_data(_scaffold.lazy_benchmark_data("primforge.ops.delay.bench", _cases))
 del _kernel, _public_call, _cases
+delay_read_p.def_call(delay_read)
+delay_read_p.def_benchmark_data(_scaffold.lazy_benchmark_data("primforge.ops.delay.bench",
+                                                              "reads"))

@@ -1,6 +1,7 @@
 """Benchmark cases of the delayed products, imported only when benchmark data is asked for.
 
-:func:`floats` feeds ``delayed_csrmv_p``, :func:`events` ``binary_delayed_csrmv_p``.
+:func:`floats` feeds ``delayed_csrmv_p``, :func:`events` ``binary_delayed_csrmv_p``,
+:func:`reads` ``delay_read_p``.
 """
 
 from __future__ import annotations
@@ -10,7 +11,7 @@ import numpy as np
 from primforge.bench import BenchmarkConfig
 from primforge.ops.connectivity import fixed_prob
 
-__all__ = ["CASES", "RATE", "configs", "events", "floats"]
+__all__ = ["CASES", "RATE", "configs", "events", "floats", "reads"]
 
 CASES = ((4_000, 0.02, 50), (10_000, 0.01, 50))  # (n, p, longest delay in steps)
 RATE = 0.02  # fraction of neurons that spike
@@ -43,3 +44,15 @@ def floats(*, platform: str) -> list:
 def events(*, platform: str) -> list:
     """The cases with binary events."""
     return configs(binary=True, platform=platform)
+
+
+def reads(*, platform: str) -> list:
+    """Reads of a ring buffer of the sizes above."""
+    del platform
+    out = []
+    for i, (n, _, longest) in enumerate(CASES):
+        rs = np.random.RandomState(41 + i)
+        buffer = rs.standard_normal((longest + 1, n)).astype(np.float32)
+        out.append(BenchmarkConfig(args=(buffer, 17), kwargs={},
+                                   params={"n": n, "max_delay": longest}))
+    return out
