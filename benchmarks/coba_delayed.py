@@ -19,7 +19,7 @@ this runs on may be shared, so compare runs made at similar load.
 
 Run:  BRIAN_PYTHON=/work/venv-brian/bin/python python benchmarks/coba_delayed.py \\
           --scales 1,10 --seeds 3 --duration 1.0 \\
-          --out benchmarks/reference/coba_delayed_cpu.json
+          --out benchmarks/reference/coba_delayed_cpu_run1.json
 """
 
 from __future__ import annotations
