@@ -21,6 +21,7 @@ from primforge.ops import (
     delay_read,
     delayed_csrmv,
     delayed_matvec,
+    pack_events,
 )
 
 N_PRE, N_POST, MAX_DELAY, STEPS = 13, 9, 5, 24
@@ -262,3 +263,20 @@ def test_a_simulation_step_updates_the_buffer_in_place():
     copies = [line for line in hlo.as_text().splitlines()
               if f"= {shape}" in line and " copy(" in line]
     assert len(copies) <= 1, copies  # at most the initial buffer's, outside the loop
+
+
+@pytest.mark.parametrize("backend", ["numba", "jax"])
+def test_degenerate_sizes_and_event_types(backend):
+    W = CSR.from_dense(np.array([[1.0, 2.0], [0.0, 3.0]], np.float32))
+    empty = CSR.from_dense(np.zeros((3, 4), np.float32))
+    got = delayed_matvec(empty, jnp.ones(3, bool), np.zeros(0, np.int32), delay_buffer(2, 4), 1,
+                         backend=backend)
+    np.testing.assert_array_equal(got, np.zeros((3, 4)))
+    # One row (every delay 0), int8 events: the step's row gets everything.
+    got = delayed_matvec(W, jnp.array([1, 1], jnp.int8), np.zeros(3, np.int32),
+                         delay_buffer(0, 2), 5, backend=backend)
+    np.testing.assert_array_equal(got, [[1.0, 5.0]])
+    packed = pack_events(jnp.array([True, True]))
+    got = delayed_matvec(W, packed, np.array([0, 1, 1], np.int32), delay_buffer(1, 2), 0,
+                         backend=backend)
+    np.testing.assert_array_equal(got, [[1.0, 0.0], [0.0, 5.0]])
