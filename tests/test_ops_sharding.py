@@ -36,6 +36,7 @@ VALUE_ONLY = {
     "compressed_update_sharded_inputs_stay_right",
     "vmap_over_sharded_weights_stays_right",
     "jitc_a_row_splitting_rule_would_be_wrong",  # the control of the jitc rule
+    "delayed_product_sharded_inputs_stay_right",
 }
 PARTITIONED = [
     "csr_matmat_columns_sharded",
@@ -62,6 +63,7 @@ PARTITIONED = [
     "compressed_update_with_a_column_index",
     "other_backends_partitioned",
     "explicit_mesh_types_follow_the_rules",
+    "delay_read_columns_sharded",
 ]
 CHECKS = PARTITIONED + sorted(VALUE_ONLY)
 
@@ -96,6 +98,9 @@ KERNEL_CHECKS = {
     "primforge.ops.binary_densemm": _DENSE + ["dense_matmat_columns_and_rows_on_a_2d_mesh"],
     "primforge.ops.dense_update": ["dense_update_rows_and_columns_sharded",
                                    "dense_update_vmap_over_a_sharded_batch"],
+    "primforge.ops.delayed_csrmv": ["delayed_product_sharded_inputs_stay_right"],
+    "primforge.ops.binary_delayed_csrmv": ["delayed_product_sharded_inputs_stay_right"],
+    "primforge.ops.delay_read": ["delay_read_columns_sharded"],
     "primforge.ops.compressed_update": ["compressed_update_sharded_inputs_stay_right",
                                         "compressed_update_vmap_over_a_sharded_batch",
                                         "compressed_update_with_a_column_index"],

@@ -158,3 +158,18 @@ __all__ += ["CSRRowBlocks", "coo2csr", "coo_to_csc_index", "csc_to_csr_index",
 from primforge.ops.csr import spike_list
 
 __all__ += ["spike_list"]
+
+# Synaptic delays: event products into a ring buffer of pending input.
+from primforge.ops.delay import (
+    binary_delayed_csrmv,
+    binary_delayed_csrmv_p,
+    delay_buffer,
+    delay_read,
+    delay_read_p,
+    delayed_csrmv,
+    delayed_csrmv_p,
+    delayed_matvec,
+)
+
+__all__ += ["binary_delayed_csrmv", "binary_delayed_csrmv_p", "delay_buffer", "delay_read",
+            "delay_read_p", "delayed_csrmv", "delayed_csrmv_p", "delayed_matvec"]

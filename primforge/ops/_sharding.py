@@ -15,6 +15,8 @@ __all__ = [
     "compressed_update_rule",
     "csr_rule",
     "csr_weight_grad_rule",
+    "delay_read_rule",
+    "delayed_rule",
     "dense_rule",
     "dense_update_rule",
     "fixed_num_rule",
@@ -203,6 +205,32 @@ def indexed_rule(ins, outs, **_) -> ShardingRule:
                             need_replication_factors=("w", "e", "p", "b", "s", "o"))
     return ShardingRule("w, e, p, s, k -> o",
                         need_replication_factors=("w", "e", "p", "s", "k", "o"))
+
+
+def delayed_rule(ins, outs, **_) -> ShardingRule:
+    """The delayed product ``(data, indices, indptr, delays, x, buffer, slot) -> buffer``:
+    kept whole (global row offsets; a synapse writes any row and column of the buffer).
+
+    Example:
+        >>> import jax
+        >>> s = lambda *shape: jax.ShapeDtypeStruct(shape, 'float32')
+        >>> delayed_rule((s(5), s(5), s(4), s(5), s(3), s(6, 2), s(1)), (s(6, 2),)).rule
+        'w, e, p, d, x, t n, s -> t n'
+    """
+    return ShardingRule("w, e, p, d, x, t n, s -> t n",
+                        need_replication_factors=("w", "e", "p", "d", "x", "t", "n", "s"))
+
+
+def delay_read_rule(ins, outs, **_) -> ShardingRule:
+    """The read of a ring buffer ``(buffer, slot) -> (row, buffer)``: its columns shard.
+
+    Example:
+        >>> import jax
+        >>> s = lambda *shape: jax.ShapeDtypeStruct(shape, 'float32')
+        >>> delay_read_rule((s(6, 2), s(1)), (s(2), s(6, 2))).rule
+        't n, s -> n, t n'
+    """
+    return ShardingRule("t n, s -> n, t n", need_replication_factors=("t", "s"))
 
 
 def install(kernels: Iterable, rule) -> None:

@@ -712,6 +712,49 @@ def _backend_cases():
            dense_update_ref(w, spikes, trace, False, 0.0, None), (None, "x"), set())
 
 
+# ----------------------------------------------------------------------------- delays
+DL_D = 5  # rows of the ring buffer
+
+
+def delayed_ref(delays, x, buf, t):
+    """The buffer after adding ``x @ CSR_DENSE`` with per-synapse delays (NumPy; bool ``x``
+    adds the weights)."""
+    out = np.asarray(buf, np.float64).copy()
+    rows, cols = np.nonzero(CSR_DENSE)  # row-major: the CSR's stored order
+    for k, (i, j) in enumerate(zip(rows, cols)):
+        out[(t + delays[k]) % DL_D, j] += CSR_DENSE[i, j] * float(x[i])
+    return out
+
+
+@check
+def delayed_product_sharded_inputs_stay_right():
+    # The delayed product is kept whole: sharded inputs and buffer are gathered.
+    delays = RNG.integers(0, DL_D, CSR_W.nnz).astype(np.int32)
+    buf = RNG.standard_normal((DL_D, N)).astype(np.float32)
+    for backend in ("numba", "jax"):
+        for binary in (True, False):  # binary_delayed_csrmv, delayed_csrmv
+            x = events(RNG, (M,), binary)
+            f = lambda d, x, b, backend=backend: ops.delayed_matvec(CSR_W, x, d, b, 3,
+                                                                    backend=backend)
+            close(jax.jit(f)(put(delays), put(x, "x"), put(buf, None, "x")),
+                  delayed_ref(delays, x, buf, 3), f"delayed_matvec {backend} {binary=}")
+    return "values only: no partitioning to assert"
+
+
+@check
+def delay_read_columns_sharded():
+    buf = RNG.standard_normal((DL_D, N)).astype(np.float32)
+    for backend in ("numba", "jax"):
+        f = lambda b, backend=backend: ops.delay_read(b, 7, backend=backend)
+        args = (put(buf, None, "x"),)
+        now, new = jax.jit(f)(*args)
+        close(now, buf[7 % DL_D], f"delay_read {backend}")
+        close(new, np.where(np.arange(DL_D)[:, None] == 7 % DL_D, 0, buf), f"zeroed {backend}")
+        expect_spec(now, ("x",), f"delay_read {backend}")
+        expect_spec(new, (None, "x"), f"delay_read buffer {backend}")
+        expect_collectives(f, args, set(), f"delay_read {backend}")
+
+
 @check
 def other_backends_partitioned():
     for what, f, args, want, spec, coll in _backend_cases():

@@ -1,0 +1,556 @@
+"""Delayed event products: spikes enter a ring buffer of pending input, one row per step.
+
+A synapse ``k`` from ``i`` to ``j`` with delay ``d_k`` (in steps) adds ``w_k x_i`` into
+row ``(t + d_k) % D`` of a ``(D, n_post)`` buffer; :func:`delay_read` takes row ``t % D``
+and zeroes it. The kernels take ``(data, indices, indptr, delays, x, buffer, slot)``
+(``slot`` the ``(1,)`` row of step ``t``) and return the updated buffer.
+"""
+
+from __future__ import annotations
+
+import operator
+from typing import Any
+
+import jax
+import jax.numpy as jnp
+import numpy as np
+
+from primforge import _compat
+from primforge.kernel.kernel import XLACustomKernel
+from primforge.ops import _scaffold, _sharding
+from primforge.ops.csr import structure as _common
+from primforge.ops.csr.matrix import CSC, CSR
+from primforge.ops.fixed_num.matrix import FixedNum
+from primforge.ops.packed import as_events
+
+__all__ = [
+    "binary_delayed_csrmv",
+    "binary_delayed_csrmv_p",
+    "delay_buffer",
+    "delay_read",
+    "delay_read_p",
+    "delayed_csrmv",
+    "delayed_csrmv_p",
+    "delayed_matvec",
+]
+
+
+# ----------------------------------------------------------------------------- jax reference
+def _routes(indices, indptr, delays, slot, depth, transpose):
+    """Per stored entry: its source, its target and the buffer row it writes."""
+    nnz = indices.shape[0]
+    rows = _common.row_ids(indptr, nnz)  # padding entries: row m (dropped, never active)
+    src, dst = (rows, indices) if transpose else (indices, rows)
+    row = (slot[0] + jnp.clip(delays, 0, depth - 1)) % depth
+    return src, dst, row
+
+
+def _jax_generator(binary: bool):
+    def generate(*, ins, outs, shape, transpose, **_):
+        homo = _common.is_homogeneous(ins[0], ins[1])
+        n_cols = shape[1]
+
+        def kernel(data, indices, indptr, delays, x, buffer, slot):
+            depth = buffer.shape[0]
+            dtype = buffer.dtype
+            src, dst, row = _routes(indices, indptr, delays, slot, depth, transpose)
+            ev = (x != 0).astype(dtype) if binary else x.astype(dtype)
+            got = ev.at[src].get(mode="fill", fill_value=0)
+            w = data[0] if homo else data
+            # Only active inputs contribute: a weight (even NaN) of an inactive one never enters.
+            contrib = jnp.where(got != 0, w * got, 0).astype(dtype)
+            new = buffer.at[row, dst].add(contrib, mode="drop")
+            bad_delay = (delays < 0) | (delays >= depth)
+            ok = (_common.structure_ok(indices, indptr, n_cols) & (slot[0] >= 0)
+                  & (slot[0] < depth) & ~jnp.any((got != 0) & bad_delay))
+            return jnp.where(ok, new, jnp.nan).astype(dtype)
+
+        return kernel
+
+    return generate
+
+
+def _numba_generator(binary: bool):
+    def generate(*, ins, outs, transpose, **_):
+        from primforge.kernel.backends.numba import numba_kernel
+        from primforge.ops.delay import numba as _numba_delay
+
+        homo = _common.is_homogeneous(ins[0], ins[1])
+        fn = _numba_delay.kernel(binary, bool(transpose), homo)
+        return numba_kernel(fn, outs=list(outs), input_output_aliases={5: 0})
+
+    return generate
+
+
+def _pallas_generator(binary: bool):
+    def generate(**kw):
+        from primforge.ops.delay import pallas as _pallas_delay
+
+        return _pallas_delay.generator(binary)(**kw)
+
+    return generate
+
+
+# ----------------------------------------------------------------------------- shape rule
+def _name(binary: bool) -> str:
+    return "binary_delayed_csrmv" if binary else "delayed_csrmv"
+
+
+def _check_delays(who: str, delays, nnz: int) -> None:
+    if not jnp.issubdtype(delays.dtype, jnp.integer):
+        raise TypeError(f"{who}: 'delays' must be an integer array (steps), got {delays.dtype}")
+    if tuple(delays.shape) != (nnz,):
+        raise ValueError(f"{who}: 'delays' must hold one delay per stored synapse, shape "
+                         f"({nnz},), got {tuple(delays.shape)}")
+
+
+def _shape_rule(binary: bool):
+    who = _name(binary)
+
+    def rule(data, indices, indptr, delays, x, buffer, slot, *, shape, transpose, **_):
+        m, n = _scaffold.check_shape(shape, who)
+        _common.check_csr_args(who, data, indices, indptr, (m, n))
+        _check_delays(who, delays, indices.shape[0])
+        n_src, n_dst = (m, n) if transpose else (n, m)
+        if tuple(x.shape) != (n_src,):
+            raise ValueError(f"{who}: the input must have shape ({n_src},) (the sources), got "
+                             f"{tuple(x.shape)}")
+        if not binary and not jnp.issubdtype(x.dtype, jnp.floating):
+            raise TypeError(f"{who}: the input must be floating point, got {x.dtype}; use "
+                            f"binary_{who} for events")
+        if len(buffer.shape) != 2 or buffer.shape[1] != n_dst or buffer.shape[0] < 1:
+            raise ValueError(f"{who}: 'buffer' must have shape (D, {n_dst}) with D >= 1, got "
+                             f"{tuple(buffer.shape)}")
+        if buffer.dtype != data.dtype:
+            raise TypeError(f"{who}: 'buffer' ({buffer.dtype}) and 'data' ({data.dtype}) must "
+                            f"share one floating dtype")
+        if tuple(slot.shape) != (1,) or not jnp.issubdtype(slot.dtype, jnp.integer):
+            raise TypeError(f"{who}: 'slot' must be an integer array of shape (1,), got "
+                            f"{slot.dtype}{list(slot.shape)}")
+        return jax.ShapeDtypeStruct(buffer.shape, buffer.dtype)
+
+    return rule
+
+
+# ----------------------------------------------------------------------------- rules
+def _call(binary, *args, shape, transpose, backend=None):
+    return KERNELS[binary](*args, shape=shape, transpose=transpose, backend=backend)
+
+
+def _jvp(binary: bool):
+    """Linear in ``(data, buffer)`` and in ``(x, buffer)``: the tangents accumulate in a buffer."""
+
+    def jvp(primals, tangents, *, outs, shape, transpose, backend=None, **_):
+        w, indices, indptr, delays, x, buffer, slot = primals
+        d_w, d_x, d_buf = tangents[0], tangents[4], tangents[5]
+        kw = {"shape": shape, "transpose": transpose, "backend": backend}
+        y = _call(binary, w, indices, indptr, delays, x, buffer, slot, **kw)
+        acc = jnp.zeros_like(buffer) if type(d_buf) is _compat.Zero else d_buf
+        if type(d_w) is not _compat.Zero:
+            acc = _call(binary, d_w, indices, indptr, delays, x, acc, slot, **kw)
+        if type(d_x) is not _compat.Zero:
+            acc = _call(False, w, indices, indptr, delays, d_x.astype(w.dtype), acc, slot, **kw)
+        return [y], [acc]
+
+    return jvp
+
+
+def _transpose(binary: bool):
+    def transpose_rule(cts, w, indices, indptr, delays, x, buffer, slot, *, outs, shape,
+                       transpose, backend=None, **_):
+        (ct,) = cts
+        out = [None] * 7
+        if type(ct) is _compat.Zero:
+            return out
+        undefined = _compat.is_undefined_primal
+        if any(undefined(a) for a in (indices, indptr, delays, slot)):
+            raise ValueError("delayed products are not linear in 'indices', 'indptr', "
+                             "'delays' or the slot")
+        ct = jnp.asarray(ct)
+        if undefined(buffer):
+            out[5] = ct
+        if undefined(w) and undefined(x):
+            raise ValueError("delayed products are bilinear: transpose w.r.t. 'data' or x, "
+                             "not both")
+        if not (undefined(w) or undefined(x)):
+            return out
+        depth = ct.shape[0]
+        src, dst, row = _routes(indices, indptr, delays, slot, depth, transpose)
+        got_ct = ct.at[row, dst].get(mode="fill", fill_value=0)  # each synapse's cotangent
+        if undefined(x):
+            homo = _common.is_homogeneous(w, indices)
+            wk = w[0] if homo else w
+            n_src = x.aval.shape[0]
+            ct_x = jnp.zeros((n_src,), ct.dtype).at[src].add(wk * got_ct, mode="drop")
+            out[4] = ct_x.astype(x.aval.dtype)
+        else:
+            x = jnp.asarray(x)
+            ev = (x != 0).astype(ct.dtype) if binary else x.astype(ct.dtype)
+            per = got_ct * ev.at[src].get(mode="fill", fill_value=0)
+            homo = _common.is_homogeneous(w.aval, indices)
+            out[0] = (jnp.sum(per).reshape(1) if homo else per).astype(w.aval.dtype)
+        return out
+
+    return transpose_rule
+
+
+def _make(binary: bool) -> XLACustomKernel:
+    kernel = XLACustomKernel("primforge.ops." + _name(binary), doc=__doc__, replace=True)
+    for platform in ("cpu", "gpu", "tpu"):
+        kernel.def_kernel("jax", platform, _jax_generator(binary))
+    kernel.def_numba_kernel(_numba_generator(binary), asdefault=True)
+    kernel.def_pallas_kernel("gpu", _pallas_generator(binary))  # not written yet: says so
+    kernel.def_abstract_eval(_shape_rule(binary))
+    kernel.def_jvp_rule(_jvp(binary))
+    kernel.def_transpose_rule(_transpose(binary))
+    kernel.register_general_batching()
+    kernel.def_tags("delay", "event" if binary else "float", "matvec")
+    return kernel
+
+
+KERNELS = {False: _make(False), True: _make(True)}
+_sharding.install(KERNELS.values(), _sharding.delayed_rule)
+delayed_csrmv_p = KERNELS[False]
+binary_delayed_csrmv_p = KERNELS[True]
+
+
+# ----------------------------------------------------------------------------- the read
+# A kernel of its own (numba: in place), not a slice plus a dynamic_update_slice: after a
+# product's custom call XLA would copy the whole buffer to zero one row.
+def _read_jax(**_):
+    def kernel(buffer, slot):
+        s = slot[0]
+        ok = (s >= 0) & (s < buffer.shape[0])
+        now = jax.lax.dynamic_index_in_dim(buffer, s, 0, keepdims=False)
+        zero = jnp.zeros((1, buffer.shape[1]), buffer.dtype)
+        new = jax.lax.dynamic_update_slice_in_dim(buffer, zero, s, 0)
+        return jnp.where(ok, now, jnp.nan), jnp.where(ok, new, jnp.nan)
+
+    return kernel
+
+
+def _read_numba(*, outs, **_):
+    from primforge.kernel.backends.numba import numba_kernel
+    from primforge.ops.delay import numba as _numba_delay
+
+    return numba_kernel(_numba_delay.read_kernel(), outs=list(outs), input_output_aliases={0: 1})
+
+
+def _read_shapes(buffer, slot, **_):
+    if len(buffer.shape) != 2 or not jnp.issubdtype(buffer.dtype, jnp.floating):
+        raise TypeError(f"delay_read: 'buffer' must be a 2-D float array, got "
+                        f"{buffer.dtype}{list(buffer.shape)}")
+    return (jax.ShapeDtypeStruct(buffer.shape[1:], buffer.dtype),
+            jax.ShapeDtypeStruct(buffer.shape, buffer.dtype))
+
+
+def _read_jvp(primals, tangents, *, outs, backend=None, **_):
+    buffer, slot = primals
+    d_buf = tangents[0]
+    y = list(delay_read_p(buffer, slot, backend=backend))
+    if type(d_buf) is _compat.Zero:
+        zero_now = jnp.zeros(buffer.shape[1:], buffer.dtype)
+        return y, [zero_now, jnp.zeros_like(buffer)]
+    return y, list(delay_read_p(d_buf, slot, backend=backend))
+
+
+def _read_transpose(cts, buffer, slot, *, outs, backend=None, **_):
+    ct_now, ct_buf = cts
+    if _compat.is_undefined_primal(slot):
+        raise ValueError("delay_read is not linear in the slot")
+    shape, dtype = buffer.aval.shape, buffer.aval.dtype
+    ct_buf = jnp.zeros(shape, dtype) if type(ct_buf) is _compat.Zero else jnp.asarray(ct_buf)
+    row = (jnp.zeros(shape[1:], dtype) if type(ct_now) is _compat.Zero
+           else jnp.asarray(ct_now).astype(dtype))
+    return [jax.lax.dynamic_update_slice_in_dim(ct_buf, row[None], slot[0], 0), None]
+
+
+delay_read_p = XLACustomKernel("primforge.ops.delay_read", doc=__doc__, replace=True)
+for _platform in ("cpu", "gpu", "tpu"):
+    delay_read_p.def_kernel("jax", _platform, _read_jax)
+del _platform
+delay_read_p.def_numba_kernel(_read_numba, asdefault=True)
+delay_read_p.def_abstract_eval(_read_shapes)
+delay_read_p.def_jvp_rule(_read_jvp)
+delay_read_p.def_transpose_rule(_read_transpose)
+delay_read_p.register_general_batching()
+delay_read_p.def_tags("delay")
+delay_read_p.def_sharding_rule(_sharding.delay_read_rule)
+
+
+# ----------------------------------------------------------------------------- argument checks
+def _buffer(who: str, buffer: Any) -> jax.Array:
+    buffer = jnp.asarray(buffer)
+    if buffer.ndim != 2 or buffer.shape[0] < 1:
+        raise ValueError(f"{who}: 'buffer' must be a (D, n_post) array with D >= 1 (see "
+                         f"delay_buffer), got shape {tuple(buffer.shape)}")
+    if not jnp.issubdtype(buffer.dtype, jnp.floating):
+        raise TypeError(f"{who}: 'buffer' must be floating point, got {buffer.dtype}")
+    return buffer
+
+
+def _step(who: str, t: Any, depth: int) -> jax.Array:
+    """The buffer row of step ``t`` (``t % D``) as a ``(1,)`` int32 array."""
+    t = jnp.asarray(t)
+    if t.ndim != 0 or not jnp.issubdtype(t.dtype, jnp.integer):
+        raise TypeError(f"{who}: 't' must be an integer scalar (the step), got "
+                        f"{t.dtype}{list(t.shape)}")
+    return jnp.mod(t, depth).astype(jnp.int32).reshape(1)
+
+
+def _delay_values(who: str, delays: Any, depth: int, shape: tuple[int, ...] | None):
+    """``delays`` as an integer JAX array, its concrete values checked against ``[0, D)``."""
+    if isinstance(delays, (float, complex)) or (
+            hasattr(delays, "dtype") and not jnp.issubdtype(delays.dtype, jnp.integer)):
+        raise TypeError(f"{who}: 'delays' must be integers (steps), got "
+                        f"{getattr(delays, 'dtype', type(delays).__name__)}")
+    arr = _scaffold.index_array(delays, who, "delays")
+    if not jnp.issubdtype(arr.dtype, jnp.integer):
+        raise TypeError(f"{who}: 'delays' must be integers (steps), got {arr.dtype}")
+    if shape is not None and arr.ndim and tuple(arr.shape) != shape:
+        raise ValueError(f"{who}: 'delays' must be one integer or hold one delay per synapse, "
+                         f"shape {shape}, got {tuple(arr.shape)}")
+    if not isinstance(arr, _compat.Tracer) and arr.size:
+        values = np.asarray(arr)  # on the host: a concrete array captured under jit stays so
+        lo, hi = int(values.min()), int(values.max())
+        if lo < 0 or hi >= depth:
+            bad = lo if lo < 0 else hi
+            raise ValueError(f"{who}: 'delays' holds {bad}, outside [0, D) = [0, {depth}) for a "
+                             f"buffer of D = {depth} rows; make the buffer with "
+                             f"delay_buffer(max_delay, n_post)")
+    return arr
+
+
+# ----------------------------------------------------------------------------- public calls
+def _public(binary: bool):
+    who = _name(binary)
+
+    def call(data, indices, indptr, delays, x, buffer, t, *, shape, transpose=True,
+             backend=None):
+        shape = _scaffold.check_shape(shape, who)
+        buffer = _buffer(who, buffer)
+        depth = buffer.shape[0]
+        data = _scaffold.float_weights(data, who=who, name="data").astype(buffer.dtype)
+        _, x = _scaffold.promote_input(data, x, binary, who=who,
+                                       name="events" if binary else "vector")
+        indices = _scaffold.index_array(indices, who, "indices")
+        indptr = _scaffold.index_array(indptr, who, "indptr")
+        delays = _delay_values(who, delays, depth, tuple(indices.shape))
+        if delays.ndim == 0:
+            delays = jnp.broadcast_to(delays, indices.shape)
+        return KERNELS[binary](data, indices, indptr, delays, x, buffer, _step(who, t, depth),
+                               shape=shape, transpose=bool(transpose), backend=backend)
+
+    return call
+
+
+def delayed_csrmv(data: Any, indices: Any, indptr: Any, delays: Any, vector: Any, buffer: Any,
+                  t: Any, *, shape: tuple[int, int], transpose: bool = True,
+                  backend: str | None = None) -> jax.Array:
+    """Add a float vector's delayed product into a ring buffer: the buffer updated.
+
+    Stored entry ``k`` (row ``i``, column ``j``) adds ``data[k] * vector[i]`` into
+    ``buffer[(t + delays[k]) % D, j]`` (``transpose=True``: rows are the sources, as in
+    ``vector @ W``), or ``data[k] * vector[j]`` into ``buffer[(t + delays[k]) % D, i]``
+    (``transpose=False``: rows are the targets, as in ``W @ vector``).
+
+    Args:
+        data: weights, shape ``(nnz,)``, or a scalar / ``(1,)`` shared by every entry.
+        indices: column of each stored entry, shape ``(nnz,)``.
+        indptr: row offsets, shape ``(rows + 1,)``.
+        delays: integer delay in steps of each stored entry, shape ``(nnz,)``, or one
+            integer for all; each in ``[0, D)`` (checked when concrete; a traced one outside
+            fills the buffer with NaN).
+        vector: float input over the sources.
+        buffer: ``(D, n_targets)`` float ring buffer (see :func:`delay_buffer`).
+        t: integer step.
+        shape: ``(rows, cols)`` of the stored matrix.
+        transpose: the stored rows are the sources (the event-driven direction).
+        backend: 'numba' (CPU default) or 'jax'.
+
+    Returns:
+        The updated buffer, dtype of ``buffer``.
+
+    Example:
+        >>> import jax.numpy as jnp
+        >>> # W = [[1, 2], [0, 3]]: synapse 0->0 has delay 0, 0->1 delay 2, 1->1 delay 1
+        >>> delayed_csrmv(jnp.array([1., 2., 3.]), jnp.array([0, 1, 1]), jnp.array([0, 2, 3]),
+        ...               jnp.array([0, 2, 1]), jnp.array([1., 10.]), jnp.zeros((3, 2)), 0,
+        ...               shape=(2, 2))
+        Array([[ 1.,  0.],
+               [ 0., 30.],
+               [ 0.,  2.]], dtype=float32)
+    """
+    return _public(False)(data, indices, indptr, delays, vector, buffer, t, shape=shape,
+                          transpose=transpose, backend=backend)
+
+
+def binary_delayed_csrmv(data: Any, indices: Any, indptr: Any, delays: Any, events: Any,
+                         buffer: Any, t: Any, *, shape: tuple[int, int], transpose: bool = True,
+                         backend: str | None = None) -> jax.Array:
+    """Add the delayed weights of active events into a ring buffer: the buffer updated.
+
+    As :func:`delayed_csrmv` with the input's non-zero entries counting as 1; with
+    ``transpose=True`` the numba kernel visits only the rows of active events.
+
+    Args:
+        data: weights, shape ``(nnz,)``, or a scalar / ``(1,)`` shared by every entry.
+        indices: column of each stored entry, shape ``(nnz,)``.
+        indptr: row offsets, shape ``(rows + 1,)``.
+        delays: integer delay in steps of each stored entry, shape ``(nnz,)``, or one integer.
+        events: bool (or numeric, non-zero = active) vector over the sources.
+        buffer: ``(D, n_targets)`` float ring buffer.
+        t: integer step.
+        shape: ``(rows, cols)`` of the stored matrix.
+        transpose: the stored rows are the sources (the event-driven direction).
+        backend: 'numba' (CPU default) or 'jax'.
+
+    Returns:
+        The updated buffer, dtype of ``buffer``.
+
+    Example:
+        >>> import jax.numpy as jnp
+        >>> binary_delayed_csrmv(jnp.array([1., 2., 3.]), jnp.array([0, 1, 1]),
+        ...                      jnp.array([0, 2, 3]), jnp.array([0, 2, 1]),
+        ...                      jnp.array([True, False]), jnp.zeros((3, 2)), 2, shape=(2, 2))
+        Array([[0., 0.],
+               [0., 2.],
+               [1., 0.]], dtype=float32)
+    """
+    return _public(True)(data, indices, indptr, delays, events, buffer, t, shape=shape,
+                         transpose=transpose, backend=backend)
+
+
+def delay_buffer(max_delay: int, n_post: int, dtype: Any = None) -> jax.Array:
+    """An empty ring buffer for delays ``0 .. max_delay`` steps: zeros ``(max_delay + 1, n_post)``.
+
+    Args:
+        max_delay: the longest delay in steps (non-negative).
+        n_post: the number of targets.
+        dtype: a floating dtype (default: JAX's default float).
+
+    Example:
+        >>> delay_buffer(2, 3).shape
+        (3, 3)
+    """
+    try:
+        max_delay, n_post = operator.index(max_delay), operator.index(n_post)
+    except TypeError:
+        raise TypeError(f"delay_buffer: 'max_delay' and 'n_post' must be ints, got "
+                        f"{max_delay!r}, {n_post!r}") from None
+    if max_delay < 0 or n_post < 0:
+        raise ValueError(f"delay_buffer: 'max_delay' and 'n_post' must be non-negative, got "
+                         f"{max_delay}, {n_post}")
+    dtype = jnp.result_type(float) if dtype is None else jnp.dtype(dtype)
+    if not jnp.issubdtype(dtype, jnp.floating):
+        raise TypeError(f"delay_buffer: 'dtype' must be floating point, got {dtype}")
+    return jnp.zeros((max_delay + 1, n_post), dtype)
+
+
+def delay_read(buffer: Any, t: Any, *, backend: str | None = None
+               ) -> tuple[jax.Array, jax.Array]:
+    """The input arriving at step ``t`` (row ``t % D``) and the buffer with that row zeroed.
+
+    Within a step, add the step's spikes first (:func:`delayed_matvec`), then read: a delay
+    of 0 then arrives in the same step, and a delay of ``d`` steps ``d`` reads later. One
+    kernel (``delay_read_p``; numba: the row is zeroed in place, no copy of the buffer).
+
+    Example:
+        >>> import jax.numpy as jnp
+        >>> now, buf = delay_read(jnp.array([[1., 2.], [3., 4.]]), 3)
+        >>> now.tolist(), buf.tolist()
+        ([3.0, 4.0], [[1.0, 2.0], [0.0, 0.0]])
+    """
+    buffer = _buffer("delay_read", buffer)
+    now, new = delay_read_p(buffer, _step("delay_read", t, buffer.shape[0]), backend=backend)
+    return now, new
+
+
+def _structure(W, who):
+    """``(data, indices, indptr, stored shape, transpose, delay shape)`` of ``W``."""
+    if isinstance(W, (CSR, CSC)):
+        indices = _scaffold.index_array(W.indices, who, "indices")
+        indptr = _scaffold.index_array(W.indptr, who, "indptr")
+        return W.data, indices, indptr, W._csr_shape, isinstance(W, CSR), tuple(indices.shape)
+    if isinstance(W, FixedNum):
+        rows, k = W.indices.shape
+        indices = _scaffold.index_array(W.indices, who, "indices").reshape(-1)
+        indptr = jnp.arange(rows + 1, dtype=indices.dtype) * k
+        data = W.weights if W.homogeneous else W.weights.reshape(-1)
+        return data, indices, indptr, W._stored_shape, W.per == "pre", (rows, k)
+    raise TypeError(f"{who}: 'W' must be a CSR, CSC or FixedNum matrix, got "
+                    f"{type(W).__name__}")
+
+
+def delayed_matvec(W: Any, x: Any, delays: Any, buffer: Any, t: Any, *,
+                   backend: str | None = None) -> jax.Array:
+    """Add the delayed input ``x @ W`` of step ``t`` into the ring buffer: the buffer updated.
+
+    Synapse ``i -> j`` with delay ``d`` adds ``W[i, j] * x[i]`` into
+    ``buffer[(t + d) % D, j]``; read the input arriving at a step with :func:`delay_read`
+    after adding that step's spikes. Bool or integer ``x`` are events (their weights are
+    added); float ``x`` is multiplied in. Linear in the weights, ``x`` and ``buffer``:
+    ``jax.grad``, ``jax.jvp`` and ``jax.vmap`` go through.
+
+    Args:
+        W: ``(n_pre, n_post)`` :class:`~primforge.ops.CSR` (event-driven: only the rows of
+            active inputs are visited), :class:`~primforge.ops.CSC` or
+            :class:`~primforge.ops.FixedNum`.
+        x: ``(n_pre,)`` events or floats.
+        delays: one integer for every synapse (the homogeneous case: one row of the buffer
+            gets ``x @ W`` through the ordinary product, ``W.rmatmul``), or an integer
+            array aligned with the stored weights (``W.data`` of a CSR or CSC,
+            ``W.indices`` of a FixedNum). Each in ``[0, D)``: 0 arrives in the same step.
+        buffer: ``(D, n_post)`` float buffer from :func:`delay_buffer`.
+        t: integer step.
+        backend: 'numba' (CPU default) or 'jax'.
+
+    Returns:
+        The updated ``(D, n_post)`` buffer.
+
+    Example:
+        >>> import jax.numpy as jnp
+        >>> from primforge.ops import CSR
+        >>> W = CSR.from_dense([[1., 2.], [0., 3.]])
+        >>> buf = delayed_matvec(W, jnp.array([True, True]), jnp.array([0, 2, 1]),
+        ...                      delay_buffer(2, 2), 0)
+        >>> now, buf = delay_read(buf, 0)
+        >>> now.tolist(), buf.tolist()
+        ([1.0, 0.0], [[0.0, 0.0], [0.0, 3.0], [0.0, 2.0]])
+    """
+    who = "delayed_matvec"
+    buffer = _buffer(who, buffer)
+    depth = buffer.shape[0]
+    data, indices, indptr, shape, rows_are_sources, dshape = _structure(W, who)
+    n_pre, n_post = W.shape
+    if buffer.shape[1] != n_post:
+        raise ValueError(f"{who}: 'buffer' must have shape (D, {n_post}) for W of shape "
+                         f"{tuple(W.shape)}, got {tuple(buffer.shape)}")
+    x = jnp.asarray(as_events(x))
+    if x.shape != (n_pre,):
+        raise ValueError(f"{who}: 'x' must have shape ({n_pre},) for W of shape "
+                         f"{tuple(W.shape)}, got {tuple(x.shape)}")
+    delays = _delay_values(who, delays, depth, dshape)
+    binary = not jnp.issubdtype(x.dtype, jnp.inexact)
+    if delays.ndim == 0:
+        # One delay for all: the ordinary event-driven product, added into one row.
+        slot = _step(who, (jnp.asarray(t) + delays), depth)[0]
+        weights = W.weights if isinstance(W, FixedNum) else W.data
+        W = W.with_data(weights.astype(buffer.dtype))
+        y = W.rmatmul(x if binary else x.astype(buffer.dtype), backend=backend)
+        row = jax.lax.dynamic_index_in_dim(buffer, slot, 0, keepdims=False)
+        return jax.lax.dynamic_update_slice_in_dim(buffer, (row + y)[None], slot, 0)
+    call = _public(binary)
+    return call(data, indices, indptr, delays.reshape(-1), x, buffer, t, shape=shape,
+                transpose=rows_are_sources, backend=backend)
+
+
+# ----------------------------------------------------------------------------- benchmark hooks
+for _kernel, _public_call, _cases in ((delayed_csrmv_p, delayed_csrmv, "floats"),
+                                      (binary_delayed_csrmv_p, binary_delayed_csrmv, "events")):
+    _kernel.def_call(_public_call)
+    _kernel.def_benchmark_data(_scaffold.lazy_benchmark_data("primforge.ops.delay.bench", _cases))
+del _kernel, _public_call, _cases
+delay_read_p.def_call(delay_read)
+delay_read_p.def_benchmark_data(_scaffold.lazy_benchmark_data("primforge.ops.delay.bench",
+                                                              "reads"))
