@@ -32,6 +32,7 @@ N_DEV = 4
 VALUE_ONLY = {
     "csr_row_sharded_inputs_stay_right",
     "spike_list_sharded_inputs_stay_right",
+    "fixed_num_and_dense_spike_lists_stay_right",
     "jitc_row_sharded_inputs_stay_right",
     "compressed_update_sharded_inputs_stay_right",
     "vmap_over_sharded_weights_stays_right",
@@ -76,6 +77,10 @@ KERNEL_CHECKS = {
     "primforge.ops.binary_csrmv_spikes": ["spike_list_sharded_inputs_stay_right"],
     "primforge.ops.binary_csrmm_spikes": ["spike_list_sharded_inputs_stay_right"],
     "primforge.ops.spike_list": ["spike_list_sharded_inputs_stay_right"],
+    "primforge.ops.binary_fixed_num_mv_spikes": ["fixed_num_and_dense_spike_lists_stay_right"],
+    "primforge.ops.binary_fixed_num_mm_spikes": ["fixed_num_and_dense_spike_lists_stay_right"],
+    "primforge.ops.binary_densemv_spikes": ["fixed_num_and_dense_spike_lists_stay_right"],
+    "primforge.ops.binary_densemm_spikes": ["fixed_num_and_dense_spike_lists_stay_right"],
     "primforge.ops.csrmm": _CSR + ["csr_grad_columns_sharded"],
     "primforge.ops.binary_csrmm": _CSR + ["csr_homogeneous_matmat_columns_sharded"],
     "primforge.ops.csr_weight_grad": ["csr_grad_columns_sharded"],
