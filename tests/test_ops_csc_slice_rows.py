@@ -1,5 +1,7 @@
 """CSC.slice_rows against SciPy's row indexing of the same matrix."""
 
+import itertools
+
 import jax
 import jax.numpy as jnp
 import numpy as np
@@ -26,7 +28,7 @@ def test_matches_scipy_with_repeats_single_and_empty(index):
     events = np.arange(want.shape[0]) % 2 == 0  # the slice is a working matrix
     np.testing.assert_allclose(events @ got, events @ want, rtol=1e-6, atol=1e-6)
     ptr, ind = np.asarray(got.indptr), np.asarray(got.indices)
-    assert all(np.all(np.diff(ind[a:b]) > 0) for a, b in zip(ptr[:-1], ptr[1:]))  # sorted
+    assert all(np.all(np.diff(ind[a:b]) > 0) for a, b in itertools.pairwise(ptr))  # sorted
 
 
 def test_an_empty_list_gives_no_rows_for_csr_too():

@@ -319,7 +319,7 @@ class CSR(_Compressed):
             >>> W.slice_rows([2, 0]).todense().tolist()
             [[4.0, 5.0], [0.0, 2.0]]
         """
-        m, n = self.shape
+        _m, n = self.shape
         rows = _row_index(self, index)
         ptr = np.asarray(self.indptr)
         starts, lengths = ptr[rows], ptr[rows + 1] - ptr[rows]
