@@ -284,7 +284,7 @@ FAMILIES: dict[str, set[str]] = {
 #: The module roles every family folder has; the optional roles some families add.
 FAMILY_ROLES = {"__init__", "api", "numba", "pallas", "bench"}
 OPTIONAL_ROLES = {"matrix", "structure", "grad", "cuda", "generator", "numba_columns",
-                  "convert", "slicing", "sddmm", "indexed"}
+                  "convert", "slicing", "sddmm", "indexed", "packed"}
 
 
 def _ops_unit(module: str) -> str | None:

@@ -433,6 +433,20 @@ D_MM = {False: ops.densemm, True: ops.binary_densemm}
 
 
 @check
+def csr_packed_events_stay_right():
+    # The product reading packed words keeps vectors whole: sharded inputs are gathered.
+    rng = np.random.default_rng(8)
+    for transpose, size in ((True, M), (False, N)):
+        x = rng.random(size) < 0.4
+        f = lambda d, i, p, words, t=transpose, size=size: ops.binary_csrmv(
+            d, i, p, ops.PackedEvents(words, size), shape=(M, N), transpose=t)
+        words = ops.pack_events(x).words
+        close(jax.jit(f)(*csr_args(), put(words)), ref(CSR_DENSE, x, binary=True,
+                                                       transpose=transpose),
+              f"csr packed {transpose=}")
+    return "values only: no partitioning to assert"
+
+@check
 def fixed_num_and_dense_spike_lists_stay_right():
     # Their spike-list products keep everything whole: sharded inputs are gathered.
     rng = np.random.default_rng(7)

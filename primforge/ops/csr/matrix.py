@@ -16,7 +16,7 @@ from primforge.ops import _scaffold
 from primforge.ops.csr import api as _kernels
 from primforge.ops.csr import slicing as _slicing
 from primforge.ops.csr import structure as _common
-from primforge.ops.packed import as_events
+from primforge.ops.packed import PackedEvents, as_events
 from primforge.utils import dataclass, field
 
 __all__ = ["CSC", "CSR"]
@@ -28,6 +28,10 @@ def _is_event(x: jax.Array) -> bool:
 
 def _product(mat, x: jax.Array, *, transpose: bool, backend: str | None) -> jax.Array:
     """``A @ x`` (``transpose=False``) or ``A.T @ x`` where A is the stored CSR."""
+    if isinstance(x, PackedEvents) and x.words.ndim == 1:  # read packed in the kernel
+        indices, indptr = _structure(mat)
+        return _kernels.binary_csrmv(mat.data, indices, indptr, x, shape=mat._csr_shape,
+                                     transpose=transpose, backend=backend)
     x = jnp.asarray(as_events(x))
     fn = {
         (True, 1): _kernels.binary_csrmv,
@@ -190,6 +194,8 @@ class _Compressed:
             >>> W.rmatmul(jnp.array([True, False]), backend='jax').tolist()
             [0.0, 2.0]
         """
+        if isinstance(x, PackedEvents) and x.words.ndim == 1:
+            return _product(self, x, transpose=not self._TRANSPOSED, backend=backend)
         x = jnp.asarray(as_events(x))
         if x.ndim == 2:
             return _product(self, x.T, transpose=not self._TRANSPOSED, backend=backend).T
