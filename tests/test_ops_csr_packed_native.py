@@ -7,6 +7,7 @@ import numpy as np
 import pytest
 
 from primforge import ops
+from primforge.ops.csr.packed import binary_csrmv_packed
 
 
 def _csr(rs, m, n, homo):
@@ -37,6 +38,9 @@ def test_bitwise_equal_to_the_unpacked_product(backend, homo, transpose):
                                                    backend=backend)
     want = call(e)
     np.testing.assert_array_equal(call(p), want)
+    direct = binary_csrmv_packed(w.data, w.indices, w.indptr, p, shape=w.shape,
+                                 transpose=transpose, backend=backend)  # the kernel itself
+    np.testing.assert_array_equal(direct, want)
     dense = np.asarray(w.todense(), np.float64)
     np.testing.assert_allclose(want, (dense.T if transpose else dense) @ e, rtol=1e-5,
                                atol=1e-5)
@@ -73,3 +77,13 @@ def test_grad_vmap_and_malformed_structure_as_unpacked():
     with pytest.raises(ValueError, match="must be 50 events in 2 uint32 words"):
         ops.binary_csrmv(w.data, w.indices, w.indptr, ops.pack_events(e[0][:40]),
                          shape=(50, 30), transpose=True)
+
+
+def test_on_gpu_the_words_are_unpacked_for_the_csr_product():
+    w = _csr(np.random.RandomState(3), 40, 40, False)
+    p = ops.pack_events(jnp.arange(40) % 3 == 0)
+    lowered = jax.jit(lambda p: p @ w).trace(p).lower(lowering_platforms=("cuda",))
+    text = lowered.as_text()
+    assert "shift_right_logical" in text  # unpacked by XLA, then binary_csrmv's own choice
+    cpu = jax.jit(lambda p: p @ w).trace(p).lower().as_text()
+    assert "shift_right_logical" not in cpu  # the numba kernel reads the words

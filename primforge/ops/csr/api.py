@@ -141,7 +141,7 @@ binary_csrmm_p = KERNELS[(True, True)]
 #: The vector product reading packed events in its kernel, put here by
 #: :mod:`primforge.ops.csr.packed`, and the backends it has (others unpack first).
 PACKED_PRODUCT: list = []
-PACKED_BACKENDS = (None, "numba", "jax")
+PACKED_BACKENDS = (None, "numba")
 
 
 def _public(binary: bool, matrix: bool):

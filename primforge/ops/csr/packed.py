@@ -38,6 +38,13 @@ def _jax_generator(*, ins, outs, shape, transpose, n, **_):
     return lambda data, indices, indptr, words: ref(data, indices, indptr, _unpack(words, n))
 
 
+def _delegate_generator(*, shape, transpose, n, **_):
+    """On GPU and TPU: the words unpacked, then the product on the unpacked events with
+    that kernel's own backend choice (its default, or the one a ``use_backend`` names)."""
+    return lambda data, indices, indptr, words: _api.binary_csrmv_p(
+        data, indices, indptr, _unpack(words, n), shape=shape, transpose=transpose)
+
+
 def _numba_generator(*, ins, shape, transpose, n, **_):
     from primforge.ops.csr import numba as _numba_csr
 
@@ -93,8 +100,9 @@ def _batching_rule(args, axes, *, outs, backend=None, shape, transpose, n, **_):
 
 binary_csrmv_packed_p = XLACustomKernel("primforge.ops.binary_csrmv_packed", doc=__doc__,
                                         replace=True)
-for _platform in ("cpu", "gpu", "tpu"):
-    binary_csrmv_packed_p.def_kernel("jax", _platform, _jax_generator)
+binary_csrmv_packed_p.def_kernel("jax", "cpu", _jax_generator)
+for _platform in ("gpu", "tpu"):
+    binary_csrmv_packed_p.def_kernel("unpacked", _platform, _delegate_generator)
 binary_csrmv_packed_p.def_numba_kernel(_numba_generator, asdefault=True)
 binary_csrmv_packed_p.def_abstract_eval(_shape_rule)
 binary_csrmv_packed_p.def_jvp_rule(_jvp_rule)
@@ -112,7 +120,8 @@ def binary_csrmv_packed(data, indices, indptr, events, *, shape, transpose=False
     """:func:`~primforge.ops.binary_csrmv` of a packed event vector, read in the kernel.
 
     ``events`` is a :class:`~primforge.ops.PackedEvents` vector (or a bool vector, packed
-    here); ``backend`` 'numba' (CPU default) or 'jax'.
+    here); ``backend`` 'numba' (CPU default) or 'jax' (the reference, on the CPU). On GPU
+    and TPU the words are unpacked and the product runs with ``binary_csrmv``'s backend.
 
     Example:
         >>> import jax.numpy as jnp
