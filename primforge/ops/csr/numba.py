@@ -107,12 +107,14 @@ def packed_mv_kernel(transpose: bool, homo: bool, wide: bool, n_events: int):
     the gather reads a 0/1 table built from the words.
     """
     import numba
+    from numba.cpython.unsafe.numbers import trailing_zeros
 
     HOMO, N = homo, n_events
     indptr_ok = _indptr_checker()
 
     if transpose:
         scatter = _row_scatter(True, homo, wide)
+        one = np.uint32(1)
 
         @numba.njit(nogil=True)
         def csr_t_mv_packed(data, indices, indptr, words, out):
@@ -124,14 +126,14 @@ def packed_mv_kernel(transpose: bool, homo: bool, wide: bool, n_events: int):
             w0 = data[0] if HOMO else 1.0  # a per-synapse data may be empty
             for wi in range(words.shape[0]):
                 bits = np.uint32(words[wi])
-                i = wi * 32
-                while bits != 0 and i < N:
-                    if (bits & np.uint32(1)) != 0 and not scatter(
-                            out, data, indices, indptr[i], indptr[i + 1], w0, 1.0):
+                while bits != 0:  # the set bits, lowest first: rows in increasing order
+                    i = wi * 32 + trailing_zeros(bits)
+                    if i >= N:
+                        break
+                    if not scatter(out, data, indices, indptr[i], indptr[i + 1], w0, 1.0):
                         out[:] = np.nan
                         return
-                    bits = bits >> np.uint32(1)
-                    i += 1
+                    bits &= bits - one
 
         return csr_t_mv_packed
 
