@@ -97,6 +97,24 @@ def mv_kernel(binary: bool, transpose: bool, homo: bool, wide: bool = False):
 
 
 @functools.cache
+def _trailing_zeros():
+    """Numba's count of trailing zero bits (one instruction), or a loop where it is missing."""
+    try:
+        from numba.cpython.unsafe.numbers import trailing_zeros
+    except ImportError:  # pragma: no cover - an internal Numba helper
+        import numba
+
+        @numba.njit(nogil=True)
+        def trailing_zeros(bits):
+            b = 0
+            while (bits >> b) & 1 == 0:
+                b += 1
+            return b
+
+    return trailing_zeros
+
+
+@functools.cache
 def packed_mv_kernel(transpose: bool, homo: bool, wide: bool, n_events: int):
     """The binary matrix-vector kernel reading ``n_events`` bit-packed events:
     ``kernel(data, indices, indptr, words, out)``, ``words`` ``uint32``, event ``i`` bit
@@ -107,8 +125,8 @@ def packed_mv_kernel(transpose: bool, homo: bool, wide: bool, n_events: int):
     the gather reads a 0/1 table built from the words.
     """
     import numba
-    from numba.cpython.unsafe.numbers import trailing_zeros
 
+    trailing_zeros = _trailing_zeros()
     HOMO, N = homo, n_events
     indptr_ok = _indptr_checker()
 
