@@ -269,7 +269,8 @@ def test_store_layer_does_not_reach_the_kernel(module):
 # ------------------------------------------------------------- the operator families
 OPS = "primforge.ops"
 #: What every family of :mod:`primforge.ops` builds on (it imports no family).
-OPS_SHARED = {f"{OPS}._scaffold", f"{OPS}._sharding", f"{OPS}._pallas_common", f"{OPS}.packed"}
+OPS_SHARED = {f"{OPS}._scaffold", f"{OPS}._sharding", f"{OPS}._pallas_common", f"{OPS}.packed",
+              f"{OPS}._spikes"}
 #: Modules over the families: they wrap CSR and fixed-number matrices.
 OPS_OVER = {f"{OPS}.column_index": {"csr", "fixed_num"}, f"{OPS}.connectivity": {"csr"}}
 #: Each family (a folder of primforge.ops) and the families and modules above it may import.
@@ -284,7 +285,7 @@ FAMILIES: dict[str, set[str]] = {
 #: The module roles every family folder has; the optional roles some families add.
 FAMILY_ROLES = {"__init__", "api", "numba", "pallas", "bench"}
 OPTIONAL_ROLES = {"matrix", "structure", "grad", "cuda", "generator", "numba_columns",
-                  "convert", "slicing", "sddmm", "indexed"}
+                  "convert", "slicing", "sddmm", "indexed", "packed"}
 
 
 def _ops_unit(module: str) -> str | None:

@@ -156,8 +156,23 @@ __all__ += ["CSRRowBlocks", "coo2csr", "coo_to_csc_index", "csc_to_csr_index",
 
 # Spike lists: firing indices plus a count, built under jit by spike_list.
 from primforge.ops.csr import spike_list
+from primforge.ops.dense_event import (
+    binary_densemm_spikes,
+    binary_densemm_spikes_p,
+    binary_densemv_spikes,
+    binary_densemv_spikes_p,
+)
+from primforge.ops.fixed_num import (
+    binary_fixed_num_mm_spikes,
+    binary_fixed_num_mm_spikes_p,
+    binary_fixed_num_mv_spikes,
+    binary_fixed_num_mv_spikes_p,
+)
 
-__all__ += ["spike_list"]
+__all__ += ["binary_densemm_spikes", "binary_densemm_spikes_p", "binary_densemv_spikes",
+            "binary_densemv_spikes_p", "binary_fixed_num_mm_spikes",
+            "binary_fixed_num_mm_spikes_p", "binary_fixed_num_mv_spikes",
+            "binary_fixed_num_mv_spikes_p", "spike_list"]
 
 # Synaptic delays: event products into a ring buffer of pending input.
 from primforge.ops.delay import (

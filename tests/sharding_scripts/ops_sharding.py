@@ -433,6 +433,43 @@ D_MM = {False: ops.densemm, True: ops.binary_densemm}
 
 
 @check
+def csr_packed_events_stay_right():
+    # The product reading packed words keeps vectors whole: sharded inputs are gathered.
+    rng = np.random.default_rng(8)
+    for transpose, size in ((True, M), (False, N)):
+        x = rng.random(size) < 0.4
+        f = lambda d, i, p, words, t=transpose, size=size: ops.binary_csrmv(
+            d, i, p, ops.PackedEvents(words, size), shape=(M, N), transpose=t)
+        words = ops.pack_events(x).words
+        close(jax.jit(f)(*csr_args(), put(words)), ref(CSR_DENSE, x, binary=True,
+                                                       transpose=transpose),
+              f"csr packed {transpose=}")
+    return "values only: no partitioning to assert"
+
+@check
+def fixed_num_and_dense_spike_lists_stay_right():
+    # Their spike-list products keep everything whole: sharded inputs are gathered.
+    rng = np.random.default_rng(7)
+    x = rng.random(M) < 0.4
+    lst = lambda x: ops.spike_list(x, M)
+    f = lambda w, i, x: ops.binary_fixed_num_mv_spikes(w, i, *lst(x), shape=(M, N),
+                                                       transpose=True)
+    close(jax.jit(f)(put(FN_W, "x"), put(FN_IND, "x"), put(x, "x")),
+          ref(fn_dense(FN_W, FN_IND), x, binary=True, transpose=True), "fixed_num spike list")
+    g = lambda w, x: ops.binary_densemv_spikes(w, *lst(x), transpose=True)
+    close(jax.jit(g)(put(D_W, "x"), put(x, "x")), ref(D_W, x, binary=True, transpose=True),
+          "dense spike list")
+    xs = rng.random((B, M)) < 0.4
+    for name, fn, want in (
+            ("fixed_num", lambda x: f(FN_W, FN_IND, x), fn_dense(FN_W, FN_IND)),
+            ("dense", lambda x: g(D_W, x), D_W)):
+        close(jax.jit(jax.vmap(fn))(put(xs, "x")),
+              np.stack([ref(want, x, binary=True, transpose=True) for x in xs]),
+              f"{name} spike lists, vmap")
+    return "values only: no partitioning to assert"
+
+
+@check
 def dense_kept_dimension_sharded():
     # W split along the dimension the output keeps (rows for W @ x, columns for x @ W).
     for binary, transpose in VARIANTS:

@@ -4,8 +4,8 @@
 and their public calls, ``structure`` the structure checks, ``grad`` the weight gradient,
 ``convert`` the COO/CSR/CSC index conversions, ``slicing`` row slices, row blocks and
 diagonal updates, ``sddmm`` the sampled dense-dense product, ``indexed`` the products
-taking a spike list;
-``numba``, ``pallas`` and ``cuda`` the backends' kernels, ``bench`` the benchmark cases.
+taking a spike list, ``packed`` the vector product reading bit-packed events; ``numba``,
+``pallas`` and ``cuda`` the backends' kernels, ``bench`` the benchmark cases.
 """
 
 from primforge.ops.csr.api import (
@@ -33,6 +33,7 @@ from primforge.ops.csr.indexed import (
     spike_list,
 )
 from primforge.ops.csr.matrix import CSC, CSR
+from primforge.ops.csr.packed import binary_csrmv_packed_p  # noqa: F401 - registers it
 from primforge.ops.csr.sddmm import csr_sddmm
 from primforge.ops.csr.slicing import (
     CSRRowBlocks,

@@ -17,6 +17,7 @@ from primforge.ops import _scaffold, _sharding
 from primforge.ops.csr import grad as _csr_grad
 from primforge.ops.csr import numba as _numba_csr
 from primforge.ops.csr import structure as _common
+from primforge.ops.packed import PackedEvents
 
 __all__ = [
     "binary_csrmm",
@@ -137,10 +138,20 @@ binary_csrmm_p = KERNELS[(True, True)]
 
 
 # ----------------------------------------------------------------------------- public calls
+#: The vector product reading packed events in its kernel, put here by
+#: :mod:`primforge.ops.csr.packed`, and the backends it has (others unpack first).
+PACKED_PRODUCT: list = []
+PACKED_BACKENDS = (None, "numba")
+
+
 def _public(binary: bool, matrix: bool):
     def call(data: Any, indices: Any, indptr: Any, x: Any, *, shape: tuple[int, int],
              transpose: bool = False, backend: str | None = None) -> jax.Array:
         who = FAMILY.name(binary, matrix)
+        if (binary and not matrix and isinstance(x, PackedEvents) and x.words.ndim == 1
+                and backend in PACKED_BACKENDS and PACKED_PRODUCT):  # reads the words itself
+            return PACKED_PRODUCT[0](data, indices, indptr, x, shape=shape,
+                                     transpose=transpose, backend=backend)
         shape = _scaffold.check_shape(shape, who)
         data = _scaffold.float_weights(data, who=who, name="data")
         data, x = _scaffold.promote_input(data, x, binary, who=who,

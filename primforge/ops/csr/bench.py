@@ -2,7 +2,8 @@
 
 ``CASES``, ``SEED`` and :func:`case` feed the four products (see
 :meth:`primforge.ops._scaffold.Family.install`); :func:`weight_grad` the weight gradient,
-:func:`indexed` and :func:`spike_lists` the spike-list product and its builder.
+:func:`indexed` and :func:`spike_lists` the spike-list product and its builder,
+:func:`packed` the product on bit-packed events.
 """
 
 from __future__ import annotations
@@ -12,8 +13,8 @@ import numpy as np
 from primforge.bench import BenchmarkConfig
 from primforge.ops import _scaffold
 
-__all__ = ["CASES", "PROB", "SEED", "case", "indexed", "indexed_mm", "random_csr", "spike_lists",
-           "weight_grad"]
+__all__ = ["CASES", "PROB", "SEED", "case", "indexed", "indexed_mm", "packed", "random_csr",
+           "spike_lists", "weight_grad"]
 
 SEED = 1234
 PROB = 0.05  # connection probability
@@ -113,4 +114,24 @@ def indexed_mm(*, platform: str) -> list:
         out.append(BenchmarkConfig(args=(data, indices, indptr, lists.astype(np.int32), counts),
                                    kwargs=cfg.kwargs,
                                    params=dict(cfg.params, lists=_scaffold.BENCH_COLS)))
+    return out
+
+
+def packed(*, platform: str) -> list:
+    """The binary vector product on bit-packed events: :data:`CASES` with bool events
+    (packed by the call), including a length that is not a multiple of 32."""
+    del platform
+    out = []
+    for i, (n, transpose, shared) in enumerate(CASES):
+        rs = np.random.RandomState(SEED + 400 + i)
+        n = n + 7  # a partly filled last word
+        data, indices, indptr = random_csr(rs, n, PROB)
+        if shared:
+            data = np.array([0.5], np.float32)
+        events = rs.random_sample(n) < _scaffold.BENCH_RATE
+        out.append(BenchmarkConfig(
+            args=(data, indices, indptr, events),
+            kwargs={"shape": (n, n), "transpose": transpose},
+            params={"n": n, "p": PROB, "rate": _scaffold.BENCH_RATE, "transpose": transpose,
+                    "weight": "shared" if shared else "per-synapse"}))
     return out

@@ -16,7 +16,7 @@ from primforge.ops import _scaffold
 from primforge.ops.csr import api as _kernels
 from primforge.ops.csr import slicing as _slicing
 from primforge.ops.csr import structure as _common
-from primforge.ops.packed import as_events
+from primforge.ops.packed import PackedEvents, as_events
 from primforge.utils import dataclass, field
 
 __all__ = ["CSC", "CSR"]
@@ -28,6 +28,10 @@ def _is_event(x: jax.Array) -> bool:
 
 def _product(mat, x: jax.Array, *, transpose: bool, backend: str | None) -> jax.Array:
     """``A @ x`` (``transpose=False``) or ``A.T @ x`` where A is the stored CSR."""
+    if isinstance(x, PackedEvents) and x.words.ndim == 1:  # read packed in the kernel
+        indices, indptr = _structure(mat)
+        return _kernels.binary_csrmv(mat.data, indices, indptr, x, shape=mat._csr_shape,
+                                     transpose=transpose, backend=backend)
     x = jnp.asarray(as_events(x))
     fn = {
         (True, 1): _kernels.binary_csrmv,
@@ -190,6 +194,8 @@ class _Compressed:
             >>> W.rmatmul(jnp.array([True, False]), backend='jax').tolist()
             [0.0, 2.0]
         """
+        if isinstance(x, PackedEvents) and x.words.ndim == 1:
+            return _product(self, x, transpose=not self._TRANSPOSED, backend=backend)
         x = jnp.asarray(as_events(x))
         if x.ndim == 2:
             return _product(self, x.T, transpose=not self._TRANSPOSED, backend=backend).T
@@ -227,6 +233,26 @@ def _from_dense_arrays(dense, homogeneous: bool):
             )
         values = uniq[:1] if uniq.size else np.zeros(1, values.dtype)
     return jnp.asarray(values), jnp.asarray(cols.astype(np.int32)), jnp.asarray(indptr)
+
+
+def _row_index(mat, index) -> np.ndarray:
+    """``index`` of ``slice_rows`` as a checked 1-D integer array (structure concrete)."""
+    who = f"{type(mat).__name__}.slice_rows"
+    m = mat.shape[0]
+    for name, a in (("indices", mat.indices), ("indptr", mat.indptr), ("index", index)):
+        if not _common._is_concrete(a):
+            raise TypeError(f"{who}: {name!r} must be concrete (the result's size depends "
+                            f"on it); use csr_slice_rows under jit")
+    rows = np.atleast_1d(np.asarray(index))
+    if rows.ndim == 1 and rows.size == 0:
+        rows = rows.astype(np.int64)  # an empty list: no rows (NumPy reads it as float)
+    if rows.ndim != 1 or not np.issubdtype(rows.dtype, np.integer):
+        raise TypeError(f"{who}: 'index' must be an int or a 1-D integer array, got "
+                        f"{rows.dtype} of shape {rows.shape}")
+    if rows.size and (rows.min() < 0 or rows.max() >= m):
+        raise IndexError(f"{who}: 'index' must lie in [0, {m}) for {m} rows, got "
+                         f"{int(rows.min() if rows.min() < 0 else rows.max())}")
+    return rows
 
 
 @dataclass
@@ -299,18 +325,8 @@ class CSR(_Compressed):
             >>> W.slice_rows([2, 0]).todense().tolist()
             [[4.0, 5.0], [0.0, 2.0]]
         """
-        m, n = self.shape
-        for name, a in (("indices", self.indices), ("indptr", self.indptr), ("index", index)):
-            if not _common._is_concrete(a):
-                raise TypeError(f"CSR.slice_rows: {name!r} must be concrete (the result's "
-                                f"size depends on it); use csr_slice_rows under jit")
-        rows = np.atleast_1d(np.asarray(index))
-        if rows.ndim != 1 or not np.issubdtype(rows.dtype, np.integer):
-            raise TypeError(f"CSR.slice_rows: 'index' must be an int or a 1-D integer array, "
-                            f"got {rows.dtype} of shape {rows.shape}")
-        if rows.size and (rows.min() < 0 or rows.max() >= m):
-            raise IndexError(f"CSR.slice_rows: 'index' must lie in [0, {m}) for {m} rows, got "
-                             f"{int(rows.min() if rows.min() < 0 else rows.max())}")
+        _m, n = self.shape
+        rows = _row_index(self, index)
         ptr = np.asarray(self.indptr)
         starts, lengths = ptr[rows], ptr[rows + 1] - ptr[rows]
         new_indptr = np.zeros(rows.size + 1, np.int32)
@@ -390,6 +406,37 @@ class CSC(_Compressed):
             [[0.0, 2.0], [3.0, 0.0]]
         """
         return self._dense_of_stored().T
+
+    def slice_rows(self, index: Any) -> CSC:
+        """``W[index, :]`` as a new :class:`CSC` (structure and ``index`` concrete).
+
+        ``index`` is an int or a 1-D integer array (rows may repeat); the weights may be
+        traced (the result is differentiable w.r.t. them). Each column keeps its entries
+        in the selected rows, ordered by their position in ``index``.
+
+        Example:
+            >>> W = CSC.from_dense([[0., 2.], [3., 0.], [4., 5.]])
+            >>> W.slice_rows([2, 0, 2]).todense().tolist()
+            [[4.0, 5.0], [0.0, 2.0], [4.0, 5.0]]
+        """
+        rows = _row_index(self, index)
+        ptr = np.asarray(self.indptr)
+        stored = np.asarray(self.indices)[: ptr[-1]]  # the row of each entry, column-major
+        order = np.argsort(rows, kind="stable")
+        by_row = rows[order]
+        lo = np.searchsorted(by_row, stored, "left")
+        reps = np.searchsorted(by_row, stored, "right") - lo  # how often each entry's row
+        entry = np.repeat(np.arange(stored.size), reps)
+        first = np.repeat(np.cumsum(reps) - reps, reps)
+        pos = order[np.repeat(lo, reps) + np.arange(entry.size) - first]  # its new row
+        col = np.repeat(np.arange(ptr.size - 1), np.diff(ptr))[entry]
+        keep = np.lexsort((pos, col))  # column by column, rows ascending
+        entry, pos = entry[keep], pos[keep]
+        new_indptr = np.zeros(ptr.size, np.int32)
+        np.cumsum(np.bincount(col, minlength=ptr.size - 1), out=new_indptr[1:])
+        data = self.data if self.homogeneous else self.data[entry]
+        return CSC._unchecked(data, jnp.asarray(pos.astype(np.int32)),
+                              jnp.asarray(new_indptr), (int(rows.size), self.shape[1]))
 
     @property
     def T(self) -> CSR:

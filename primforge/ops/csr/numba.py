@@ -97,6 +97,68 @@ def mv_kernel(binary: bool, transpose: bool, homo: bool, wide: bool = False):
 
 
 @functools.cache
+def _trailing_zeros():
+    """Numba's count of trailing zero bits (one instruction), or a loop where it is missing."""
+    try:
+        from numba.cpython.unsafe.numbers import trailing_zeros
+    except ImportError:  # pragma: no cover - an internal Numba helper
+        import numba
+
+        @numba.njit(nogil=True)
+        def trailing_zeros(bits):
+            b = 0
+            while (bits >> b) & 1 == 0:
+                b += 1
+            return b
+
+    return trailing_zeros
+
+
+@functools.cache
+def packed_mv_kernel(transpose: bool, homo: bool, wide: bool, n_events: int):
+    """The binary matrix-vector kernel reading ``n_events`` bit-packed events:
+    ``kernel(data, indices, indptr, words, out)``, ``words`` ``uint32``, event ``i`` bit
+    ``i % 32`` of word ``i // 32`` (bits past ``n_events`` ignored).
+
+    The same sums in the same order as :func:`mv_kernel` on the unpacked events: with
+    ``transpose`` each set bit scatters its row (a zero word skips 32 rows at once); else
+    the gather reads a 0/1 table built from the words.
+    """
+    import numba
+
+    trailing_zeros = _trailing_zeros()
+    HOMO, N = homo, n_events
+    indptr_ok = _indptr_checker()
+
+    if transpose:
+        scatter = _row_scatter(True, homo, wide)
+        one = np.uint32(1)
+
+        @numba.njit(nogil=True)
+        def csr_t_mv_packed(data, indices, indptr, words, out):
+            nnz = indices.shape[0]
+            out[:] = 0
+            if not indptr_ok(indptr, N, nnz):
+                out[:] = np.nan
+                return
+            w0 = data[0] if HOMO else 1.0  # a per-synapse data may be empty
+            for wi in range(words.shape[0]):
+                bits = np.uint32(words[wi])
+                while bits != 0:  # the set bits, lowest first: rows in increasing order
+                    i = wi * 32 + trailing_zeros(bits)
+                    if i >= N:
+                        break
+                    if not scatter(out, data, indices, indptr[i], indptr[i + 1], w0, 1.0):
+                        out[:] = np.nan
+                        return
+                    bits &= bits - one
+
+        return csr_t_mv_packed
+
+    return _gather_mv(True, homo, parallel=False, wide=wide, packed_n=n_events)
+
+
+@functools.cache
 def mm_kernel(binary: bool, transpose: bool, homo: bool, wide: bool = False):
     """The njit matrix-matrix kernel for one variant (compiled lazily per dtype).
 
@@ -224,7 +286,25 @@ def _unsigned(wide: bool):
 
 
 @functools.cache
-def _gather_mv(binary: bool, homo: bool, parallel: bool, wide: bool = False):
+def _packed_table(n: int):
+    """An njit ``table(words)``: :func:`_event_table` of ``n`` bit-packed binary events."""
+    import numba
+
+    N = n
+
+    @numba.njit(nogil=True)
+    def table(words):
+        t = np.zeros(N + 1, np.float32)
+        for j in range(N):
+            t[j] = 1.0 if (words[j >> 5] >> (j & 31)) & 1 else 0.0
+        return t
+
+    return table
+
+
+@functools.cache
+def _gather_mv(binary: bool, homo: bool, parallel: bool, wide: bool = False,
+               packed_n: int | None = None):
     """``W @ x`` as one branch-free pass per row (``parallel``: rows spread over threads).
 
     ``x`` is first copied into a float table with a zero row appended
@@ -234,19 +314,21 @@ def _gather_mv(binary: bool, homo: bool, parallel: bool, wide: bool = False):
     counted when outside ``[0, n)``, and a non-zero count poisons the output at the end.
     No early exit, no branch per entry, so the loop vectorises; ``indptr`` is checked
     first, in its own O(rows) pass, because every row's range is read from it.
+    ``packed_n``: ``x`` holds that many binary events bit-packed in ``uint32`` words.
     """
     import numba
 
     BINARY, HOMO = binary, homo
+    PACKED, N_PACKED = packed_n is not None, packed_n or 0
     U = _unsigned(wide)
     indptr_ok = _indptr_checker()
-    table = _event_table(binary, False)
+    table = _packed_table(packed_n) if PACKED else _event_table(binary, False)
     rows = numba.prange if parallel else range
 
     @numba.njit(nogil=True, fastmath=_REASSOC, parallel=parallel)
     def csr_mv(data, indices, indptr, x, out):
         m = out.shape[0]
-        n = x.shape[0]
+        n = N_PACKED if PACKED else x.shape[0]
         nnz = indices.shape[0]
         if not indptr_ok(indptr, m, nnz) or (n == 0 and indptr[m] > 0):
             out[:] = np.nan

@@ -149,3 +149,61 @@ def mm_kernel(binary: bool, transpose: bool):
                     out[i, c] = t
 
     return dense_mm
+
+
+@functools.cache
+def spikes_mv_kernel(transpose: bool):
+    """The njit product with a spike list: ``kernel(weights, spikes, count, out)``.
+
+    With ``transpose`` the listed rows of ``W`` are added (work: spikes times columns);
+    else each row of ``W`` sums its listed columns (work: rows times spikes). A listed index
+    outside the sources or a count outside ``[0, len(spikes)]`` fills ``out`` with NaN.
+    """
+    import numba
+    import numpy as np
+
+    TRANSPOSE = transpose
+
+    @numba.njit(nogil=True)
+    def dense_mv_spikes(weights, spikes, count, out):
+        m, n = weights.shape
+        size = m if TRANSPOSE else n
+        out[:] = 0
+        c = count[0]
+        if c < 0 or c > spikes.shape[0]:
+            out[:] = np.nan
+            return
+        for s in range(c):
+            if spikes[s] < 0 or spikes[s] >= size:
+                out[:] = np.nan
+                return
+        if TRANSPOSE:
+            for s in range(c):
+                row = weights[spikes[s]]
+                for j in range(n):
+                    out[j] += row[j]
+            return
+        for i in range(m):
+            row = weights[i]
+            acc = 0.0
+            for s in range(c):
+                acc += row[spikes[s]]
+            out[i] = acc
+
+    return dense_mv_spikes
+
+
+@functools.cache
+def spikes_mm_kernel(transpose: bool):
+    """:func:`spikes_mv_kernel` for several lists: ``spikes`` ``(lists, length)``,
+    ``count`` ``(lists,)``, row ``b`` of ``out`` from list ``b``."""
+    import numba
+
+    one = spikes_mv_kernel(transpose)
+
+    @numba.njit(nogil=True)
+    def dense_mm_spikes(weights, spikes, count, out):
+        for b in range(spikes.shape[0]):
+            one(weights, spikes[b], count[b:b + 1], out[b])
+
+    return dense_mm_spikes

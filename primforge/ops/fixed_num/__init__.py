@@ -1,8 +1,9 @@
 """Fixed-number connectivity: each row connects to the same number of columns.
 
 ``matrix`` holds the :class:`FixedNum` pytree and :func:`fixed_num`, ``api`` the four
-product kernels and their public calls, ``grad`` the weight gradient; ``numba`` and
-``pallas`` the backends' kernels, ``bench`` the benchmark cases.
+product kernels and their public calls, ``indexed`` the products taking a spike list,
+``grad`` the weight gradient; ``numba`` and ``pallas`` the backends' kernels, ``bench``
+the benchmark cases.
 """
 
 from primforge.ops.fixed_num.api import (
@@ -15,6 +16,12 @@ from primforge.ops.fixed_num.api import (
     fixed_num_mv,
     fixed_num_mv_p,
 )
+from primforge.ops.fixed_num.indexed import (
+    binary_fixed_num_mm_spikes,
+    binary_fixed_num_mm_spikes_p,
+    binary_fixed_num_mv_spikes,
+    binary_fixed_num_mv_spikes_p,
+)
 from primforge.ops.fixed_num.matrix import FixedNum, FixedNumStructureError, fixed_num
 
 __all__ = [
@@ -22,8 +29,12 @@ __all__ = [
     "FixedNumStructureError",
     "binary_fixed_num_mm",
     "binary_fixed_num_mm_p",
+    "binary_fixed_num_mm_spikes",
+    "binary_fixed_num_mm_spikes_p",
     "binary_fixed_num_mv",
     "binary_fixed_num_mv_p",
+    "binary_fixed_num_mv_spikes",
+    "binary_fixed_num_mv_spikes_p",
     "fixed_num",
     "fixed_num_mm",
     "fixed_num_mm_p",

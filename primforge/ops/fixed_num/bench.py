@@ -11,7 +11,7 @@ import numpy as np
 from primforge.bench import BenchmarkConfig
 from primforge.ops import _scaffold
 
-__all__ = ["CASES", "SEED", "case", "weight_grad"]
+__all__ = ["CASES", "SEED", "case", "spikes", "spikes_mm", "weight_grad"]
 
 SEED = 4321
 CASES = ((1000, 20, False, True), (1000, 20, True, False), (5000, 50, True, True),
@@ -50,4 +50,39 @@ def weight_grad(*, platform: str) -> list:
                         kwargs={"binary": binary, "transpose": transpose, "matrix": matrix},
                         params={"n": n, "k": k, "binary": binary, "matrix": matrix,
                                 "transpose": transpose}))
+    return out
+
+
+def spikes(*, platform: str) -> list:
+    """The spike-list product: both directions, a shared weight, masked slots, a repeated
+    index and entries past the count."""
+    del platform
+    out = []
+    for i, (n, k, transpose, shared) in enumerate(CASES):
+        rs = np.random.RandomState(SEED + 100 + i)
+        ind = rs.randint(0, n, size=(n, k)).astype(np.int32)
+        ind[::7, -1] = -1
+        w = np.array([0.5], np.float32) if shared else rs.standard_normal((n, k)).astype(
+            np.float32)
+        lst = rs.randint(0, n, int(2 * _scaffold.BENCH_RATE * n)).astype(np.int32)
+        lst[1] = lst[0]
+        count = np.int32(lst.size // 2)
+        out.append(BenchmarkConfig(
+            args=(w, ind, lst, count), kwargs={"shape": (n, n), "transpose": transpose},
+            params={"n": n, "k": k, "spikes": int(count), "transpose": transpose,
+                    "weight": "shared" if shared else "per-synapse"}))
+    return out
+
+
+def spikes_mm(*, platform: str) -> list:
+    """Several spike lists at once: :func:`spikes`' cases with lists of their own."""
+    out = []
+    for i, cfg in enumerate(spikes(platform=platform)):
+        rs = np.random.RandomState(SEED + 300 + i)
+        w, ind, lst, _ = cfg.args
+        lists = rs.randint(0, cfg.kwargs["shape"][0], (_scaffold.BENCH_COLS, lst.size))
+        counts = rs.randint(0, lst.size + 1, _scaffold.BENCH_COLS).astype(np.int32)
+        out.append(BenchmarkConfig(args=(w, ind, lists.astype(np.int32), counts),
+                                   kwargs=cfg.kwargs,
+                                   params=dict(cfg.params, lists=_scaffold.BENCH_COLS)))
     return out

@@ -239,3 +239,102 @@ def weight_grad_kernel(binary: bool, transpose: bool, matrix: bool, parallel: bo
                 dst[j] = r * pad[min(u, un)]
 
     return fixed_weight_grad
+
+
+@functools.cache
+def spikes_mv_kernel(transpose: bool, homo: bool, n_cols: int):
+    """The njit product with a spike list: ``kernel(weights, indices, spikes, count, out)``.
+
+    With ``transpose`` each listed row scatters its ``k`` entries (work: spikes times
+    ``k``; ``n_cols`` unused); else each row sums its weights times the count of its
+    columns in the list (a table of ``n_cols`` counts). Masked slots are skipped; a listed
+    index outside the sources or a count outside ``[0, len(spikes)]`` fills ``out`` with NaN.
+    """
+    import numba
+    import numpy as np
+
+    HOMO, N = homo, n_cols
+
+    if transpose:
+
+        @numba.njit(nogil=True)
+        def fixed_t_mv_spikes(weights, indices, spikes, count, out):
+            m, k = indices.shape
+            n = out.shape[0]
+            out[:] = 0
+            c = count[0]
+            if c < 0 or c > spikes.shape[0]:
+                out[:] = np.nan
+                return
+            for s in range(c):
+                if spikes[s] < 0 or spikes[s] >= m:
+                    out[:] = np.nan
+                    return
+            w0 = weights.ravel()[0] if HOMO and weights.size else out.dtype.type(0)
+            un = np.uint64(n)
+            for s in range(c):
+                i = spikes[s]
+                cols = indices[i]
+                if HOMO:
+                    for j in range(k):
+                        t = np.uint64(cols[j])  # a negative index wraps: masked too
+                        if t < un:
+                            out[t] += w0
+                else:
+                    ws = weights[i]
+                    for j in range(k):
+                        t = np.uint64(cols[j])
+                        if t < un:
+                            out[t] += ws[j]
+
+        return fixed_t_mv_spikes
+
+    @numba.njit(nogil=True)
+    def fixed_mv_spikes(weights, indices, spikes, count, out):
+        m, k = indices.shape
+        out[:] = 0
+        c = count[0]
+        if c < 0 or c > spikes.shape[0]:
+            out[:] = np.nan
+            return
+        times = np.zeros(N + 1, out.dtype)  # one trailing 0 where masked slots point
+        for s in range(c):
+            j = spikes[s]
+            if j < 0 or j >= N:
+                out[:] = np.nan
+                return
+            times[j] += 1
+        w0 = weights.ravel()[0] if HOMO and weights.size else out.dtype.type(0)
+        un = np.uint64(N)
+        for i in range(m):
+            row = indices[i]
+            acc = 0.0
+            if HOMO:
+                for j in range(k):
+                    acc += times[min(np.uint64(row[j]), un)]
+                out[i] = acc * w0 if acc != 0 else 0.0
+            else:
+                ws = weights[i]
+                for j in range(k):
+                    t = times[min(np.uint64(row[j]), un)]
+                    if t != 0:  # a weight of a silent column never enters
+                        acc += t * ws[j]
+                out[i] = acc
+
+    return fixed_mv_spikes
+
+
+@functools.cache
+def spikes_mm_kernel(transpose: bool, homo: bool, n_cols: int):
+    """:func:`spikes_mv_kernel` for several lists: ``spikes`` ``(lists, length)``,
+    ``count`` ``(lists,)``, row ``b`` of ``out`` from list ``b``."""
+    import numba
+
+    one = spikes_mv_kernel(transpose, homo, n_cols)
+
+    @numba.njit(nogil=True)
+    def fixed_mm_spikes(weights, indices, spikes, count, out):
+        for b in range(spikes.shape[0]):
+            one(weights, indices, spikes[b], count[b:b + 1], out[b])
+
+    return fixed_mm_spikes

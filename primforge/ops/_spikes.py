@@ -1,0 +1,259 @@
+"""Products whose binary events arrive as a spike list: firing indices plus a count.
+
+:func:`build` makes a family's vector and matrix kernels from its ``jax`` reference and
+Numba kernels: argument checks, shape rule, JVP, transpose (the weights only), ``vmap``
+and a sharding rule that keeps everything whole. An index outside the sources or a count
+outside ``[0, len(spikes)]`` gives NaN everywhere (an error on concrete input).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from typing import Any
+
+import jax
+import jax.numpy as jnp
+import numpy as np
+
+from primforge import _compat
+from primforge._compat import Tracer
+from primforge.kernel.kernel import XLACustomKernel
+from primforge.kernel.sharding import ShardingRule
+from primforge.ops import _scaffold
+
+__all__ = ["build", "check_concrete", "list_args", "replicated_rule"]
+
+
+# ----------------------------------------------------------------------------- the list
+def valid_entries(spikes, count, size):
+    """``(valid, ok)``: which entries are inside the count, and whether the list is good."""
+    n_list = spikes.shape[0]
+    c = count[0]
+    valid = jnp.arange(n_list) < c
+    bad = jnp.any(valid & ((spikes < 0) | (spikes >= size))) | (c < 0) | (c > n_list)
+    return valid, ~bad
+
+
+def check_list(who, spikes, count, matrix):
+    """The abstract checks of a spike list and its count (shape rule)."""
+    if len(spikes.shape) != 1 + matrix or not jnp.issubdtype(spikes.dtype, jnp.integer):
+        want = "a 2-D (lists, length)" if matrix else "a 1-D"
+        raise TypeError(f"{who}: 'spike_indices' must be {want} integer array, got "
+                        f"{spikes.dtype}{list(spikes.shape)}")
+    want_shape = tuple(spikes.shape[:1]) if matrix else (1,)
+    if tuple(count.shape) != want_shape or not jnp.issubdtype(count.dtype, jnp.integer):
+        want = f"one integer per list, shape {want_shape}" if matrix else "an integer scalar"
+        raise TypeError(f"{who}: 'spike_count' must be {want}, got "
+                        f"{count.dtype}{list(count.shape)}")
+
+
+def check_concrete(who, spikes, count, size: int) -> None:
+    """Eager checks of a concrete list (a traced one gives NaN in the kernel instead).
+
+    Example:
+        >>> import numpy as np
+        >>> check_concrete('f', np.array([0, 3]), np.array([2]), 3)
+        Traceback (most recent call last):
+        ...
+        IndexError: f: 'spike_indices' holds 3, outside [0, 3) (the sources of the product)
+    """
+    if isinstance(spikes, Tracer) or isinstance(count, Tracer):
+        return
+    s, c = np.asarray(spikes), int(np.asarray(count).reshape(-1)[0])
+    if not 0 <= c <= s.shape[0]:
+        raise ValueError(f"{who}: 'spike_count' must be in [0, {s.shape[0]}] (the length of "
+                         f"'spike_indices'), got {c}")
+    bad = s[:c][(s[:c] < 0) | (s[:c] >= size)]
+    if bad.size:
+        raise IndexError(f"{who}: 'spike_indices' holds {int(bad[0])}, outside [0, {size}) "
+                         f"(the sources of the product)")
+
+
+def list_args(who, spike_indices, spike_count, size: int, matrix: bool):
+    """The public arguments as ``(spikes, count)`` arrays for the kernel, checked.
+
+    Example:
+        >>> import numpy as np
+        >>> s, c = list_args('f', np.array([2, 0]), None, 3, False)
+        >>> s.tolist(), c.tolist()
+        ([2, 0], [2])
+    """
+    spikes = _scaffold.index_array(spike_indices, who, "spike_indices")
+    if spike_count is None:
+        spike_count = spikes.shape[-1] if spikes.ndim else 0
+    count = jnp.asarray(spike_count)
+    if matrix:
+        if spikes.ndim == 2 and count.ndim == 0 and jnp.issubdtype(count.dtype, jnp.integer):
+            count = jnp.broadcast_to(count, spikes.shape[:1])
+    elif count.size == 1 and count.ndim <= 1:
+        count = count.reshape(1)
+    check_list(who, spikes, count, matrix)
+    count = count.astype(spikes.dtype)
+    if not isinstance(spikes, Tracer) and not isinstance(count, Tracer):
+        lists, counts = (spikes, count) if matrix else (spikes[None], count)
+        for s, c in zip(np.asarray(lists), np.asarray(counts)):
+            check_concrete(who, s, c.reshape(1), size)
+    return spikes, count
+
+
+def replicated_rule(ins, outs, **_) -> ShardingRule:
+    """Every dimension of every operand and result kept whole on each device.
+
+    Example:
+        >>> import jax
+        >>> s = lambda *shape: jax.ShapeDtypeStruct(shape, 'float32')
+        >>> replicated_rule((s(4, 3), s(2), s(1)), (s(3),)).rule
+        'f0 f1, f2, f3 -> f4'
+    """
+    names, groups = [], []
+    for group in (ins, outs):
+        parts = []
+        for a in group:
+            dims = [f"f{len(names) + d}" for d in range(len(a.shape))]
+            names += dims
+            parts.append(" ".join(dims))
+        groups.append(", ".join(parts))
+    return ShardingRule(" -> ".join(groups), need_replication_factors=tuple(names))
+
+
+# ----------------------------------------------------------------------------- kernels
+def build(name: str, *, who: str, who_mm: str, n_struct: int, params: tuple[str, ...],
+          reference: Callable,
+          numba_generator: Callable, sizes: Callable, tags: tuple[str, ...],
+          bench: tuple[str, str, str], doc: str) -> tuple[XLACustomKernel, XLACustomKernel]:
+    """The vector and matrix spike-list kernels of one family.
+
+    Args:
+        name: kernel name of the vector form (``primforge.ops.<name>``); ``who_mm`` the
+            matrix form's public name (its kernel is ``primforge.ops.<who_mm>``).
+        who: the vector form's public name, for messages.
+        n_struct: structure operands after the weights (the kernel takes ``(weights,
+            *structure, spikes, count)``).
+        params: the names of the kernels' static params.
+        reference: ``reference(weights, *structure, spikes, valid, **params) -> y``: the
+            product over the listed sources (``valid`` marks the entries inside the count;
+            ``spikes`` are clipped into range), ``params`` the kernel's static params.
+        numba_generator: ``numba_generator(matrix) -> generator`` of the Numba kernels.
+        sizes: ``sizes(who, weights, *structure, **params) -> (out, sources)``: checks the
+            operands (abstract values) and gives the output length and the sources' count.
+        tags: the kernels' tags (``spike_list``, ``event`` and the form are added).
+        bench: ``(module, vector cases, matrix cases)`` of the benchmark data.
+        doc: the kernels' docstring.
+
+    Example:
+        >>> from primforge.ops import dense_event
+        >>> dense_event.binary_densemv_spikes_p.name
+        'primforge.ops.binary_densemv_spikes'
+    """
+    kernels = {}
+    own = params
+
+    def _params(given: dict[str, Any]) -> dict[str, Any]:
+        return {k: given[k] for k in own}
+
+    def full_reference(matrix, kw, dtype):
+        def one(weights, *rest):
+            *struct, spikes, count = rest
+            _, size = sizes(who, weights, *struct, **kw)
+            valid, ok = valid_entries(spikes, count, size)
+            safe = jnp.clip(spikes, 0, max(size - 1, 0))
+            y = reference(weights.astype(dtype), *struct, safe, valid, **kw)
+            return jnp.where(ok, y, jnp.nan).astype(dtype)
+
+        if not matrix:
+            return one
+        many = jax.vmap(one, in_axes=(None,) * (1 + n_struct) + (0, 0))
+        return lambda weights, *rest: many(weights, *rest[:-1], rest[-1].reshape(-1, 1))
+
+    def jax_generator(matrix):
+        def generate(*, outs, **given):
+            return full_reference(matrix, _params(given), outs[0].dtype)
+
+        return generate
+
+    def shape_rule(matrix):
+        me = who_mm if matrix else who
+
+        def rule(weights, *rest, **given):
+            *struct, spikes, count = rest
+            out, _ = sizes(me, weights, *struct, **_params(given))
+            check_list(me, spikes, count, matrix)
+            lead = tuple(spikes.shape[:1]) if matrix else ()
+            return jax.ShapeDtypeStruct(lead + (out,), weights.dtype)
+
+        return rule
+
+    def jvp_rule(matrix):
+        def jvp(primals, tangents, *, outs, backend=None, **given):
+            prim, kw = kernels[matrix], _params(given)
+            y = prim(*primals, backend=backend, **kw)
+            d_w = tangents[0]
+            if type(d_w) is _compat.Zero:
+                return [y], [jnp.zeros_like(y)]
+            return [y], [prim(d_w, *primals[1:], backend=backend, **kw)]
+
+        return jvp
+
+    def transpose_rule(matrix):
+        def rule(cts, weights, *rest, outs, backend=None, **given):
+            (ct,) = cts
+            none = [None] * (len(rest) + 1)
+            if type(ct) is _compat.Zero:
+                return none
+            if any(_compat.is_undefined_primal(a) for a in rest):
+                raise ValueError(f"{who_mm if matrix else who} is linear in the weights only")
+            if not _compat.is_undefined_primal(weights):
+                return none
+            aval = weights.aval
+            ref = full_reference(matrix, _params(given), aval.dtype)
+            w0 = jnp.zeros(aval.shape, aval.dtype)
+            _, pullback = jax.vjp(lambda w: ref(w, *rest), w0)
+            (ct_w,) = pullback(jnp.asarray(ct).astype(aval.dtype))
+            return [ct_w] + none[1:]
+
+        return rule
+
+    def batching_rule(matrix):
+        def batch(args, axes, *, outs, backend=None, **given):
+            kw = dict(_params(given), backend=backend)
+            if not matrix and all(ax is None for ax in axes[:-2]):
+                *fixed, spikes, count = args
+                ax_s, ax_c = axes[-2:]
+                spikes = jnp.moveaxis(spikes, ax_s, 0) if ax_s is not None else None
+                count = jnp.moveaxis(count, ax_c, 0) if ax_c is not None else count
+                size = (spikes if spikes is not None else count).shape[0]
+                if spikes is None:
+                    spikes = jnp.broadcast_to(args[-2], (size,) + args[-2].shape)
+                count = jnp.broadcast_to(count.reshape(-1), (size,))
+                return [kernels[True](*fixed, spikes, count, **kw)], [0]
+            moved = [a if ax is None else jnp.moveaxis(a, ax, 0) for a, ax in zip(args, axes)]
+            mapped = [ax is not None for ax in axes]
+
+            def one(sliced):
+                it = iter(sliced)
+                full = [next(it) if mp else a for a, mp in zip(moved, mapped)]
+                return kernels[matrix](*full, **kw)
+
+            return [jax.lax.map(one, [a for a, mp in zip(moved, mapped) if mp])], [0]
+
+        return batch
+
+    module, vec_cases, mat_cases = bench
+    for matrix in (False, True):
+        k = XLACustomKernel("primforge.ops." + (who_mm if matrix else name), doc=doc,
+                            replace=True)
+        for platform in ("cpu", "gpu", "tpu"):
+            k.def_kernel("jax", platform, jax_generator(matrix))
+        k.def_numba_kernel(numba_generator(matrix), asdefault=True)
+        k.def_abstract_eval(shape_rule(matrix))
+        k.def_jvp_rule(jvp_rule(matrix))
+        k.def_transpose_rule(transpose_rule(matrix))
+        k.def_batching_rule(batching_rule(matrix))
+        k.def_tags(*tags, "event", "matmat" if matrix else "matvec", "spike_list")
+        k.def_sharding_rule(replicated_rule)
+        k.def_benchmark_data(_scaffold.lazy_benchmark_data(
+            module, mat_cases if matrix else vec_cases))
+        kernels[matrix] = k
+    return kernels[False], kernels[True]
+
+
