@@ -8,6 +8,7 @@ import numpy as np
 import pytest
 
 from primforge import ops
+from primforge.ops.csr.packed import binary_csrmv_packed_p as PACKED
 
 KERNELS = {
     # kernel -> (binary events, matrix input)
@@ -88,7 +89,8 @@ def test_cli_finds_the_ops_kernels_in_a_fresh_process():
     )
     assert proc.returncode == 0, proc.stdout + proc.stderr
     listed = {k["name"] for k in json.loads(proc.stdout)}
-    assert listed == {kernel.name for kernel in KERNELS}, listed
+    # the four products and the vector product reading packed events
+    assert listed == {kernel.name for kernel in KERNELS} | {PACKED.name}, listed
 
 
 def test_cli_check_passes_for_the_ops_kernels(capsys, monkeypatch):
@@ -103,4 +105,5 @@ def test_cli_check_passes_for_the_ops_kernels(capsys, monkeypatch):
     assert code == 0, out
     for kernel in KERNELS:
         assert f"PASS  {kernel.name}: 5 backend(s) x 4 config(s) against jax" in out, out
-    assert "4 of 4 kernel(s) passed on cpu" in out, out
+    assert f"PASS  {PACKED.name}: 2 backend(s) x 4 config(s) against jax" in out, out
+    assert "5 of 5 kernel(s) passed on cpu" in out, out
