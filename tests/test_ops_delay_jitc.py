@@ -145,3 +145,19 @@ def test_bad_delay_range_is_named(delay_range, match):
     if err is ValueError and delay_range[1] < DEPTH:
         with pytest.raises(ValueError, match="jitc_delays_todense: 'delay_range'"):
             ops.jitc_delays_todense(SEED, SHAPE, PROB, delay_range)
+
+
+def test_traced_seed_step_and_numeric_events():
+    ev = (np.random.default_rng(7).random(SHAPE[0]) < 0.5).astype(np.int8)
+    buf = np.zeros((DEPTH, SHAPE[1]), np.float32)
+
+    @jax.jit
+    def f(seed, t):
+        return ops.binary_delayed_jitc_matvec(
+            WEIGHTS["uniform"], seed, ev, buf, t, shape=SHAPE, prob=PROB, delay_range=RANGE,
+            weight_kind="uniform")
+
+    got = f(jnp.uint32(SEED), jnp.int32(DEPTH + 2))  # step D + 2: row 2 of the buffer
+    want = _call(ev != 0, buf, 2, transpose=True, kind="uniform", backend="numba")
+    np.testing.assert_array_equal(got, want)
+    assert not np.array_equal(f(jnp.uint32(SEED + 1), jnp.int32(2)), want)
