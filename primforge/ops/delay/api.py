@@ -709,7 +709,7 @@ binary_delayed_jitc_matvec_p.def_abstract_eval(_jitc_shapes)
 binary_delayed_jitc_matvec_p.def_jvp_rule(_jitc_jvp)
 binary_delayed_jitc_matvec_p.def_transpose_rule(_jitc_transpose)
 binary_delayed_jitc_matvec_p.register_general_batching()
-binary_delayed_jitc_matvec_p.def_tags("delay", "event", "matvec", "jitconn")
+binary_delayed_jitc_matvec_p.def_tags("delay", "event", "matvec")
 binary_delayed_jitc_matvec_p.def_sharding_rule(_sharding.delayed_jitc_rule)
 
 
