@@ -280,7 +280,7 @@ FAMILIES: dict[str, set[str]] = {
     "jitconn": set(),
     "fixed_num": {"csr"},  # the CSR kernels' threading-layer check
     "plasticity": {"csr", "fixed_num", "column_index", "connectivity"},
-    "delay": {"csr", "fixed_num", "connectivity"},
+    "delay": {"csr", "fixed_num", "connectivity", "jitconn"},
 }
 #: The module roles every family folder has; the optional roles some families add.
 FAMILY_ROLES = {"__init__", "api", "numba", "pallas", "bench"}

@@ -107,6 +107,7 @@ KERNEL_CHECKS = {
                                    "dense_update_vmap_over_a_sharded_batch"],
     "primforge.ops.delayed_csrmv": ["delayed_product_sharded_inputs_stay_right"],
     "primforge.ops.binary_delayed_csrmv": ["delayed_product_sharded_inputs_stay_right"],
+    "primforge.ops.binary_delayed_jitc_matvec": ["delayed_product_sharded_inputs_stay_right"],
     "primforge.ops.delay_read": ["delay_read_columns_sharded"],
     "primforge.ops.compressed_update": ["compressed_update_sharded_inputs_stay_right",
                                         "compressed_update_vmap_over_a_sharded_batch",

@@ -178,13 +178,27 @@ __all__ += ["binary_densemm_spikes", "binary_densemm_spikes_p", "binary_densemv_
 from primforge.ops.delay import (
     binary_delayed_csrmv,
     binary_delayed_csrmv_p,
+    binary_delayed_jitc_matvec,
+    binary_delayed_jitc_matvec_p,
     delay_buffer,
     delay_read,
     delay_read_p,
     delayed_csrmv,
     delayed_csrmv_p,
     delayed_matvec,
+    jitc_delays_todense,
 )
 
-__all__ += ["binary_delayed_csrmv", "binary_delayed_csrmv_p", "delay_buffer", "delay_read",
-            "delay_read_p", "delayed_csrmv", "delayed_csrmv_p", "delayed_matvec"]
+__all__ += [
+    "binary_delayed_csrmv",
+    "binary_delayed_csrmv_p",
+    "binary_delayed_jitc_matvec",
+    "binary_delayed_jitc_matvec_p",
+    "delay_buffer",
+    "delay_read",
+    "delay_read_p",
+    "delayed_csrmv",
+    "delayed_csrmv_p",
+    "delayed_matvec",
+    "jitc_delays_todense",
+]

@@ -16,6 +16,7 @@ __all__ = [
     "csr_rule",
     "csr_weight_grad_rule",
     "delay_read_rule",
+    "delayed_jitc_rule",
     "delayed_rule",
     "dense_rule",
     "dense_update_rule",
@@ -219,6 +220,21 @@ def delayed_rule(ins, outs, **_) -> ShardingRule:
     """
     return ShardingRule("w, e, p, d, x, t n, s -> t n",
                         need_replication_factors=("w", "e", "p", "d", "x", "t", "n", "s"))
+
+
+def delayed_jitc_rule(ins, outs, **_) -> ShardingRule:
+    """The delayed just-in-time product ``(theta, seed, table, events, buffer, slot) ->
+    buffer``: kept whole (each row of ``W`` is regenerated from its global index and writes
+    any row and column of the buffer).
+
+    Example:
+        >>> import jax
+        >>> s = lambda *shape: jax.ShapeDtypeStruct(shape, 'float32')
+        >>> delayed_jitc_rule((s(1), s(1), s(9), s(3), s(6, 2), s(1)), (s(6, 2),)).rule
+        't, q, b, x, d n, s -> d n'
+    """
+    return ShardingRule("t, q, b, x, d n, s -> d n",
+                        need_replication_factors=("t", "q", "b", "x", "d", "n", "s"))
 
 
 def delay_read_rule(ins, outs, **_) -> ShardingRule:

@@ -775,6 +775,19 @@ def delayed_product_sharded_inputs_stay_right():
                                                                     backend=backend)
             close(jax.jit(f)(put(delays), put(x, "x"), put(buf, None, "x")),
                   delayed_ref(delays, x, buf, 3), f"delayed_matvec {backend} {binary=}")
+    # The delayed just-in-time product, against its dense weights and delays.
+    w = ops.jitc_todense(11, (M, N), 0.3, 0.5)
+    d = ops.jitc_delays_todense(11, (M, N), 0.3, (0, DL_D - 1))
+    x = events(RNG, (M,), True)
+    want = np.asarray(buf, np.float64).copy()
+    for i, j in zip(*np.nonzero(w * (x[:, None] != 0)), strict=True):
+        want[(3 + d[i, j]) % DL_D, j] += w[i, j]
+    for backend in ("numba", "jax"):
+        g = lambda x, b, backend=backend: ops.binary_delayed_jitc_matvec(
+            0.5, 11, x, b, 3, shape=(M, N), prob=0.3, delay_range=(0, DL_D - 1),
+            backend=backend)
+        close(jax.jit(g)(put(x, "x"), put(buf, None, "x")), want,
+              f"binary_delayed_jitc_matvec {backend}")
     return "values only: no partitioning to assert"
 
 

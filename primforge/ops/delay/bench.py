@@ -1,7 +1,7 @@
 """Benchmark cases of the delayed products, imported only when benchmark data is asked for.
 
 :func:`floats` feeds ``delayed_csrmv_p``, :func:`events` ``binary_delayed_csrmv_p``,
-:func:`reads` ``delay_read_p``.
+:func:`reads` ``delay_read_p``, :func:`jitc_events` ``binary_delayed_jitc_matvec_p``.
 """
 
 from __future__ import annotations
@@ -11,7 +11,7 @@ import numpy as np
 from primforge.bench import BenchmarkConfig
 from primforge.ops.connectivity import fixed_prob
 
-__all__ = ["CASES", "RATE", "configs", "events", "floats", "reads"]
+__all__ = ["CASES", "RATE", "configs", "events", "floats", "jitc_events", "reads"]
 
 CASES = ((4_000, 0.02, 50), (10_000, 0.01, 50))  # (n, p, longest delay in steps)
 RATE = 0.02  # fraction of neurons that spike
@@ -55,4 +55,19 @@ def reads(*, platform: str) -> list:
         buffer = rs.standard_normal((longest + 1, n)).astype(np.float32)
         out.append(BenchmarkConfig(args=(buffer, 17), kwargs={},
                                    params={"n": n, "max_delay": longest}))
+    return out
+
+
+def jitc_events(*, platform: str) -> list:
+    """Binary events through a just-in-time matrix with delays uniform in ``[1, longest]``."""
+    del platform
+    out = []
+    for i, (n, p, longest) in enumerate(CASES):
+        rs = np.random.RandomState(53 + i)
+        active = rs.random_sample(n) < RATE
+        buffer = np.zeros((longest + 1, n), np.float32)
+        out.append(BenchmarkConfig(
+            args=(0.5, 17 + i, active, buffer, 3),
+            kwargs={"shape": (n, n), "prob": p, "delay_range": (1, longest)},
+            params={"n": n, "p": p, "rate": RATE, "max_delay": longest}))
     return out

@@ -113,3 +113,77 @@ def read_kernel():
             out[s, j] = 0
 
     return delay_read
+
+
+@functools.cache
+def jitc_kernel(transpose: bool, kind: str, prob: float, dmin: int, span: int):
+    """The njit kernel of the delayed just-in-time product (binary events).
+
+    ``kernel(theta, seed, table, events, buffer, slot, out)`` (``out`` is ``buffer``):
+    regenerates the rows of ``W`` exactly as the jitc products do (the same synapses and
+    weights) and adds each active synapse's weight into ``out[(slot + d) % D, target]``,
+    ``d = dmin + floor(mix(dstart + j * gamma) * span / 2**32)`` (see
+    :func:`primforge.ops.jitconn.generator.delay_draws`). A slot outside ``[0, D)`` fills
+    the buffer with NaN. ``transpose``: the rows of ``W`` are the sources (only the rows of
+    active events are generated); else the rows are the targets and the columns the sources.
+    """
+    import math
+
+    import numba
+
+    from primforge.ops.jitconn.generator import DELAY_SALT, MASK, ROW_SALT, threshold_table
+    from primforge.ops.jitconn.numba import guide_table, helpers
+
+    GUIDE, SHIFT = guide_table(threshold_table(prob))
+    mix, seed_keys, row_stream, unit, skip = helpers()
+    KIND = {"homo": 0, "uniform": 1, "normal": 2}[kind]
+    TWO_PI = 2.0 * math.pi
+    DMIN, SPAN = dmin, span
+    TRANSPOSE = transpose
+
+    @numba.njit(inline="always", nogil=True)
+    def weight(th, ctr, gamma):  # as the jitc kernels: draws 3s + 1 and 3s + 2 of the row
+        if KIND == 0:
+            return th[0]
+        u1 = unit(mix((ctr + gamma) & MASK))
+        if KIND == 1:
+            return th[0] + (th[1] - th[0]) * u1
+        u2 = unit(mix((ctr + 2 * gamma) & MASK))
+        z = math.sqrt(-2.0 * math.log(u1)) * math.cos(TWO_PI * u2)
+        return th[0] + th[1] * z
+
+    @numba.njit(nogil=True)
+    def delayed_jitc(theta, seed, table, events, buffer, slot, out):
+        depth, n_dst = out.shape
+        s = slot[0]
+        if s < 0 or s >= depth:
+            out[:, :] = np.nan
+            return
+        m, n = (events.shape[0], n_dst) if TRANSPOSE else (n_dst, events.shape[0])
+        keys = seed_keys(seed[0])
+        dkey = mix((seed[0] & MASK) ^ DELAY_SALT)
+        th = (float(theta[0]), float(theta[0]) if KIND == 0 else float(theta[1]))
+        for i in range(m):
+            if TRANSPOSE and events[i] == 0:
+                continue
+            ctr, gamma, step = row_stream(keys, i)
+            dstart = mix((mix(i ^ ROW_SALT) + dkey) & MASK)
+            j = -1
+            while True:
+                g = skip(mix(ctr), table, GUIDE, SHIFT)
+                if g >= n - 1 - j:
+                    break
+                j += 1 + g
+                if TRANSPOSE or events[j] != 0:
+                    w = weight(th, ctr, gamma)
+                    u = mix((dstart + j * gamma) & MASK)
+                    r = s + DMIN + ((u * SPAN) >> 32)
+                    if r >= depth:
+                        r -= depth
+                    if TRANSPOSE:
+                        out[r, j] += w
+                    else:
+                        out[r, i] += w
+                ctr = (ctr + step) & MASK
+
+    return delayed_jitc

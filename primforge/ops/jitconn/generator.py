@@ -15,6 +15,7 @@ import jax.numpy as jnp
 import numpy as np
 
 __all__ = [
+    "DELAY_SALT",
     "FEW_FLIPS",
     "FLIP",
     "GAMMA_SALT",
@@ -28,6 +29,7 @@ __all__ = [
     "cached_table",
     "check_kind",
     "check_prob",
+    "delay_draws",
     "draw",
     "gap",
     "mix32",
@@ -49,6 +51,7 @@ MIX_2 = 0x846CA68B
 FLIP = 0xAAAAAAAA  # toggles every other bit of an increment with few bit flips ...
 FEW_FLIPS = 12  # ... i.e. fewer than this many adjacent-bit changes
 MASK = 0xFFFFFFFF  # the generator works in 32-bit words
+DELAY_SALT = 0x510E527F  # seed -> key of the rows' delay streams (see delay_draws)
 MAX_TABLE = 2**23  # thresholds; prob >= ~2.7e-6
 
 
@@ -210,3 +213,31 @@ def weights(theta, stream, s, kind: str, dtype):
     u2 = unit(draw(stream, three * s + jnp.uint32(2))).astype(dtype)
     z = jnp.sqrt(-2 * jnp.log(u1)) * jnp.cos((2 * np.pi) * u2)
     return theta[0] + theta[1] * z
+
+
+def delay_draws(seed, rows, gamma, cols, dmin: int, span: int):
+    """The delays of synapses ``(rows, cols)`` in ``[dmin, dmin + span)`` (int32).
+
+    Row ``i`` has a delay stream ``mix(h + mix(seed ^ DELAY_SALT))`` (``h`` the row's hash,
+    as in :func:`row_streams`) advanced by the row's own ``gamma``; the synapse in column
+    ``j`` draws ``u = mix(dstart + j * gamma)`` and maps it to ``dmin + floor(u * span /
+    2**32)`` (multiply-shift: each delay has ``floor`` or ``ceil`` of ``2**32 / span``
+    draws, a bias below ``span / 2**32``). ``span`` is a static int in ``[1, 2**16]``: the
+    product is split in 16-bit halves so that it stays in uint32. The delays do not touch
+    the connectivity or weight draws: a delayed product has the same synapses and weights.
+
+    Example:
+        >>> import jax.numpy as jnp
+        >>> rows, cols = jnp.arange(3), jnp.array([0, 5, 9])
+        >>> _, gamma = row_streams(jnp.uint32(7), rows)
+        >>> d = delay_draws(jnp.uint32(7), rows, gamma, cols, 1, 4)
+        >>> bool(((d >= 1) & (d <= 4)).all()), d.dtype
+        (True, dtype('int32'))
+    """
+    h = mix32(rows.astype(jnp.uint32) ^ jnp.uint32(ROW_SALT))
+    dstart = mix32(h + mix32(seed ^ jnp.uint32(DELAY_SALT)))
+    u = mix32(dstart + cols.astype(jnp.uint32) * gamma)
+    span_u = jnp.uint32(span)
+    hi = (u >> 16) * span_u
+    lo = (u & jnp.uint32(0xFFFF)) * span_u
+    return (((hi + (lo >> 16)) >> 16).astype(jnp.int32) + jnp.int32(dmin))

@@ -78,6 +78,19 @@ def _helpers():
     return mix, seed_keys, row_stream, unit, skip
 
 
+def helpers():
+    """The generator's Numba functions ``(mix, seed_keys, row_stream, unit, skip)``.
+
+    For kernels of other families that regenerate the same rows (compiled on first use).
+
+    Example:
+        >>> mix = helpers()[0]
+        >>> mix(0), mix(1) == mix(1)
+        (0, True)
+    """
+    return _helpers()
+
+
 def guide_table(table: np.ndarray) -> tuple[np.ndarray, int]:
     """A guide into ``table``: the start of the search for each bucket of top draw bits.
 
