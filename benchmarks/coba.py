@@ -6,8 +6,11 @@ Contenders, each run in its own subprocess (so peak memory is that run's alone):
   products).
 * ``primforge fused``: its fused step (one kernel call per step).
 * ``primforge fused x10``: one kernel call per 10 steps.
+* ``primforge fused x10 jitc``: the same over just-in-time connectivity (at 1x and 10x; at
+  100x ``primforge fused x10`` is that).
 * ``primforge fused x10 2t``: the same on two threads over just-in-time connectivity
-  (the same spike trains as one thread).
+  (the same spike trains as one thread; the kernel uses the threads only where each gets
+  enough neurons, ``examples/coba.py``'s ``THREAD_MIN_NEURONS``).
 * ``primforge fused x10 stored``: the fused step over stored CSR connectivity (at 100x,
   where primforge's other rows use just-in-time connectivity).
 * ``brainevent``: the same jax.numpy step with brainevent's CSR event products
@@ -63,13 +66,14 @@ import time
 
 ROOT = pathlib.Path(__file__).resolve().parents[1]
 RESULTS = ROOT / "benchmarks" / "results"
-PF = ("primforge plain", "primforge fused", "primforge fused x10", "primforge fused x10 2t",
-      "primforge fused x10 stored")
+PF = ("primforge plain", "primforge fused", "primforge fused x10", "primforge fused x10 jitc",
+      "primforge fused x10 2t", "primforge fused x10 stored")
 # At 100x primforge's steps use just-in-time connectivity (never stored; the fused one
 # regenerates the rows of the neurons that fired inside the kernel); "primforge fused x10
 # stored", brainevent and Brian2 store the 32M synapses. (brainevent's own just-in-time
 # matrices are not event-driven in the x @ W direction: one product of that size takes
-# seconds, so a run would take hours.) "... stored" runs at 100x only.
+# seconds, so a run would take hours.) "... stored" runs at 100x only, "... jitc" (one
+# thread over just-in-time connectivity, the one-thread counterpart of "... 2t") below.
 BRIAN = ("brian2 numpy", "brian2 cython", "brian2 cpp_standalone")
 PINNED = tuple(f"{name} pinned" for name in (*PF[:3], "primforge fused x10 stored",
                                              "brainevent"))
@@ -268,7 +272,7 @@ def _jax_options(contender: str, scale: int) -> dict:
     return {"kind": "brainevent" if name == "brainevent" else "primforge",
             "fused": "fused" in name, "k": 10 if "x10" in name else 1,
             "threads": 2 if name.endswith("2t") else 1,
-            "conn": "jitc" if name.endswith("2t") or not stored else "csr"}
+            "conn": "jitc" if name.endswith(("2t", "jitc")) or not stored else "csr"}
 
 
 def run_one(contender: str, scale: int, seed: int, duration: float, brian: str | None,
@@ -315,10 +319,13 @@ def summarize(rows: list[dict]) -> list[dict]:
     for scale in sorted({r["scale"] for r in rows}):
         at = [r for r in rows if r["scale"] == scale]
         names = list(dict.fromkeys(r["contender"] for r in at))
-        # Rates are compared with primforge's plain step, or the first contender run.
-        ref_name = "primforge plain" if "primforge plain" in names else names[0]
-        base = [r for r in at if r["contender"] == ref_name]
         for name in names:
+            # Rates are compared with primforge's plain step (with the one-thread fused step
+            # over just-in-time connectivity for the others over it), or the first one run.
+            jitc = name.endswith(("2t", "jitc")) and scale != 100
+            ref_name = "primforge fused x10 jitc" if jitc else "primforge plain"
+            ref_name = ref_name if ref_name in names else names[0]
+            base = [r for r in at if r["contender"] == ref_name]
             mine = [r for r in at if r["contender"] == name]
             quiet = [r for r in mine if not r["disturbed"]] or mine
             entry = {"scale": scale, "contender": name, "runs": len(mine),
@@ -412,7 +419,8 @@ def main(argv=None):
                     continue
                 for name in order:
                     base = name.removesuffix(" pinned")
-                    if (str(scale), name) in skip or (scale != 100 and base.endswith("stored")):
+                    if ((str(scale), name) in skip or (scale != 100 and base.endswith("stored"))
+                            or (scale == 100 and base.endswith("jitc"))):
                         continue
                     for attempt in range(args.retries + 1):
                         load = _loadavg()
