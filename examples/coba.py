@@ -428,7 +428,8 @@ def _numba_step(*, steps, **_):
 
 
 # Below this many neurons per thread, a step is too short to pay for a parallel region
-# (the threads' start and join): the kernel then runs on one thread.
+# (the threads' start and join): the kernel then runs on one thread. Above it, threads pay
+# only on cores nothing else runs on: a step waits for its slowest thread.
 THREAD_MIN_NEURONS = 50_000
 
 
