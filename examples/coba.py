@@ -427,17 +427,18 @@ def _numba_step(*, steps, **_):
     return step
 
 
-# Below this many neurons per thread, a step is too short to pay for a parallel region
-# (the threads' start and join): the kernel then runs on one thread. Above it, threads pay
+# Below this many neurons per thread the kernel runs on one thread: two threads took about
+# twice one thread's time at 200,000 neurons each (benchmarks/reference/coba_threads_cpu.json),
+# so the threaded kernel runs only on networks far larger than the benchmark's. Threads pay
 # only on cores nothing else runs on: a step waits for its slowest thread.
-THREAD_MIN_NEURONS = 50_000
+THREAD_MIN_NEURONS = 1_000_000
 
 
 def threads_used(n: int, threads: int, min_neurons: int = THREAD_MIN_NEURONS) -> int:
     """Threads the fused kernel runs ``n`` neurons on when given ``threads``: all of them
     when each gets at least ``min_neurons`` neurons, else one.
 
-    >>> threads_used(4_000, 2), threads_used(400_000, 2), threads_used(4_000, 2, 0)
+    >>> threads_used(4_000, 2), threads_used(2_000_000, 2), threads_used(4_000, 2, 0)
     (1, 2, 2)
     """
     return threads if threads > 1 and n >= threads * min_neurons else 1
