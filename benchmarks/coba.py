@@ -2,34 +2,54 @@
 
 Contenders, each run in its own subprocess (so peak memory is that run's alone):
 
-* ``primforge plain``: ``examples/coba.py`` (jax.numpy neurons + CSR event products).
-* ``primforge fused``: ``examples/coba.py --fused`` (one kernel call per step).
-* ``primforge fused x10``: ``--fused --steps-per-call 10`` (one kernel call per 10 steps).
-* ``primforge fused x10 2t``: the same on two threads (at 100x only: at 1x and 10x a step
-  is too short to pay for the threads' synchronisation; the same spike trains as one
-  thread).
-* ``primforge fused x10 stored``: the same over stored CSR connectivity (at 100x, where the
-  others use just-in-time connectivity).
+* ``primforge plain``: ``examples/coba.py``'s plain step (jax.numpy neurons + CSR event
+  products).
+* ``primforge fused``: its fused step (one kernel call per step).
+* ``primforge fused x10``: one kernel call per 10 steps.
+* ``primforge fused x10 jitc``: the same over just-in-time connectivity (at 1x and 10x; at
+  100x ``primforge fused x10`` is that).
+* ``primforge fused x10 2t``: the same on two threads over just-in-time connectivity
+  (the same spike trains as one thread; the kernel uses the threads only where each gets
+  enough neurons, ``examples/coba.py``'s ``THREAD_MIN_NEURONS``).
+* ``primforge fused x10 stored``: the fused step over stored CSR connectivity (at 100x,
+  where primforge's other rows use just-in-time connectivity).
 * ``brainevent``: the same jax.numpy step with brainevent's CSR event products
   (``EventArray(spikes) @ brainevent.CSR``), same connectivity and initial state (stored,
-  at every scale).
+  at every scale), run by the interpreter of ``--brainevent-python`` (default: this one).
 * ``brian2 numpy`` / ``brian2 cython`` / ``brian2 cpp_standalone``: the network written in
   Brian2 (its own random connectivity and initial state, drawn from the same
   distributions), run by the interpreter given with ``--brian-python`` or
   ``$BRIAN_PYTHON`` (Brian2 wants its own environment: ``numpy<2.4``).
+* ``... pinned``: a JAX contender under ``taskset -c 0``. XLA's runtime keeps threads of
+  its own next to the one that runs the loop, so an unpinned "one-thread" JAX process uses
+  more than one core of CPU time; pinned, it gets one core, as Brian2 does.
 
-Timing: wall time of the simulation only (JAX compile, Brian2 code generation and
-compilation excluded: JAX runs a compiled executable; Brian2's runtime targets run 1 ms
-first, and its standalone binary reports its own run time). Memory: peak resident set of
+Timing, the same for every contender: wall clock (``time.perf_counter``) around the
+simulation only, measured inside the process that simulates, plus that process's CPU
+time (user + system, all its threads) over the same interval. JAX contenders compile, run
+once (one-time costs of a first call: Numba's and brainevent's kernels, buffers) and then
+time later, identical calls (the median; as many as take ``--min-time`` seconds, since
+``/proc/stat`` counts in 10 ms ticks). Brian2's runtime targets run 1 ms first (code
+generation and compilation), then the timed run, continued until ``--min-time`` has
+passed (rates from the first run). Its standalone binary gets a wall and CPU clock inserted
+around the network runs in the generated ``main`` (Brian2's own run time is CPU time), so
+network construction inside the binary is excluded; it runs about ``--min-time`` seconds
+(a fixed number of continued runs, rates from the first). Memory: peak resident set of
 the process that simulates (``ru_maxrss``; for cpp_standalone that of the binary).
+
+Disturbance: each run records the 1-minute load average before it starts and the CPU time
+that other processes took during its timed interval (``/proc/stat`` busy time minus the
+run's own CPU time, in cores). A run in which other processes took more than
+``--max-other`` cores (default 0.3) is marked disturbed and rerun, up to ``--retries``
+times; the table's medians are over the undisturbed runs when a contender has any, over
+all runs otherwise, and the table says how many runs were disturbed.
 
 Contenders are interleaved (the order rotates with the seed) and each seed draws a new
 network; rates agree when the mean rates over seeds differ by less than three combined
 standard errors plus 1 Hz.
 
 Run:  BRIAN_PYTHON=/work/venv-brian/bin/python python benchmarks/coba.py \
-          --scales 1,10 --seeds 3 --duration 1.0
-      (add ``--scales 100 --duration 0.05 --seeds 1`` for the 400,000-neuron network)
+          --scales 1,10,100 --seeds 3,2,1 --duration 1.0,0.5,0.1
 """
 
 from __future__ import annotations
@@ -46,63 +66,135 @@ import time
 
 ROOT = pathlib.Path(__file__).resolve().parents[1]
 RESULTS = ROOT / "benchmarks" / "results"
-PF = ("primforge plain", "primforge fused", "primforge fused x10", "primforge fused x10 2t",
-      "primforge fused x10 stored")
+PF = ("primforge plain", "primforge fused", "primforge fused x10", "primforge fused x10 jitc",
+      "primforge fused x10 2t", "primforge fused x10 stored")
 # At 100x primforge's steps use just-in-time connectivity (never stored; the fused one
 # regenerates the rows of the neurons that fired inside the kernel); "primforge fused x10
 # stored", brainevent and Brian2 store the 32M synapses. (brainevent's own just-in-time
 # matrices are not event-driven in the x @ W direction: one product of that size takes
-# seconds, so a run would take hours.) "... stored" and "... 2t" run at 100x only.
+# seconds, so a run would take hours.) "... stored" runs at 100x only, "... jitc" (one
+# thread over just-in-time connectivity, the one-thread counterpart of "... 2t") below.
 BRIAN = ("brian2 numpy", "brian2 cython", "brian2 cpp_standalone")
+PINNED = tuple(f"{name} pinned" for name in (*PF[:3], "primforge fused x10 stored",
+                                             "brainevent"))
+ALL = (*PF, "brainevent", *BRIAN, *PINNED)
 
-# ----------------------------------------------------------------------------- brainevent child
-_BRAINEVENT = r"""
-import importlib.util, json, resource, sys, time
+# ----------------------------------------------------------------------------- probes
+# Shared by the Python children: wall clock, busy CPU time of the whole machine (/proc/stat:
+# user, nice, system, irq, softirq, steal) and this process's CPU time.
+_PROBE = r"""
+import os, resource, time
+_TCK = os.sysconf("SC_CLK_TCK")
+def _probe():
+    with open("/proc/stat") as f:
+        u, n, s, idle, iow, irq, sirq, st = (int(x) for x in f.readline().split()[1:9])
+    r = resource.getrusage(resource.RUSAGE_SELF)
+    return time.perf_counter(), (u + n + s + irq + sirq + st) / _TCK, r.ru_utime + r.ru_stime
+def _interval(p0, p1, reps=1):
+    wall, cpu = p1[0] - p0[0], p1[2] - p0[2]
+    return dict(run_s=wall / reps, cpu_s=cpu / reps, reps=reps,
+                other_cpu_cores=max(0.0, (p1[1] - p0[1]) - cpu) / wall)
+"""
+
+# ----------------------------------------------------------------------------- JAX child
+_JAX = _PROBE + r"""
+import importlib.util, json, statistics, sys
 sys.path.insert(0, {root!r})
 import jax, jax.numpy as jnp, numpy as np
-import brainevent
 spec = importlib.util.spec_from_file_location("coba_example", {example!r})
 coba = importlib.util.module_from_spec(spec); sys.modules[spec.name] = coba
 spec.loader.exec_module(coba)
-scale, seed, duration = {scale}, {seed}, {duration}
-net = coba.scaled(scale, seed)
-# brainevent sizes its workspace from a concrete indptr: the matrices are built outside jit
-# and closed over (its intended use).
-we = brainevent.CSR((net.w_exc.data, net.w_exc.indices, net.w_exc.indptr), shape=net.w_exc.shape)
-wi = brainevent.CSR((net.w_inh.data, net.w_inh.indices, net.w_inh.indptr), shape=net.w_inh.shape)
-ne, n_steps = net.n_exc, int(round(duration * 1000 / coba.DT))
-@jax.jit
-def run(v, ge, gi):
-    def body(carry, _):
-        (v, ge, gi, ref), count = carry
-        v, spike, ref = coba._integrate(v, ge, gi, ref)
-        ge = ge * coba.DECAY_E + brainevent.EventArray(spike[:ne]) @ we
-        gi = gi * coba.DECAY_I + brainevent.EventArray(spike[ne:]) @ wi
-        v = jnp.where(spike, coba.F32(coba.VR), v)
-        count = count + jnp.stack([spike[:ne].sum(dtype=jnp.int32),
-                                   spike[ne:].sum(dtype=jnp.int32)])
-        return ((v, ge, gi, ref), count), None
-    init = ((v, ge, gi, jnp.zeros(v.shape, jnp.int32)), jnp.zeros(2, jnp.int32))
-    (_, count), _ = jax.lax.scan(body, init, None, length=n_steps)
-    return count
-args = (net.v0, net.ge0, net.gi0)
+scale, seed, duration, kind = {scale}, {seed}, {duration}, {kind!r}
+fused, k, threads, conn = {fused}, {k}, {threads}, {conn!r}
+n_steps = int(round(duration * 1000 / coba.DT))
+net = coba.scaled(scale, seed, conn)
+if kind == "brainevent":
+    import brainevent
+    version = brainevent.__version__
+    # brainevent sizes its workspace from a concrete indptr: the matrices are built outside
+    # jit and closed over (its intended use).
+    we = brainevent.CSR((net.w_exc.data, net.w_exc.indices, net.w_exc.indptr),
+                        shape=net.w_exc.shape)
+    wi = brainevent.CSR((net.w_inh.data, net.w_inh.indices, net.w_inh.indptr),
+                        shape=net.w_inh.shape)
+    ne = net.n_exc
+    @jax.jit
+    def run(v, ge, gi):
+        def body(carry, _):
+            (v, ge, gi, ref), count = carry
+            v, spike, ref = coba._integrate(v, ge, gi, ref)
+            ge = ge * coba.DECAY_E + brainevent.EventArray(spike[:ne]) @ we
+            gi = gi * coba.DECAY_I + brainevent.EventArray(spike[ne:]) @ wi
+            v = jnp.where(spike, coba.F32(coba.VR), v)
+            count = count + jnp.stack([spike[:ne].sum(dtype=jnp.int32),
+                                       spike[ne:].sum(dtype=jnp.int32)])
+            return ((v, ge, gi, ref), count), None
+        init = ((v, ge, gi, jnp.zeros(v.shape, jnp.int32)), jnp.zeros(2, jnp.int32))
+        (_, count), _ = jax.lax.scan(body, init, None, length=n_steps)
+        return count
+    args = (net.v0, net.ge0, net.gi0)
+    counts = lambda out: np.asarray(out)
+else:
+    import primforge
+    version = getattr(primforge, "__version__", None)
+    run = coba.simulator(net, n_steps, fused=fused, steps_per_call=k, threads=threads)
+    args = (net.v0, net.ge0, net.gi0, net.w_exc, net.w_inh)
+    counts = lambda out: np.asarray(out["counts"]).sum(axis=0)
 t0 = time.perf_counter()
 compiled = run.lower(*args).compile()
 compile_s = time.perf_counter() - t0
-t0 = time.perf_counter(); count = np.asarray(jax.block_until_ready(compiled(*args)))
-run_s = time.perf_counter() - t0
-print(json.dumps(dict(neurons=net.n, rate_exc_hz=count[0] / net.n_exc / duration,
-    rate_inh_hz=count[1] / net.n_inh / duration, compile_s=compile_s, run_s=run_s,
-    s_per_sim_s=run_s / duration,
+jax.block_until_ready(compiled(*args))  # the first call, with its one-time costs, untimed
+# Later calls, identical, until {min_time} s have passed: /proc/stat counts in clock ticks.
+walls, p0 = [], _probe()
+while not walls or sum(walls) < {min_time}:
+    t0 = time.perf_counter(); out = jax.block_until_ready(compiled(*args))
+    walls.append(time.perf_counter() - t0)
+p1 = _probe()
+count = counts(out)
+timing = _interval(p0, p1, len(walls))
+timing["run_s"] = statistics.median(walls)
+print(json.dumps(dict(neurons=net.n, rate_exc_hz=float(count[0] / net.n_exc / duration),
+    rate_inh_hz=float(count[1] / net.n_inh / duration), compile_s=compile_s, **timing,
+    s_per_sim_s=timing["run_s"] / duration, cpu_s_per_sim_s=timing["cpu_s"] / duration,
     peak_rss_mib=resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024,
-    version=brainevent.__version__)))
+    version=version)))
 """
 
 # ----------------------------------------------------------------------------- brian2 child
-_BRIAN = r"""
-import json, os, resource, subprocess, sys, time
+# Inserted around the network run of the standalone binary: wall clock, the process's CPU
+# clock and the machine's busy time, written to results/bench_clock.txt.
+_CPP_CLOCK = r"""
+auto _bench_busy = []() {
+    std::ifstream f("/proc/stat"); std::string cpu;
+    unsigned long long u, n, s, idle, iow, irq, sirq, st;
+    f >> cpu >> u >> n >> s >> idle >> iow >> irq >> sirq >> st;
+    return u + n + s + irq + sirq + st;
+};
+struct timespec _bench_w0, _bench_c0, _bench_w1, _bench_c1;
+unsigned long long _bench_b0 = _bench_busy();
+clock_gettime(CLOCK_MONOTONIC, &_bench_w0); clock_gettime(CLOCK_PROCESS_CPUTIME_ID, &_bench_c0);
+"""
+_CPP_CLOCK_END = r"""
+clock_gettime(CLOCK_MONOTONIC, &_bench_w1); clock_gettime(CLOCK_PROCESS_CPUTIME_ID, &_bench_c1);
+unsigned long long _bench_b1 = _bench_busy();
+{
+    std::ofstream f(brian::results_dir + "bench_clock.txt");
+    f << (_bench_w1.tv_sec - _bench_w0.tv_sec) + 1e-9 * (_bench_w1.tv_nsec - _bench_w0.tv_nsec)
+      << " " << (_bench_c1.tv_sec - _bench_c0.tv_sec)
+                 + 1e-9 * (_bench_c1.tv_nsec - _bench_c0.tv_nsec)
+      << " " << (_bench_b1 - _bench_b0) << std::endl;
+}
+"""
+
+_BRIAN = _PROBE + r"""
+import json, math, subprocess, sys
 target, workdir = sys.argv[1], sys.argv[5]
 scale, seed_, duration = int(sys.argv[2]), int(sys.argv[3]), float(sys.argv[4])
+cpp_clock, cpp_clock_end, min_time = sys.argv[6], sys.argv[7], float(sys.argv[8])
+# The standalone binary runs a fixed number of times: at least 0.1 s per simulated second
+# per 4,000 neurons, about min_time in all.
+reps = 1 if target != "cpp_standalone" else max(1, math.ceil(min_time / (0.1 * scale * duration)))
+import numpy as np
 import brian2 as b2
 from brian2 import ms, mV
 if target == "cpp_standalone":
@@ -129,27 +221,40 @@ Ci = b2.Synapses(P[ne:], P, on_pre="gi += wi"); Ci.connect(p=p)
 M = b2.SpikeMonitor(P, record=False)
 net = b2.Network(P, Ce, Ci, M)
 if target == "cpp_standalone":
-    net.run(duration * b2.second)
     dev = b2.get_device()
+    dev.insert_code("main", cpp_clock)
+    net.run(duration * b2.second)
+    M.active = False  # rates from the first run; the others continue it, for the clock
+    for _ in range(reps - 1):
+        net.run(duration * b2.second)
+    dev.insert_code("main", cpp_clock_end)
     dev.build(directory=workdir, compile=True, run=False)
     proc = subprocess.Popen([os.path.join(workdir, "main")], cwd=workdir, stdout=subprocess.DEVNULL)
     _, status, usage = os.wait4(proc.pid, 0)
     assert status == 0, status
     dev.has_been_run = True
-    with open(os.path.join(workdir, "results", "last_run_info.txt")) as f:
-        run_s = float(f.read().split()[0])
+    with open(os.path.join(workdir, "results", "bench_clock.txt")) as f:
+        wall, cpu, busy = (float(x) for x in f.read().split())
+    timing = dict(run_s=wall / reps, cpu_s=cpu / reps, reps=reps,
+                  other_cpu_cores=max(0.0, busy / _TCK - cpu) / wall)
     rss = usage.ru_maxrss / 1024
     sim_s = duration
 else:
     net.run(1 * ms)  # code generation and compilation
-    t0 = time.perf_counter(); net.run(duration * b2.second); run_s = time.perf_counter() - t0
+    p0 = _probe(); net.run(duration * b2.second); reps = 1
+    count = np.array(M.count)
+    while time.perf_counter() - p0[0] < min_time:  # continue the run, for the clock
+        net.run(duration * b2.second); reps += 1
+    p1 = _probe()
+    timing = _interval(p0, p1, reps)
     rss = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024
     sim_s = duration + 1e-3
-import numpy as np
-count = np.asarray(M.count)
+if target == "cpp_standalone":
+    count = np.asarray(M.count)
 print(json.dumps(dict(neurons=n, rate_exc_hz=float(count[:ne].sum() / ne / sim_s),
-    rate_inh_hz=float(count[ne:].sum() / (n - ne) / sim_s), run_s=run_s,
-    s_per_sim_s=run_s / duration, peak_rss_mib=rss, version=b2.__version__)))
+    rate_inh_hz=float(count[ne:].sum() / (n - ne) / sim_s), **timing,
+    s_per_sim_s=timing["run_s"] / duration, cpu_s_per_sim_s=timing["cpu_s"] / duration,
+    peak_rss_mib=rss, version=b2.__version__)))
 """
 
 
@@ -161,30 +266,37 @@ def _child(cmd, env=None, timeout=1800) -> dict:
     return json.loads(out.stdout.strip().splitlines()[-1])
 
 
+def _jax_options(contender: str, scale: int) -> dict:
+    name = contender.removesuffix(" pinned")
+    stored = name == "brainevent" or name.endswith("stored") or scale != 100
+    return {"kind": "brainevent" if name == "brainevent" else "primforge",
+            "fused": "fused" in name, "k": 10 if "x10" in name else 1,
+            "threads": 2 if name.endswith("2t") else 1,
+            "conn": "jitc" if name.endswith(("2t", "jitc")) or not stored else "csr"}
+
+
 def run_one(contender: str, scale: int, seed: int, duration: float, brian: str | None,
-            tmp: str) -> dict:
+            brainevent_python: str, tmp: str, min_time: float = 1.0) -> dict:
+    """Run one contender in a child process; returns its JSON line."""
     env = dict(os.environ, PYTHONPATH=str(ROOT), JAX_PLATFORMS="cpu")
-    if contender in PF:
-        cmd = [sys.executable, str(ROOT / "examples" / "coba.py"), "--scale", str(scale),
-               "--seed", str(seed), "--duration", str(duration), "--json"]
-        if "fused" in contender:
-            cmd.append("--fused")
-        if "x10" in contender:
-            cmd += ["--steps-per-call", "10"]
-        if contender.endswith("2t"):
-            cmd += ["--threads", "2", "--conn", "jitc"]
-        if contender.endswith("stored"):
-            cmd += ["--conn", "csr"]
-        return _child(cmd, env)
-    if contender == "brainevent":
-        code = _BRAINEVENT.format(root=str(ROOT), example=str(ROOT / "examples" / "coba.py"),
-                                  scale=scale, seed=seed, duration=duration)
-        return _child([sys.executable, "-c", code], env)
-    target = contender.split()[1]
-    workdir = tempfile.mkdtemp(dir=tmp, prefix=f"brian-{target}-")
-    benv = {k: v for k, v in os.environ.items() if k not in ("PYTHONPATH",)}
-    return _child([brian, "-c", _BRIAN, target, str(scale), str(seed), str(duration), workdir],
-                  benv)
+    if contender in BRIAN:
+        target = contender.split()[1]
+        workdir = tempfile.mkdtemp(dir=tmp, prefix=f"brian-{target}-")
+        benv = {k: v for k, v in os.environ.items() if k not in ("PYTHONPATH",)}
+        return _child([brian, "-c", _BRIAN, target, str(scale), str(seed), str(duration),
+                       workdir, _CPP_CLOCK, _CPP_CLOCK_END, str(min_time)], benv)
+    opts = _jax_options(contender, scale)
+    code = _JAX.format(root=str(ROOT), example=str(ROOT / "examples" / "coba.py"),
+                       scale=scale, seed=seed, duration=duration, min_time=min_time,
+                       **opts)
+    python = brainevent_python if opts["kind"] == "brainevent" else sys.executable
+    prefix = ["taskset", "-c", "0"] if contender.endswith(" pinned") else []
+    return _child([*prefix, python, "-c", code], env)
+
+
+def _loadavg() -> float:
+    with open("/proc/loadavg") as f:
+        return float(f.read().split()[0])
 
 
 def _mean_se(xs):
@@ -194,16 +306,30 @@ def _mean_se(xs):
 
 
 def summarize(rows: list[dict]) -> list[dict]:
+    """One entry per (scale, contender): rates over seeds, medians of the kept runs.
+
+    Of the retries of one (scale, contender, seed), the last one counts (the earlier ones
+    were disturbed); timing medians are over the undisturbed runs when there are any.
+    """
+    last = {}
+    for r in rows:
+        last[(r["scale"], r["contender"], r["seed"])] = r
+    rows = list(last.values())
     table = []
     for scale in sorted({r["scale"] for r in rows}):
         at = [r for r in rows if r["scale"] == scale]
         names = list(dict.fromkeys(r["contender"] for r in at))
-        # Rates are compared with primforge's plain step, or the first contender run.
-        ref_name = "primforge plain" if "primforge plain" in names else names[0]
-        base = [r for r in at if r["contender"] == ref_name]
         for name in names:
+            # Rates are compared with primforge's plain step (with the one-thread fused step
+            # over just-in-time connectivity for the others over it), or the first one run.
+            jitc = name.endswith(("2t", "jitc")) and scale != 100
+            ref_name = "primforge fused x10 jitc" if jitc else "primforge plain"
+            ref_name = ref_name if ref_name in names else names[0]
+            base = [r for r in at if r["contender"] == ref_name]
             mine = [r for r in at if r["contender"] == name]
-            entry = {"scale": scale, "contender": name, "runs": len(mine)}
+            quiet = [r for r in mine if not r["disturbed"]] or mine
+            entry = {"scale": scale, "contender": name, "runs": len(mine),
+                     "disturbed_runs": sum(r["disturbed"] for r in mine)}
             for key in ("rate_exc_hz", "rate_inh_hz"):
                 m, se = _mean_se([r[key] for r in mine])
                 entry[key], entry[key + "_se"] = m, se
@@ -211,69 +337,115 @@ def summarize(rows: list[dict]) -> list[dict]:
                     bm, bse = _mean_se([r[key] for r in base])
                     entry.setdefault("rates_agree", True)
                     entry["rates_agree"] &= abs(m - bm) <= 3 * (se**2 + bse**2) ** 0.5 + 1.0
-            entry["s_per_sim_s"] = statistics.median(r["s_per_sim_s"] for r in mine)
+            for key in ("s_per_sim_s", "cpu_s_per_sim_s", "other_cpu_cores", "load_avg_1m"):
+                entry[key] = statistics.median(r[key] for r in quiet)
             entry["peak_rss_mib"] = max(r["peak_rss_mib"] for r in mine)
             table.append(entry)
     return table
 
 
 def markdown(table: list[dict]) -> str:
-    lines = [("| scale | contender | E rate (Hz) | I rate (Hz) | rates agree | s per simulated s "
-              "| peak memory (MiB) |"), "| --- | --- | --- | --- | --- | --- | --- |"]
+    """The table as Markdown."""
+    lines = [("| scale | contender | E rate (Hz) | I rate (Hz) | rates agree | wall s per sim. s "
+              "| CPU s per sim. s | others' CPU (cores) | load (1 min) | disturbed "
+              "| peak memory (MiB) |"),
+             "| --- | --- | --- | --- | --- | --- | --- | --- | --- | --- | --- |"]
     for e in table:
         lines.append(
             f"| {e['scale']}x | {e['contender']} | {e['rate_exc_hz']:.1f} ± "
             f"{e['rate_exc_hz_se']:.1f} | {e['rate_inh_hz']:.1f} ± {e['rate_inh_hz_se']:.1f} | "
             f"{ {True: 'yes', False: 'NO'}.get(e.get('rates_agree'), 'reference')} | "
-            f"{e['s_per_sim_s']:.3f} | "
-            f"{e['peak_rss_mib']:.0f} |")
+            f"{e['s_per_sim_s']:.3f} | {e['cpu_s_per_sim_s']:.3f} | "
+            f"{e['other_cpu_cores']:.2f} | {e['load_avg_1m']:.1f} | "
+            f"{e['disturbed_runs']}/{e['runs']} | {e['peak_rss_mib']:.0f} |")
     return "\n".join(lines)
+
+
+def _per_scale(text: str, scales: list[int], kind):
+    values = [kind(x) for x in text.split(",")]
+    if len(values) == 1:
+        values = values * len(scales)
+    if len(values) != len(scales):
+        raise SystemExit(f"coba.py: give one value or one per scale, got {text!r}")
+    return dict(zip(scales, values, strict=True))
 
 
 def main(argv=None):
     ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     ap.add_argument("--scales", default="1,10")
-    ap.add_argument("--seeds", type=int, default=3)
-    ap.add_argument("--duration", type=float, default=1.0, help="simulated seconds per run")
-    ap.add_argument("--contenders", default=",".join((*PF, "brainevent", *BRIAN)))
+    ap.add_argument("--seeds", default="3", help="seeds per scale (one, or one per scale)")
+    ap.add_argument("--duration", default="1.0",
+                    help="simulated seconds per run (one, or one per scale)")
+    ap.add_argument("--contenders", default=",".join(ALL))
     ap.add_argument("--brian-python", default=os.environ.get("BRIAN_PYTHON"),
                     help="python of an environment with brian2 (default $BRIAN_PYTHON)")
+    ap.add_argument("--brainevent-python", default=os.environ.get("BRAINEVENT_PYTHON",
+                                                                   sys.executable),
+                    help="python of an environment with brainevent, jax and primforge's "
+                    "dependencies (default $BRAINEVENT_PYTHON, else this one)")
     ap.add_argument("--skip", default="", help="scale:contender pairs to leave out, e.g. "
                     "'10:brian2 numpy'")
+    ap.add_argument("--max-other", type=float, default=0.3,
+                    help="a run is disturbed when other processes took more CPU (cores)")
+    ap.add_argument("--min-time", type=float, default=1.0,
+                    help="seconds of simulation timed per run at least (runs repeated)")
+    ap.add_argument("--retries", type=int, default=2, help="reruns of a disturbed run")
     ap.add_argument("--out", default=str(RESULTS / "coba.json"))
     ap.add_argument("--markdown", default=None, help="also write the table to this file")
     args = ap.parse_args(argv)
 
     contenders = [c.strip() for c in args.contenders.split(",") if c.strip()]
+    unknown = sorted(set(contenders) - set(ALL))
+    if unknown:
+        raise SystemExit(f"coba.py: unknown contenders {unknown}; known: {list(ALL)}")
     if not args.brian_python:
         print("no --brian-python / $BRIAN_PYTHON: Brian2 left out", file=sys.stderr)
         contenders = [c for c in contenders if c not in BRIAN]
     skip = {tuple(s.split(":", 1)) for s in args.skip.split(",") if ":" in s}
     scales = [int(s) for s in args.scales.split(",")]
+    seeds = _per_scale(args.seeds, scales, int)
+    durations = _per_scale(args.duration, scales, float)
+    meta = {"durations_s": durations, "seeds": seeds, "cpus": os.cpu_count(),
+            "python": sys.version.split()[0], "max_other_cores": args.max_other,
+            "retries": args.retries, "min_time_s": args.min_time,
+            "argv": sys.argv[1:] if argv is None else list(argv)}
     rows = []
+    os.makedirs(os.path.dirname(args.out), exist_ok=True)
     with tempfile.TemporaryDirectory(prefix="coba-bench-") as tmp:
-        for seed in range(args.seeds):
+        for seed in range(max(seeds.values())):
             order = contenders[seed % len(contenders):] + contenders[:seed % len(contenders)]
             for scale in scales:
+                if seed >= seeds[scale]:
+                    continue
                 for name in order:
-                    small_only = scale != 100 and name.endswith(("stored", "2t"))
-                    if (str(scale), name) in skip or small_only:
+                    base = name.removesuffix(" pinned")
+                    if ((str(scale), name) in skip or (scale != 100 and base.endswith("stored"))
+                            or (scale == 100 and base.endswith("jitc"))):
                         continue
-                    t0 = time.perf_counter()
-                    res = run_one(name, scale, seed, args.duration, args.brian_python, tmp)
-                    res.update(contender=name, scale=scale, seed=seed,
-                               wall_total_s=time.perf_counter() - t0)
-                    rows.append(res)
-                    print(f"{scale:>3}x seed {seed} {name:<22} E {res['rate_exc_hz']:6.2f} Hz "
-                          f"I {res['rate_inh_hz']:6.2f} Hz  {res['s_per_sim_s']:7.3f} s/s  "
-                          f"{res['peak_rss_mib']:6.0f} MiB", flush=True)
+                    for attempt in range(args.retries + 1):
+                        load = _loadavg()
+                        t0 = time.perf_counter()
+                        res = run_one(name, scale, seed, durations[scale], args.brian_python,
+                                      args.brainevent_python, tmp, args.min_time)
+                        res.update(contender=name, scale=scale, seed=seed, attempt=attempt,
+                                   duration_s=durations[scale], load_avg_1m=load,
+                                   disturbed=res["other_cpu_cores"] > args.max_other,
+                                   wall_total_s=time.perf_counter() - t0)
+                        rows.append(res)
+                        print(f"{scale:>3}x seed {seed} {name:<29} E {res['rate_exc_hz']:6.2f} "
+                              f"I {res['rate_inh_hz']:6.2f} Hz {res['s_per_sim_s']:7.3f} s/s "
+                              f"cpu {res['cpu_s_per_sim_s']:7.3f} others "
+                              f"{res['other_cpu_cores']:4.2f} load {load:4.1f} "
+                              f"{res['peak_rss_mib']:5.0f} MiB"
+                              + (" DISTURBED" if res["disturbed"] else ""), flush=True)
+                        with open(args.out, "w") as f:  # every run so far, kept on a crash
+                            json.dump({"meta": meta, "runs": rows}, f, indent=1)
+                        if not res["disturbed"]:
+                            break
     table = summarize(rows)
     text = markdown(table)
     print()
     print(text)
-    meta = {"duration_s": args.duration, "seeds": args.seeds, "cpus": os.cpu_count(),
-            "load_avg": os.getloadavg(), "python": sys.version.split()[0]}
-    os.makedirs(os.path.dirname(args.out), exist_ok=True)
     with open(args.out, "w") as f:
         json.dump({"meta": meta, "runs": rows, "table": table}, f, indent=1)
     if args.markdown:

@@ -316,15 +316,19 @@ def _jitc_propagate(prob: float):
 
 @functools.cache
 def _numba_jitc_loop_threaded(steps: int, prob: float, threads: int):
-    """The fused loop over just-in-time connectivity on ``threads`` threads.
+    """The fused loop over just-in-time connectivity on ``threads`` threads: one parallel
+    region per step.
 
     The neurons are split into ``threads`` contiguous ranges, and thread ``t`` owns range
-    ``t`` in every phase of a step: its neurons' update, then the inputs they receive. The
-    rows of the neurons that fired are split between the threads, each generating its
-    share into its own buffer of targets; then each thread scans every buffer and adds the
-    targets in its range (the others go to a scratch slot past the end, branch-free). Every
-    accumulator is written by one thread only and all weights of a population are equal,
-    so each sum is the serial kernel's, bit for bit, whatever the number of threads.
+    ``t``. In the region of step ``s`` thread ``t`` adds the targets that every thread
+    generated in step ``s - 1`` and that fall in its range (the others go to a scratch slot
+    past the end, branch-free), updates its neurons, and generates the rows of those of
+    them that fired into its own buffer (two sets of buffers, alternating with the step, so
+    no thread writes a buffer that another still reads). A step whose rows do not fit a
+    block of ``_BLOCK`` targets per thread takes extra rounds (scatter, then generate the
+    rest). Every accumulator is written by one thread only and all weights of a population
+    are equal, so each sum is the serial kernel's, bit for bit, whatever the number of
+    threads.
     """
     import numba
 
@@ -332,16 +336,43 @@ def _numba_jitc_loop_threaded(steps: int, prob: float, threads: int):
     columns = jitc_numba_columns(prob)
     T = int(threads)
 
+    @numba.njit(inline="always", nogil=True)
+    def scatter_range(acc, w, buf, count, first, last, scratch):
+        for k in range(count):
+            j = buf[k]
+            acc[j if (j >= first) & (j < last) else scratch] += w
+
+    @numba.njit(inline="always", nogil=True)
+    def generate(t, start, hi, ne, n, seed_e, seed_i, spk, buf_e, buf_i, fills):
+        """Rows of the neurons ``start .. hi - 1`` that fired, until a block is full;
+        returns the next row to generate."""
+        fe, fi, i = 0, 0, start
+        while i < hi and fe < _BLOCK and fi < _BLOCK:
+            if spk[i]:
+                if i < ne:
+                    fe += columns(seed_e, i, n, buf_e[fe:])
+                else:
+                    fi += columns(seed_i, i - ne, n, buf_i[fi:])
+            i += 1
+        fills[t, 0], fills[t, 1] = fe, fi
+        return i
+
+    @numba.njit(inline="always", nogil=True)
+    def scatter_all(t, first, last, n, w_e, w_i, acc_e, acc_i, bufs, fills):
+        for b in range(T):
+            scatter_range(acc_e, w_e, bufs[b, 0], fills[b, 0], first, last, n + t)
+            scatter_range(acc_i, w_i, bufs[b, 1], fills[b, 1], first, last, n + t)
+
     @numba.njit(nogil=True, parallel=True, fastmath={"contract"})
     def loop(v, ge, gi, ref, w_e, w_i, seed_e, seed_i, ne,
              v_out, ge_out, gi_out, ref_out, spike_out):
         n = v.shape[0]
         acc_e = np.zeros(n + T, np.float32)  # slot n + t: thread t's scratch
         acc_i = np.zeros(n + T, np.float32)
-        bufs = np.empty((T, _BLOCK + n), np.int64)
-        fills = np.zeros(T, np.int64)
-        starts = np.zeros(T, np.int64)  # next row of each thread's share
-        active = np.empty(n, np.int64)
+        # bufs[p, t, 0 | 1]: thread t's excitatory | inhibitory targets, set p = step % 2
+        bufs = np.empty((2, T, 2, _BLOCK + n), np.int64)
+        fills = np.zeros((2, T, 2), np.int64)
+        nxt = np.zeros(T, np.int64)  # next row of each thread's range to generate
         chunk = (n + T - 1) // T
         v_out[:] = v
         ge_out[:] = ge
@@ -349,39 +380,32 @@ def _numba_jitc_loop_threaded(steps: int, prob: float, threads: int):
         ref_out[:] = ref
         for step in range(steps):
             spk = spike_out[step]
+            cur, prev = step % 2, 1 - step % 2
             for t in numba.prange(T):
-                update(min(n, t * chunk), min(n, (t + 1) * chunk), step > 0, v_out, ge_out,
-                       gi_out, ref_out, acc_e, acc_i, spk)
-            for pop in range(2):
-                lo, hi = (0, ne) if pop == 0 else (ne, n)
-                acc, w, seed = (acc_e, w_e, seed_e) if pop == 0 else (acc_i, w_i, seed_i)
-                count = 0
-                for i in range(lo, hi):  # the rows that fired, in order
-                    active[count] = i - lo
-                    count += spk[i]
-                share = (count + T - 1) // T
+                lo, hi = min(n, t * chunk), min(n, (t + 1) * chunk)
+                scatter_all(t, lo, hi, n, w_e, w_i, acc_e, acc_i, bufs[prev], fills[prev])
+                update(lo, hi, step > 0, v_out, ge_out, gi_out, ref_out, acc_e, acc_i, spk)
+                nxt[t] = generate(t, lo, hi, ne, n, seed_e, seed_i, spk, bufs[cur, t, 0],
+                                  bufs[cur, t, 1], fills[cur])
+            more = False
+            for t in range(T):
+                more |= nxt[t] < min(n, (t + 1) * chunk)
+            while more:  # rare: more targets than a block: scatter, generate the rest
+                for t in numba.prange(T):
+                    lo, hi = min(n, t * chunk), min(n, (t + 1) * chunk)
+                    scatter_all(t, lo, hi, n, w_e, w_i, acc_e, acc_i, bufs[cur], fills[cur])
+                for t in numba.prange(T):
+                    hi = min(n, (t + 1) * chunk)
+                    nxt[t] = generate(t, nxt[t], hi, ne, n, seed_e, seed_i, spk,
+                                      bufs[cur, t, 0], bufs[cur, t, 1], fills[cur])
+                more = False
                 for t in range(T):
-                    starts[t] = min(count, t * share)
-                remaining = count > 0
-                while remaining:  # rounds: each buffer takes at least one block
-                    for t in numba.prange(T):
-                        fill, a, end = 0, starts[t], min(count, (t + 1) * share)
-                        while a < end and fill < _BLOCK:
-                            fill += columns(seed, active[a], n, bufs[t, fill:])
-                            a += 1
-                        fills[t], starts[t] = fill, a
-                    for t in numba.prange(T):
-                        first, last, scratch = t * chunk, min(n, (t + 1) * chunk), n + t
-                        for b in range(T):
-                            buf = bufs[b]
-                            for k in range(fills[b]):
-                                j = buf[k]
-                                acc[j if (j >= first) & (j < last) else scratch] += w
-                    remaining = False
-                    for t in range(T):
-                        remaining |= starts[t] < min(count, (t + 1) * share)
+                    more |= nxt[t] < min(n, (t + 1) * chunk)
+        last = (steps - 1) % 2
         for t in numba.prange(T):
-            finish(min(n, t * chunk), min(n, (t + 1) * chunk), ge_out, gi_out, acc_e, acc_i)
+            lo, hi = min(n, t * chunk), min(n, (t + 1) * chunk)
+            scatter_all(t, lo, hi, n, w_e, w_i, acc_e, acc_i, bufs[last], fills[last])
+            finish(lo, hi, ge_out, gi_out, acc_e, acc_i)
 
     return loop
 
@@ -403,28 +427,42 @@ def _numba_step(*, steps, **_):
     return step
 
 
-def _numba_jitc_step(*, steps, prob, n_exc, threads=1, **_):
-    """The Numba kernel over just-in-time connectivity: rows regenerated as spikes come."""
+# Below this many neurons per thread the kernel runs on one thread: two threads took about
+# twice one thread's time at 200,000 neurons each (benchmarks/reference/coba_threads_cpu.json),
+# so the threaded kernel runs only on networks far larger than the benchmark's. Threads pay
+# only on cores nothing else runs on: a step waits for its slowest thread.
+THREAD_MIN_NEURONS = 1_000_000
+
+
+def threads_used(n: int, threads: int, min_neurons: int = THREAD_MIN_NEURONS) -> int:
+    """Threads the fused kernel runs ``n`` neurons on when given ``threads``: all of them
+    when each gets at least ``min_neurons`` neurons, else one.
+
+    >>> threads_used(4_000, 2), threads_used(2_000_000, 2), threads_used(4_000, 2, 0)
+    (1, 2, 2)
+    """
+    return threads if threads > 1 and n >= threads * min_neurons else 1
+
+
+def _numba_jitc_step(*, steps, prob, n_exc, threads=1, min_neurons=THREAD_MIN_NEURONS, **_):
+    """The Numba kernel over just-in-time connectivity: rows regenerated as spikes come,
+    on ``threads`` threads when the network is large enough (:func:`threads_used`)."""
     import numba
 
-    ne = int(n_exc)
-    if threads > 1:
-        threaded = _numba_jitc_loop_threaded(int(steps), float(prob), int(threads))
-
-        @numba.njit(nogil=True)
-        def step_threaded(v, ge, gi, ref, we, wi, seeds, v_out, ge_out, gi_out, ref_out,
-                          spike_out):
-            threaded(v, ge, gi, ref, we[0], wi[0], seeds[0], seeds[1], ne, v_out, ge_out,
-                     gi_out, ref_out, spike_out)
-
-        return step_threaded
+    ne, T, least = int(n_exc), int(threads), int(min_neurons)
+    choose = numba.njit(inline="always")(threads_used)
     loop = _numba_loop(int(steps), _jitc_propagate(float(prob)))
+    threaded = _numba_jitc_loop_threaded(int(steps), float(prob), T) if T > 1 else loop
 
     @numba.njit(nogil=True)
     def step(v, ge, gi, ref, we, wi, seeds, v_out, ge_out, gi_out, ref_out, spike_out):
-        buf = np.empty(_BLOCK + v.shape[0], np.int64)  # a block of targets, plus one row
-        conn = (we[0], wi[0], seeds[0], seeds[1], ne, buf)
-        loop(v, ge, gi, ref, conn, v_out, ge_out, gi_out, ref_out, spike_out)
+        if choose(v.shape[0], T, least) > 1:
+            threaded(v, ge, gi, ref, we[0], wi[0], seeds[0], seeds[1], ne, v_out, ge_out,
+                     gi_out, ref_out, spike_out)
+        else:
+            buf = np.empty(_BLOCK + v.shape[0], np.int64)  # a block of targets, plus one row
+            conn = (we[0], wi[0], seeds[0], seeds[1], ne, buf)
+            loop(v, ge, gi, ref, conn, v_out, ge_out, gi_out, ref_out, spike_out)
 
     return step
 
@@ -499,9 +537,13 @@ def _step_shapes(v, ge, gi, ref, we, e_idx, e_ptr, wi, i_idx, i_ptr, *, steps, *
     return _check_state(v, ge, gi, ref, steps, "coba_step")
 
 
-def _jitc_step_shapes(v, ge, gi, ref, we, wi, seeds, *, steps, prob, n_exc, threads=1, **_):
+def _jitc_step_shapes(v, ge, gi, ref, we, wi, seeds, *, steps, prob, n_exc, threads=1,
+                      min_neurons=THREAD_MIN_NEURONS, **_):
     if not isinstance(threads, int) or threads < 1:
         raise ValueError(f"coba_jitc_step: 'threads' must be a positive int, got {threads!r}")
+    if not isinstance(min_neurons, int) or min_neurons < 0:
+        raise ValueError("coba_jitc_step: 'min_neurons' must be a non-negative int, got "
+                         f"{min_neurons!r}")
     if we.shape != (1,) or wi.shape != (1,) or we.dtype != jnp.float32 or wi.dtype != we.dtype:
         raise ValueError("coba_jitc_step: 'we' and 'wi' must be float32 of shape (1,)")
     if seeds.shape != (2,) or seeds.dtype != jnp.uint32:
@@ -521,16 +563,17 @@ coba_jitc_step_p.def_abstract_eval(_jitc_step_shapes)
 
 
 def fused_step(we: CSR | JitConn, wi: CSR | JitConn, backend: str | None = None,
-               steps: int = 1, threads: int = 1):
+               steps: int = 1, threads: int = 1, min_neurons: int = THREAD_MIN_NEURONS):
     """``step(state) -> (state, spikes)``: one kernel call for ``steps`` steps (``spikes``
     has shape ``(steps, n)``), over stored CSR (``coba_step_p``) or just-in-time
     connectivity (``coba_jitc_step_p``, whose Numba kernel can run on several ``threads``
-    with the same results)."""
+    with the same results, when each thread gets ``min_neurons`` neurons or more)."""
     if isinstance(we, JitConn) and isinstance(wi, JitConn):
         if we.prob != wi.prob:
             raise ValueError("fused_step: both populations need the same connection prob.")
         kernel = coba_jitc_step_p
-        params = {"prob": we.prob, "n_exc": we.shape[0], "threads": int(threads)}
+        params = {"prob": we.prob, "n_exc": we.shape[0], "threads": int(threads),
+                  "min_neurons": int(min_neurons)}
         conn = (jnp.full((1,), we.weight, jnp.float32), jnp.full((1,), wi.weight, jnp.float32),
                 jnp.asarray(np.array([we.seed, wi.seed], np.uint32)))
     else:
@@ -556,7 +599,8 @@ def fused_step(we: CSR | JitConn, wi: CSR | JitConn, backend: str | None = None,
 
 # ----------------------------------------------------------------------------- simulation
 def simulator(net: Network, n_steps: int, *, fused: bool = False, backend: str | None = None,
-              raster: int = RASTER_NEURONS, steps_per_call: int = 1, threads: int = 1):
+              raster: int = RASTER_NEURONS, steps_per_call: int = 1, threads: int = 1,
+              min_neurons: int = THREAD_MIN_NEURONS):
     """A jitted ``run(v, ge, gi, w_exc, w_inh) -> dict`` of ``n_steps`` steps under ``lax.scan``.
 
     The result holds the spike counts of each population per step (``counts``, shape
@@ -576,7 +620,8 @@ def simulator(net: Network, n_steps: int, *, fused: bool = False, backend: str |
     @jax.jit
     def run(v, ge, gi, w_exc, w_inh):
         if fused:
-            step = fused_step(w_exc, w_inh, backend, steps=k, threads=threads)
+            step = fused_step(w_exc, w_inh, backend, steps=k, threads=threads,
+                              min_neurons=min_neurons)
         else:
             one = plain_step(w_exc, w_inh)
 
@@ -603,11 +648,12 @@ def simulator(net: Network, n_steps: int, *, fused: bool = False, backend: str |
 
 
 def simulate(net: Network, duration_s: float, *, fused: bool = False,
-             backend: str | None = None, steps_per_call: int = 1, threads: int = 1) -> dict:
+             backend: str | None = None, steps_per_call: int = 1, threads: int = 1,
+             min_neurons: int = THREAD_MIN_NEURONS) -> dict:
     """Compile, run ``duration_s`` simulated seconds and time both phases."""
     n_steps = round(duration_s * 1000.0 / DT)
     run = simulator(net, n_steps, fused=fused, backend=backend, steps_per_call=steps_per_call,
-                    threads=threads)
+                    threads=threads, min_neurons=min_neurons)
     t0 = time.perf_counter()
     args = (net.v0, net.ge0, net.gi0, net.w_exc, net.w_inh)
     compiled = run.lower(*args).compile()
@@ -674,7 +720,10 @@ def main(argv=None) -> dict:
     ap.add_argument("--steps-per-call", type=int, default=1,
                     help="with --fused: steps advanced by one kernel call (divides the steps)")
     ap.add_argument("--threads", type=int, default=1,
-                    help="with --fused and jitc connectivity: threads of the kernel")
+                    help="with --fused and jitc connectivity: threads of the kernel (used "
+                    "when each gets --thread-min-neurons neurons or more)")
+    ap.add_argument("--thread-min-neurons", type=int, default=THREAD_MIN_NEURONS,
+                    help="fewest neurons per thread for which the kernel uses threads")
     ap.add_argument("--neurons", type=int, default=None, help="override the network size")
     ap.add_argument("--prob", type=float, default=None, help="override the connection prob.")
     ap.add_argument("--plot", metavar="PNG", default=None, help="write a raster + histogram")
@@ -690,7 +739,8 @@ def main(argv=None) -> dict:
         net = scaled(args.scale, args.seed, conn)
     build_s = time.perf_counter() - t0
     res = simulate(net, args.duration, fused=args.fused, backend=args.backend,
-                   steps_per_call=args.steps_per_call, threads=args.threads)
+                   steps_per_call=args.steps_per_call, threads=args.threads,
+                   min_neurons=args.thread_min_neurons)
     summary = {
         "impl": (("primforge fused" + (f" x{args.steps_per_call}"
                                         if args.steps_per_call > 1 else "")

@@ -132,7 +132,7 @@ def test_fused_just_in_time_step_gives_the_plain_spike_trains(coba, jitc_net, ji
     """The fused kernel regenerates the rows inside the kernel: the plain step's trains,
     on one thread or several."""
     fused = coba.simulate(jitc_net, DURATION, fused=True, steps_per_call=steps_per_call,
-                          threads=threads)
+                          threads=threads, min_neurons=0)  # threads even for few neurons
     for key in ("counts", "per_neuron", "raster"):
         np.testing.assert_array_equal(fused[key], jitc_plain[key])
 
@@ -157,11 +157,24 @@ def test_fused_just_in_time_kernel_backends_agree(coba, jitc_net):
     for g, w in zip(got, want):
         np.testing.assert_allclose(np.asarray(g), np.asarray(w), rtol=1e-6, atol=1e-5)
     for threads in (2, 4):
-        several = coba.coba_jitc_step_p(*args, backend="numba", threads=threads, **kw)
+        several = coba.coba_jitc_step_p(*args, backend="numba", threads=threads,
+                                        min_neurons=0, **kw)
         for g, w in zip(several, got):  # the same sums as one thread, bit for bit
             np.testing.assert_array_equal(np.asarray(g), np.asarray(w))
     with pytest.raises(ValueError, match="'threads' must be a positive int"):
         coba.coba_jitc_step_p(*args, backend="numba", threads=0, **kw)
+    with pytest.raises(ValueError, match="'min_neurons' must be a non-negative int"):
+        coba.coba_jitc_step_p(*args, backend="numba", threads=2, min_neurons=-1, **kw)
+
+
+def test_threads_are_used_only_where_a_step_pays_for_them(coba, jitc_net):
+    """Two threads on a network too small for them run the one-thread kernel (same trains);
+    from ``THREAD_MIN_NEURONS`` neurons per thread on, the threaded one."""
+    assert coba.threads_used(jitc_net.n, 2) == 1
+    assert coba.threads_used(2 * coba.THREAD_MIN_NEURONS, 2) == 2
+    assert coba.threads_used(2 * coba.THREAD_MIN_NEURONS - 1, 2) == 1
+    assert coba.threads_used(10**7, 1) == 1
+    assert coba.threads_used(jitc_net.n, 3, min_neurons=0) == 3
 
 
 def test_fused_step_rejects_mixed_or_mismatched_connectivity(coba, net, jitc_net):
