@@ -341,16 +341,20 @@ def _numba_jitc_loop_threaded(steps: int, prob: float, threads: int):
     def generate(t, start, hi, ne, n, chunk, seed_e, seed_i, spk, row, buckets, fills):
         """Rows of the neurons ``start .. hi - 1`` that fired into thread ``t``'s buckets
         (``buckets[t, pop, owner]``), until a block is full; returns the next row."""
-        fe, fi, i = 0, 0, start
+        fe, fi = 0, 0
         fills[t, :, :] = 0
-        while i < hi and fe < _BLOCK and fi < _BLOCK:
-            if spk[i]:
+        fired = spk[start:hi]  # indexed from 0: Numba then knows no index is negative
+        for k in range(hi - start):
+            if fe >= _BLOCK or fi >= _BLOCK:
+                return start + k
+            if fired[k]:
+                i = start + k
                 pop = 0 if i < ne else 1
                 count = columns(seed_e if pop == 0 else seed_i, i if pop == 0 else i - ne,
                                 n, row)
                 o, edge = 0, chunk  # the row is sorted: its owners increase
-                for k in range(count):
-                    j = row[k]
+                for c in range(count):
+                    j = row[c]
                     while j >= edge:
                         o += 1
                         edge += chunk
@@ -360,8 +364,7 @@ def _numba_jitc_loop_threaded(steps: int, prob: float, threads: int):
                     fe += count
                 else:
                     fi += count
-            i += 1
-        return i
+        return hi
 
     @numba.njit(inline="always", nogil=True)
     def scatter_own(t, w_e, w_i, acc_e, acc_i, buckets, fills):
@@ -382,7 +385,8 @@ def _numba_jitc_loop_threaded(steps: int, prob: float, threads: int):
         # buckets[p, s, pop, d]: targets in thread d's range that thread s generated for
         # population pop (0 excitatory, 1 inhibitory), set p = step % 2. A block stops at
         # _BLOCK targets, so a bucket holds at most _BLOCK - 1 plus one row's part in range.
-        buckets = np.empty((2, T, 2, T, _BLOCK + chunk), np.int32)
+        # Unsigned, so that indexing with them needs no check for negative indices.
+        buckets = np.empty((2, T, 2, T, _BLOCK + chunk), np.uint32)
         # fills[p, s, pop, d]: the targets in bucket [p, s, pop, d]; padded so that no two
         # threads' counters share a cache line
         fills = np.zeros((2, T, 2, T + 8), np.int64)
@@ -398,7 +402,10 @@ def _numba_jitc_loop_threaded(steps: int, prob: float, threads: int):
             for t in numba.prange(T):
                 lo, hi = min(n, t * chunk), min(n, (t + 1) * chunk)
                 scatter_own(t, w_e, w_i, acc_e, acc_i, buckets[prev], fills[prev])
-                update(lo, hi, step > 0, v_out, ge_out, gi_out, ref_out, acc_e, acc_i, spk)
+                # on slices from 0, so that Numba's indexing knows no index is negative (the
+                # loop then vectorizes as the one-thread kernel's does)
+                update(0, hi - lo, step > 0, v_out[lo:hi], ge_out[lo:hi], gi_out[lo:hi],
+                       ref_out[lo:hi], acc_e[lo:hi], acc_i[lo:hi], spk[lo:hi])
                 nxt[t] = generate(t, lo, hi, ne, n, chunk, seed_e, seed_i, spk, rows[t],
                                   buckets[cur], fills[cur])
             more = False
@@ -418,7 +425,7 @@ def _numba_jitc_loop_threaded(steps: int, prob: float, threads: int):
         for t in numba.prange(T):
             lo, hi = min(n, t * chunk), min(n, (t + 1) * chunk)
             scatter_own(t, w_e, w_i, acc_e, acc_i, buckets[last], fills[last])
-            finish(lo, hi, ge_out, gi_out, acc_e, acc_i)
+            finish(0, hi - lo, ge_out[lo:hi], gi_out[lo:hi], acc_e[lo:hi], acc_i[lo:hi])
 
     return loop
 
