@@ -447,11 +447,13 @@ def _numba_step(*, steps, **_):
     return step
 
 
-# Below this many neurons per thread the kernel runs on one thread: two threads took about
-# twice one thread's time at 200,000 neurons each (benchmarks/reference/coba_threads_cpu.json),
-# so the threaded kernel runs only on networks far larger than the benchmark's. Threads pay
-# only on cores nothing else runs on: a step waits for its slowest thread.
-THREAD_MIN_NEURONS = 1_000_000
+# Below this many neurons per thread the kernel runs on one thread. Through the example's
+# command line (``--fused --steps-per-call 10 --conn jitc``, 2 cores), two threads took
+# 8.3 s per simulated second against 12.8 s for one at 200,000 neurons each (100x, medians
+# of 3) but 1.51 s against 0.97 s at 20,000 each (10x): at 10x a step is too short for the
+# threads to pay. Threads pay only on cores nothing else runs on: a step waits for its
+# slowest thread.
+THREAD_MIN_NEURONS = 200_000
 
 
 def threads_used(n: int, threads: int, min_neurons: int = THREAD_MIN_NEURONS) -> int:
