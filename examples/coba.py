@@ -320,15 +320,16 @@ def _numba_jitc_loop_threaded(steps: int, prob: float, threads: int):
     region per step.
 
     The neurons are split into ``threads`` contiguous ranges, and thread ``t`` owns range
-    ``t``. In the region of step ``s`` thread ``t`` adds the targets that every thread
-    generated in step ``s - 1`` and that fall in its range (the others go to a scratch slot
-    past the end, branch-free), updates its neurons, and generates the rows of those of
-    them that fired into its own buffer (two sets of buffers, alternating with the step, so
-    no thread writes a buffer that another still reads). A step whose rows do not fit a
-    block of ``_BLOCK`` targets per thread takes extra rounds (scatter, then generate the
-    rest). Every accumulator is written by one thread only and all weights of a population
-    are equal, so each sum is the serial kernel's, bit for bit, whatever the number of
-    threads.
+    ``t``. Thread ``t`` generates the rows of those of its neurons that fired and sorts each
+    row's targets into one bucket per owning thread; in the region of the next step thread
+    ``t`` adds the targets of the buckets destined to it (every thread's, in thread order),
+    then updates its neurons and generates their rows. Each thread thus scatters only into
+    its own range, and the scatter work is divided among the threads. Two sets of buckets
+    alternate with the step, so no thread writes a bucket that another still reads. A step
+    whose rows do not fit a block of ``_BLOCK`` targets per thread takes extra rounds
+    (scatter, then generate the rest). Each accumulator gets its additions in the serial
+    kernel's order (rows increasing) and all weights of a population are equal, so each sum
+    is the serial kernel's, bit for bit, whatever the number of threads.
     """
     import numba
 
@@ -337,43 +338,60 @@ def _numba_jitc_loop_threaded(steps: int, prob: float, threads: int):
     T = int(threads)
 
     @numba.njit(inline="always", nogil=True)
-    def scatter_range(acc, w, buf, count, first, last, scratch):
-        for k in range(count):
-            j = buf[k]
-            acc[j if (j >= first) & (j < last) else scratch] += w
-
-    @numba.njit(inline="always", nogil=True)
-    def generate(t, start, hi, ne, n, seed_e, seed_i, spk, buf_e, buf_i, fills):
-        """Rows of the neurons ``start .. hi - 1`` that fired, until a block is full;
-        returns the next row to generate."""
-        fe, fi, i = 0, 0, start
-        while i < hi and fe < _BLOCK and fi < _BLOCK:
-            if spk[i]:
-                if i < ne:
-                    fe += columns(seed_e, i, n, buf_e[fe:])
+    def generate(t, start, hi, ne, n, chunk, seed_e, seed_i, spk, row, buckets, fills):
+        """Rows of the neurons ``start .. hi - 1`` that fired into thread ``t``'s buckets
+        (``buckets[t, pop, owner]``), until a block is full; returns the next row."""
+        fe, fi = 0, 0
+        fills[t, :, :] = 0
+        fired = spk[start:hi]  # indexed from 0: Numba then knows no index is negative
+        for k in range(hi - start):
+            if fe >= _BLOCK or fi >= _BLOCK:
+                return start + k
+            if fired[k]:
+                i = start + k
+                pop = 0 if i < ne else 1
+                count = columns(seed_e if pop == 0 else seed_i, i if pop == 0 else i - ne,
+                                n, row)
+                o, edge = 0, chunk  # the row is sorted: its owners increase
+                for c in range(count):
+                    j = row[c]
+                    while j >= edge:
+                        o += 1
+                        edge += chunk
+                    buckets[t, pop, o, fills[t, pop, o]] = j
+                    fills[t, pop, o] += 1
+                if pop == 0:
+                    fe += count
                 else:
-                    fi += columns(seed_i, i - ne, n, buf_i[fi:])
-            i += 1
-        fills[t, 0], fills[t, 1] = fe, fi
-        return i
+                    fi += count
+        return hi
 
     @numba.njit(inline="always", nogil=True)
-    def scatter_all(t, first, last, n, w_e, w_i, acc_e, acc_i, bufs, fills):
-        for b in range(T):
-            scatter_range(acc_e, w_e, bufs[b, 0], fills[b, 0], first, last, n + t)
-            scatter_range(acc_i, w_i, bufs[b, 1], fills[b, 1], first, last, n + t)
+    def scatter_own(t, w_e, w_i, acc_e, acc_i, buckets, fills):
+        for b in range(T):  # source threads in order: rows increase
+            be, bi = buckets[b, 0, t], buckets[b, 1, t]
+            for k in range(fills[b, 0, t]):
+                acc_e[be[k]] += w_e
+            for k in range(fills[b, 1, t]):
+                acc_i[bi[k]] += w_i
 
     @numba.njit(nogil=True, parallel=True, fastmath={"contract"})
     def loop(v, ge, gi, ref, w_e, w_i, seed_e, seed_i, ne,
              v_out, ge_out, gi_out, ref_out, spike_out):
         n = v.shape[0]
-        acc_e = np.zeros(n + T, np.float32)  # slot n + t: thread t's scratch
-        acc_i = np.zeros(n + T, np.float32)
-        # bufs[p, t, 0 | 1]: thread t's excitatory | inhibitory targets, set p = step % 2
-        bufs = np.empty((2, T, 2, _BLOCK + n), np.int64)
-        fills = np.zeros((2, T, 2), np.int64)
-        nxt = np.zeros(T, np.int64)  # next row of each thread's range to generate
+        acc_e = np.zeros(n, np.float32)
+        acc_i = np.zeros(n, np.float32)
         chunk = (n + T - 1) // T
+        # buckets[p, s, pop, d]: targets in thread d's range that thread s generated for
+        # population pop (0 excitatory, 1 inhibitory), set p = step % 2. A block stops at
+        # _BLOCK targets, so a bucket holds at most _BLOCK - 1 plus one row's part in range.
+        # Unsigned, so that indexing with them needs no check for negative indices.
+        buckets = np.empty((2, T, 2, T, _BLOCK + chunk), np.uint32)
+        # fills[p, s, pop, d]: the targets in bucket [p, s, pop, d]; padded so that no two
+        # threads' counters share a cache line
+        fills = np.zeros((2, T, 2, T + 8), np.int64)
+        rows = np.empty((T, n), np.int64)  # each thread's row being generated
+        nxt = np.zeros(T, np.int64)  # next row of each thread's range to generate
         v_out[:] = v
         ge_out[:] = ge
         gi_out[:] = gi
@@ -383,29 +401,31 @@ def _numba_jitc_loop_threaded(steps: int, prob: float, threads: int):
             cur, prev = step % 2, 1 - step % 2
             for t in numba.prange(T):
                 lo, hi = min(n, t * chunk), min(n, (t + 1) * chunk)
-                scatter_all(t, lo, hi, n, w_e, w_i, acc_e, acc_i, bufs[prev], fills[prev])
-                update(lo, hi, step > 0, v_out, ge_out, gi_out, ref_out, acc_e, acc_i, spk)
-                nxt[t] = generate(t, lo, hi, ne, n, seed_e, seed_i, spk, bufs[cur, t, 0],
-                                  bufs[cur, t, 1], fills[cur])
+                scatter_own(t, w_e, w_i, acc_e, acc_i, buckets[prev], fills[prev])
+                # on slices from 0, so that Numba's indexing knows no index is negative (the
+                # loop then vectorizes as the one-thread kernel's does)
+                update(0, hi - lo, step > 0, v_out[lo:hi], ge_out[lo:hi], gi_out[lo:hi],
+                       ref_out[lo:hi], acc_e[lo:hi], acc_i[lo:hi], spk[lo:hi])
+                nxt[t] = generate(t, lo, hi, ne, n, chunk, seed_e, seed_i, spk, rows[t],
+                                  buckets[cur], fills[cur])
             more = False
             for t in range(T):
                 more |= nxt[t] < min(n, (t + 1) * chunk)
             while more:  # rare: more targets than a block: scatter, generate the rest
                 for t in numba.prange(T):
-                    lo, hi = min(n, t * chunk), min(n, (t + 1) * chunk)
-                    scatter_all(t, lo, hi, n, w_e, w_i, acc_e, acc_i, bufs[cur], fills[cur])
+                    scatter_own(t, w_e, w_i, acc_e, acc_i, buckets[cur], fills[cur])
                 for t in numba.prange(T):
                     hi = min(n, (t + 1) * chunk)
-                    nxt[t] = generate(t, nxt[t], hi, ne, n, seed_e, seed_i, spk,
-                                      bufs[cur, t, 0], bufs[cur, t, 1], fills[cur])
+                    nxt[t] = generate(t, nxt[t], hi, ne, n, chunk, seed_e, seed_i, spk,
+                                      rows[t], buckets[cur], fills[cur])
                 more = False
                 for t in range(T):
                     more |= nxt[t] < min(n, (t + 1) * chunk)
         last = (steps - 1) % 2
         for t in numba.prange(T):
             lo, hi = min(n, t * chunk), min(n, (t + 1) * chunk)
-            scatter_all(t, lo, hi, n, w_e, w_i, acc_e, acc_i, bufs[last], fills[last])
-            finish(lo, hi, ge_out, gi_out, acc_e, acc_i)
+            scatter_own(t, w_e, w_i, acc_e, acc_i, buckets[last], fills[last])
+            finish(0, hi - lo, ge_out[lo:hi], gi_out[lo:hi], acc_e[lo:hi], acc_i[lo:hi])
 
     return loop
 
@@ -427,11 +447,13 @@ def _numba_step(*, steps, **_):
     return step
 
 
-# Below this many neurons per thread the kernel runs on one thread: two threads took about
-# twice one thread's time at 200,000 neurons each (benchmarks/reference/coba_threads_cpu.json),
-# so the threaded kernel runs only on networks far larger than the benchmark's. Threads pay
-# only on cores nothing else runs on: a step waits for its slowest thread.
-THREAD_MIN_NEURONS = 1_000_000
+# Below this many neurons per thread the kernel runs on one thread. Through the example's
+# command line (``--fused --steps-per-call 10 --conn jitc``, 2 cores), two threads took
+# 8.3 s per simulated second against 12.8 s for one at 200,000 neurons each (100x, medians
+# of 3) but 1.51 s against 0.97 s at 20,000 each (10x): at 10x a step is too short for the
+# threads to pay. Threads pay only on cores nothing else runs on: a step waits for its
+# slowest thread.
+THREAD_MIN_NEURONS = 200_000
 
 
 def threads_used(n: int, threads: int, min_neurons: int = THREAD_MIN_NEURONS) -> int:
