@@ -391,7 +391,9 @@ def test_only_the_column_side_hands_the_index_to_the_kernel(fmt, pre, indexed):
     spikes, trace = jnp.ones(6 if pre else 5, bool), jnp.ones(5 if pre else 6)
     jaxpr = jax.make_jaxpr(lambda X: fn(X, spikes, trace))(X).jaxpr
     (eqn,) = [e for e in jaxpr.eqns if "compressed_update" in str(e.primitive)]
-    assert len(eqn.invars) == (8 if indexed else 5)
+    # unindexed: (data, indices, indptr, spikes, trace), or a FixedNum's rows
+    # (weights, indices, spikes, trace); indexed: the flat form and the three index arrays
+    assert len(eqn.invars) == (8 if indexed else 4 if fmt.startswith("fixed") else 5)
 
 
 # ----------------------------------------------------------------------------- stale index

@@ -239,7 +239,8 @@ def test_benchmark_data_is_correct_and_benchmark_agrees(binary, matrix):
 
 
 def test_cli_check_passes_for_the_dense_kernels():
-    cli_check("dense", ["densemv", "densemm"], 3)
+    cli_check("dense", ["densemv", "densemm"], 3,
+              ["binary_densemv_spikes", "binary_densemm_spikes"])
 
 
 @pytest.mark.parametrize("backend", BACKENDS)

@@ -416,8 +416,9 @@ def test_benchmark_data_is_correct_and_benchmark_agrees(binary, matrix):
     assert all(r.ok and r.mismatch is None for r in result.records)
 
 
-def cli_check(tag, names, backends):
-    """Run ``primforge check --tags TAG`` and assert that every kernel named passed."""
+def cli_check(tag, names, backends, lists=()):
+    """Run ``primforge check --tags TAG`` and assert that every kernel named passed (the
+    float and binary products of ``names``, the spike-list products ``lists``)."""
     env = {k: v for k, v in os.environ.items() if k != "PRIMFORGE_AUTOTUNE"}
     env.update(JAX_PLATFORMS="cpu")
     proc = subprocess.run([sys.executable, "-m", "primforge", "check", "--tags", tag,
@@ -428,11 +429,15 @@ def cli_check(tag, names, backends):
         for prefix in ("", "binary_"):
             assert (f"PASS  primforge.ops.{prefix}{name}: {backends} backend(s) x 4 config(s) "
                     f"against jax") in proc.stdout, proc.stdout
-    assert "4 of 4 kernel(s) passed on cpu" in proc.stdout, proc.stdout
+    for name in lists:
+        assert f"PASS  primforge.ops.{name}: " in proc.stdout, proc.stdout
+    total = 2 * len(names) + len(lists)
+    assert f"{total} of {total} kernel(s) passed on cpu" in proc.stdout, proc.stdout
 
 
 def test_cli_check_passes_for_the_fixed_num_kernels():
-    cli_check("fixed_num", ["fixed_num_mv", "fixed_num_mm"], 4)
+    cli_check("fixed_num", ["fixed_num_mv", "fixed_num_mm"], 4,
+              ["binary_fixed_num_mv_spikes", "binary_fixed_num_mm_spikes"])
 
 
 # ---------------------------------------------------------------------------- pallas (GPU)

@@ -59,7 +59,11 @@ class NotPartitioned(AssertionError):
     """The call gave the right values but did not run partitioned as its rule allows."""
 
 
+DEFINED: list[str] = []  # every check of this script, run or not
+
+
 def check(fn):
+    DEFINED.append(fn.__name__)
     if ONLY and not any(o in fn.__name__ for o in ONLY):
         return fn
     entry = {"ok": False, "partitioned": False, "detail": ""}
@@ -816,5 +820,6 @@ def other_backends_partitioned():
 
 if __name__ == "__main__":
     with open(ARGS[0], "w") as fh:
-        json.dump({"n_devices": jax.device_count(), "rules": not NO_RULES, "checks": RESULTS},
+        json.dump({"n_devices": jax.device_count(), "rules": not NO_RULES, "checks": RESULTS,
+                   "defined": DEFINED},
                   fh, indent=1)
