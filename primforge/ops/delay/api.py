@@ -111,6 +111,19 @@ def _check_delays(who: str, delays, nnz: int) -> None:
                          f"({nnz},), got {tuple(delays.shape)}")
 
 
+def _check_buffer_and_slot(who: str, buffer, slot, n_dst: int, dtype, weights: str) -> None:
+    """The ring buffer ``(D, n_dst)`` in the weights' dtype and the ``(1,)`` integer slot."""
+    if len(buffer.shape) != 2 or buffer.shape[1] != n_dst or buffer.shape[0] < 1:
+        raise ValueError(f"{who}: 'buffer' must have shape (D, {n_dst}) with D >= 1, got "
+                         f"{tuple(buffer.shape)}")
+    if buffer.dtype != dtype:
+        raise TypeError(f"{who}: 'buffer' ({buffer.dtype}) and {weights} ({dtype}) must "
+                        f"share one floating dtype")
+    if tuple(slot.shape) != (1,) or not jnp.issubdtype(slot.dtype, jnp.integer):
+        raise TypeError(f"{who}: 'slot' must be an integer array of shape (1,), got "
+                        f"{slot.dtype}{list(slot.shape)}")
+
+
 def _shape_rule(binary: bool):
     who = _name(binary)
 
@@ -125,15 +138,7 @@ def _shape_rule(binary: bool):
         if not binary and not jnp.issubdtype(x.dtype, jnp.floating):
             raise TypeError(f"{who}: the input must be floating point, got {x.dtype}; use "
                             f"binary_{who} for events")
-        if len(buffer.shape) != 2 or buffer.shape[1] != n_dst or buffer.shape[0] < 1:
-            raise ValueError(f"{who}: 'buffer' must have shape (D, {n_dst}) with D >= 1, got "
-                             f"{tuple(buffer.shape)}")
-        if buffer.dtype != data.dtype:
-            raise TypeError(f"{who}: 'buffer' ({buffer.dtype}) and 'data' ({data.dtype}) must "
-                            f"share one floating dtype")
-        if tuple(slot.shape) != (1,) or not jnp.issubdtype(slot.dtype, jnp.integer):
-            raise TypeError(f"{who}: 'slot' must be an integer array of shape (1,), got "
-                            f"{slot.dtype}{list(slot.shape)}")
+        _check_buffer_and_slot(who, buffer, slot, n_dst, data.dtype, "'data'")
         return jax.ShapeDtypeStruct(buffer.shape, buffer.dtype)
 
     return rule
@@ -652,15 +657,7 @@ def _jitc_shapes(theta, seed, table, events, buffer, slot, *, shape, prob, trans
     if tuple(events.shape) != (n_src,):
         raise ValueError(f"{_JITC}: 'events' must have shape ({n_src},) (the sources), got "
                          f"{tuple(events.shape)}")
-    if len(buffer.shape) != 2 or buffer.shape[1] != n_dst or buffer.shape[0] < 1:
-        raise ValueError(f"{_JITC}: 'buffer' must have shape (D, {n_dst}) with D >= 1, got "
-                         f"{tuple(buffer.shape)}")
-    if buffer.dtype != theta.dtype:
-        raise TypeError(f"{_JITC}: 'buffer' ({buffer.dtype}) and the weights ({theta.dtype}) "
-                        f"must share one floating dtype")
-    if tuple(slot.shape) != (1,) or not jnp.issubdtype(slot.dtype, jnp.integer):
-        raise TypeError(f"{_JITC}: 'slot' must be an integer array of shape (1,), got "
-                        f"{slot.dtype}{list(slot.shape)}")
+    _check_buffer_and_slot(_JITC, buffer, slot, n_dst, theta.dtype, "the weights")
     _check_delay_range(_JITC, delay_range, buffer.shape[0])
     return jax.ShapeDtypeStruct(buffer.shape, buffer.dtype)
 
