@@ -21,7 +21,7 @@ from primforge.kernel.kernel import XLACustomKernel
 from primforge.kernel.sharding import ShardingRule
 from primforge.ops import _scaffold
 
-__all__ = ["build", "check_concrete", "list_args", "replicated_rule"]
+__all__ = ["batch_lists", "build", "check_concrete", "list_args", "replicated_rule"]
 
 
 # ----------------------------------------------------------------------------- the list
@@ -117,6 +117,31 @@ def replicated_rule(ins, outs, **_) -> ShardingRule:
 
 
 # ----------------------------------------------------------------------------- kernels
+def batch_lists(kernels: dict, matrix: bool, args, axes, kw: dict):
+    """``vmap`` of a spike-list product (its last two operands the list and its count):
+    over the lists alone, one call of the matrix form ``kernels[True]``; else one call of
+    ``kernels[matrix]`` per element (``jax.lax.map``)."""
+    if not matrix and all(ax is None for ax in axes[:-2]):
+        *fixed, spikes, count = args
+        ax_s, ax_c = axes[-2:]
+        spikes = jnp.moveaxis(spikes, ax_s, 0) if ax_s is not None else None
+        count = jnp.moveaxis(count, ax_c, 0) if ax_c is not None else count
+        size = (spikes if spikes is not None else count).shape[0]
+        if spikes is None:
+            spikes = jnp.broadcast_to(args[-2], (size,) + args[-2].shape)
+        count = jnp.broadcast_to(count.reshape(-1), (size,))
+        return [kernels[True](*fixed, spikes, count, **kw)], [0]
+    moved = [a if ax is None else jnp.moveaxis(a, ax, 0) for a, ax in zip(args, axes)]
+    mapped = [ax is not None for ax in axes]
+
+    def one(sliced):
+        it = iter(sliced)
+        full = [next(it) if mp else a for a, mp in zip(moved, mapped)]
+        return kernels[matrix](*full, **kw)
+
+    return [jax.lax.map(one, [a for a, mp in zip(moved, mapped) if mp])], [0]
+
+
 def build(name: str, *, who: str, who_mm: str, n_struct: int, params: tuple[str, ...],
           reference: Callable,
           numba_generator: Callable, sizes: Callable, tags: tuple[str, ...],
@@ -215,26 +240,8 @@ def build(name: str, *, who: str, who_mm: str, n_struct: int, params: tuple[str,
 
     def batching_rule(matrix):
         def batch(args, axes, *, outs, backend=None, **given):
-            kw = dict(_params(given), backend=backend)
-            if not matrix and all(ax is None for ax in axes[:-2]):
-                *fixed, spikes, count = args
-                ax_s, ax_c = axes[-2:]
-                spikes = jnp.moveaxis(spikes, ax_s, 0) if ax_s is not None else None
-                count = jnp.moveaxis(count, ax_c, 0) if ax_c is not None else count
-                size = (spikes if spikes is not None else count).shape[0]
-                if spikes is None:
-                    spikes = jnp.broadcast_to(args[-2], (size,) + args[-2].shape)
-                count = jnp.broadcast_to(count.reshape(-1), (size,))
-                return [kernels[True](*fixed, spikes, count, **kw)], [0]
-            moved = [a if ax is None else jnp.moveaxis(a, ax, 0) for a, ax in zip(args, axes)]
-            mapped = [ax is not None for ax in axes]
-
-            def one(sliced):
-                it = iter(sliced)
-                full = [next(it) if mp else a for a, mp in zip(moved, mapped)]
-                return kernels[matrix](*full, **kw)
-
-            return [jax.lax.map(one, [a for a, mp in zip(moved, mapped) if mp])], [0]
+            return batch_lists(kernels, matrix, args, axes, dict(_params(given),
+                                                                 backend=backend))
 
         return batch
 

@@ -17,7 +17,7 @@ import numpy as np
 from primforge import _compat
 from primforge._compat import Tracer
 from primforge.kernel.kernel import XLACustomKernel
-from primforge.ops import _scaffold, _sharding
+from primforge.ops import _scaffold, _sharding, _spikes
 from primforge.ops.csr import structure as _common
 
 __all__ = [
@@ -173,24 +173,7 @@ def _batching_rule(matrix: bool):
 
     def batch(args, axes, *, outs, backend=None, shape, transpose, **_):
         kw = {"shape": shape, "transpose": transpose, "backend": backend}
-        if not matrix and all(ax is None for ax in axes[:3]):
-            *fixed, spikes, count = args
-            spikes = jnp.moveaxis(spikes, axes[3], 0) if axes[3] is not None else None
-            count = jnp.moveaxis(count, axes[4], 0) if axes[4] is not None else count
-            size = (spikes if spikes is not None else count).shape[0]
-            if spikes is None:
-                spikes = jnp.broadcast_to(args[3], (size,) + args[3].shape)
-            count = jnp.broadcast_to(count.reshape(-1), (size,))
-            return [_KERNELS[True](*fixed, spikes, count, **kw)], [0]
-        moved = [a if ax is None else jnp.moveaxis(a, ax, 0) for a, ax in zip(args, axes)]
-        mapped = [ax is not None for ax in axes]
-
-        def one(sliced):
-            it = iter(sliced)
-            full = [next(it) if mp else a for a, mp in zip(moved, mapped)]
-            return _KERNELS[matrix](*full, **kw)
-
-        return [jax.lax.map(one, [a for a, mp in zip(moved, mapped) if mp])], [0]
+        return _spikes.batch_lists(_KERNELS, matrix, args, axes, kw)
 
     return batch
 
