@@ -10,6 +10,7 @@ compiles many cases as one program per target and checks each case's kernel on i
 from __future__ import annotations
 
 import collections
+import ctypes
 import functools
 
 import jax
@@ -31,6 +32,17 @@ def has_gpu() -> bool:
         return any(d.platform == "gpu" for d in jax.devices("gpu"))
     except RuntimeError:
         return False
+
+
+@functools.cache
+def has_gpu_driver() -> bool:
+    """Whether an NVIDIA driver is installed, whether or not this process lets JAX use it
+    (``JAX_PLATFORMS=cpu`` hides the GPU from :func:`has_gpu` but not from a subprocess)."""
+    try:
+        ctypes.CDLL("libcuda.so.1")
+    except OSError:
+        return False
+    return True
 
 
 requires_gpu = pytest.mark.skipif(not has_gpu(), reason="needs an NVIDIA GPU visible to JAX")

@@ -107,6 +107,34 @@ def test_ptx_and_gpu_lowering_on_any_machine():
 
 
 @needs_ptx
+def test_ptx_compiles_with_a_numpy_that_has_no_row_stack():
+    # NumPy 2.5 removed numpy.row_stack, which numba-cuda 0.30 looks up on its first
+    # compile; a fresh process without the name stands in for that NumPy.
+    script = textwrap.dedent("""
+        import numpy as np
+        if hasattr(np, "row_stack"):
+            del np.row_stack
+        from numba import cuda
+        import jax
+        from primforge.kernel.backends import numba_cuda as nc
+
+        @cuda.jit
+        def affine(x, o):
+            i = cuda.grid(1)
+            if i < x.size:
+                o[i] = 2.0 * x[i] + 1.0
+
+        s = jax.ShapeDtypeStruct((8,), np.float32)
+        ptx, entry = nc.compile_ptx(affine, [s], [s])
+        print("ENTRY", entry in ptx)
+    """)
+    proc = subprocess.run([sys.executable, "-c", script], capture_output=True, text=True,
+                          timeout=300, check=False,
+                          env={**os.environ, "JAX_PLATFORMS": "cpu"})
+    assert "ENTRY True" in proc.stdout, proc.stderr[-3000:]
+
+
+@needs_ptx
 @requires_gpu_compiler
 def test_gpu_compiles_and_the_ptx_assembles_for_every_target():
     """XLA:GPU compiles the launcher's custom call, and ptxas assembles the kernel's PTX

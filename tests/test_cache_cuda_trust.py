@@ -40,7 +40,7 @@ SOURCE = r"""
 #include "xla/ffi/api/c_api.h"
 
 extern "C" XLA_FFI_Error* Affine(XLA_FFI_CallFrame* frame) {
-  XLA_FFI_Extension_Base* ext = frame->extension_start;
+  auto* ext = frame->extension_start;  // the struct's name differs by jaxlib release
   if (ext != nullptr && ext->type == XLA_FFI_Extension_Metadata) {  // XLA asks the version
     XLA_FFI_Metadata* meta = reinterpret_cast<XLA_FFI_Metadata_Extension*>(ext)->metadata;
     meta->api_version = XLA_FFI_Api_Version{XLA_FFI_Api_Version_STRUCT_SIZE, nullptr,
@@ -71,7 +71,7 @@ FAILING = r"""
 #include "xla/ffi/api/c_api.h"
 
 extern "C" XLA_FFI_Error* Guarded(XLA_FFI_CallFrame* frame) {
-  XLA_FFI_Extension_Base* ext = frame->extension_start;
+  auto* ext = frame->extension_start;  // the struct's name differs by jaxlib release
   if (ext != nullptr && ext->type == XLA_FFI_Extension_Metadata) {  // XLA asks the version
     XLA_FFI_Metadata* meta = reinterpret_cast<XLA_FFI_Metadata_Extension*>(ext)->metadata;
     meta->api_version = XLA_FFI_Api_Version{XLA_FFI_Api_Version_STRUCT_SIZE, nullptr,

@@ -111,3 +111,25 @@ def test_bad_budget_names_the_step():
         _driver.parser().parse_args(["--out", "x", "--budgets", "gpu=5"])
     with pytest.raises(Exception, match="unknown step 'gpu'"):
         _driver._parse_budgets("gpu=5")
+
+
+def test_the_environment_step_runs_even_when_not_selected(tmp_path):
+    # It decides whether the other steps run on the GPU or as a rehearsal: without it a
+    # GPU machine ran the selected steps as a CPU rehearsal.
+    env = {**os.environ, "JAX_PLATFORMS": "cpu",
+           "PYTHONPATH": os.pathsep.join(filter(None, [str(ROOT), os.environ.get("PYTHONPATH")]))}
+    cmd = [sys.executable, "-m", "primforge.gpu_acceptance", "--out", str(tmp_path),
+           "--total", "120", "--steps", "kernels", "--kernels", "no.such.kernel*"]
+    proc = subprocess.run(cmd, cwd=ROOT, env=env, capture_output=True, text=True, timeout=200,
+                          check=False)
+    assert proc.returncode == 0, proc.stdout[-3000:] + proc.stderr[-3000:]
+    steps = json.loads((tmp_path / "report.json").read_text())["steps"]
+    assert steps["env"]["status"] in {"passed", "failed"} and steps["env"]["info"]["jax_devices"]
+    assert steps["bench"]["status"] == "skipped" and steps["kernels"]["status"] != "skipped"
+
+
+def test_suite_runs_do_not_load_the_benchmark_plugin():
+    # pytest-benchmark, where installed, warns at configure time under xdist, which the
+    # suite's warnings-as-errors turned into an internal error before any test ran.
+    cmd = _driver._pytest_cmd("tests", 4)
+    assert cmd[cmd.index("no:benchmark") - 1] == "-p"

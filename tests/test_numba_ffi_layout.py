@@ -13,6 +13,11 @@ from primforge.kernel.backends import _xla_ffi as x
 P = C.c_void_p
 ENUM = C.c_int  # C enums are int-sized on LP64 platforms
 
+# FFI API 0.4 (jaxlib 0.11) renamed the extension base, the error-message call and the
+# execution context (same places and types) and appended a bundle slot and an API function.
+API_0_4 = x.api_version() >= (0, 4)
+EXTENSION = "XLA_FFI_InternalExtension" if API_0_4 else "XLA_FFI_Extension_Base"
+
 
 class ExtensionBase(C.Structure):
     _fields_ = [("struct_size", C.c_size_t), ("type", ENUM), ("next", P)]
@@ -114,7 +119,8 @@ class ByteSpan(C.Structure):
 
 
 class HandlerBundle(C.Structure):
-    _fields_ = [("instantiate", P), ("prepare", P), ("initialize", P), ("execute", P)]
+    _fields_ = [("instantiate", P), ("prepare", P), ("initialize", P), ("execute", P)] + (
+        [("record", P)] if API_0_4 else [])
 
 
 class HandlerRegisterArgs(C.Structure):
@@ -133,12 +139,12 @@ _TYPE_REGISTER = "XLA_FFI_Type_Register" if x.api_version() >= (0, 2) else "XLA_
 
 _API_FUNCTIONS = [
     "XLA_FFI_Error_Create",
-    "XLA_FFI_Error_GetMessage",
+    "XLA_FFI_Error_GetDetails" if API_0_4 else "XLA_FFI_Error_GetMessage",
     "XLA_FFI_Error_Destroy",
     "XLA_FFI_Handler_Register",
     "XLA_FFI_Stream_Get",
     _TYPE_REGISTER,
-    "XLA_FFI_ExecutionContext_Get",
+    "XLA_FFI_InvokeContext_Get" if API_0_4 else "XLA_FFI_ExecutionContext_Get",
     "XLA_FFI_State_Set",
     "XLA_FFI_State_Get",
     "XLA_FFI_DeviceMemory_Allocate",
@@ -150,7 +156,7 @@ _API_FUNCTIONS = [
     "XLA_FFI_Future_SetError",
     "XLA_FFI_RunId_Get",
     "XLA_FFI_DeviceOrdinal_Get",
-]
+] + (["XLA_FFI_InvokeContext_FindExtension"] if API_0_4 else [])
 
 
 class Api(C.Structure):
@@ -163,7 +169,7 @@ class Api(C.Structure):
 
 
 CASES = {
-    "XLA_FFI_Extension_Base": ExtensionBase,
+    EXTENSION: ExtensionBase,
     "XLA_FFI_Api_Version": ApiVersion,
     "XLA_FFI_Error_Create_Args": ErrorCreateArgs,
     "XLA_FFI_Buffer": Buffer,
@@ -243,6 +249,19 @@ def test_dtype_codes_match_xla_primitive_types():
     assert x.dtype_code(np.float32) == 11
     with pytest.raises(TypeError, match="no XLA FFI data type code"):
         x.dtype_code(np.dtype("U3"))
+
+
+def test_renamed_declarations_resolve_to_this_headers_spelling():
+    assert x.spelled("extension") == EXTENSION
+    kind = "XLA_FFI_InternalExtension_Type" if API_0_4 else "XLA_FFI_Extension_Type"
+    assert x.spelled("extension_type") == kind
+    message = "XLA_FFI_Error_GetDetails" if API_0_4 else "XLA_FFI_Error_GetMessage"
+    assert x.spelled("error_message") == message
+    # The call's argument struct exists under that name and ends at the message it reads.
+    args = x.layout()[message + "_Args"]
+    assert "message" in args.offsets and "error" in args.offsets
+    with pytest.raises(KeyError):
+        x.spelled("no_such_role")
 
 
 def test_layout_digest_is_stable():

@@ -12,7 +12,7 @@ import jax
 import jax.numpy as jnp
 import numpy as np
 import pytest
-from gpu_utils import has_gpu, requires_gpu_compiler
+from gpu_utils import has_gpu_driver, requires_gpu_compiler
 
 from primforge import testing
 
@@ -189,7 +189,8 @@ def test_an_unknown_ffi_target_fails_by_name_and_check_raises():
 
 
 @requires_gpu_compiler
-@pytest.mark.skipif(has_gpu(), reason="a machine with a GPU driver starts the plugin normally")
+@pytest.mark.skipif(has_gpu_driver(),
+                    reason="a machine with a GPU driver starts the plugin normally")
 def test_plugin_that_cannot_start_says_to_set_jax_platforms():
     env = {k: v for k, v in os.environ.items() if k != "JAX_PLATFORMS"}
     script = textwrap.dedent("""

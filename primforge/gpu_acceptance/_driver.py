@@ -77,7 +77,8 @@ def parser() -> argparse.ArgumentParser:
                    help="per-step seconds, e.g. env=30,bench=120 (steps: "
                         f"{', '.join(STEPS)})")
     p.add_argument("--steps", type=_csv, default=list(STEPS),
-                   help="steps to run (the others are reported as not selected)")
+                   help="steps to run (the others are reported as not selected); env "
+                        "always runs, since it finds out whether JAX sees a GPU")
     p.add_argument("--backends", type=_csv, default=None,
                    help="restrict kernel checks and benchmarks to these backends")
     p.add_argument("--kernels", type=_csv, default=None,
@@ -181,7 +182,7 @@ def _has(module: str) -> bool:
 
 def _pytest_cmd(args: str, workers: int | None, extra: tuple[str, ...] = ()) -> list[str]:
     cmd = [sys.executable, "-m", "pytest", *shlex.split(args), *extra, "-q",
-           "-p", "no:cacheprovider",
+           "-p", "no:cacheprovider", "-p", "no:benchmark",
            "--continue-on-collection-errors", "-p", "primforge.gpu_acceptance._pytest_plugin"]
     if workers and workers > 1 and _has("xdist"):
         cmd += ["-n", str(workers)]
@@ -220,7 +221,7 @@ def main(argv: list[str] | None = None) -> int:
                                "max_cases": args.max_cases or (1 if platform == "cpu" else 3)})
 
         def launch(name: str, cmd: list[str], step_env: dict, rehearse: bool):
-            if name not in args.steps:
+            if name not in args.steps and name != "env":  # env decides GPU or rehearsal
                 results[name] = {"status": "skipped", "reason": "not selected (--steps)"}
                 return None
             budget = budget_of(name, rehearse)

@@ -19,7 +19,7 @@ from collections.abc import Sequence
 import jax
 
 from primforge import _cache
-from primforge.kernel.backends import _common
+from primforge.kernel.backends import _common, _xla_ffi
 from primforge.kernel.backends._common import install_hint
 from primforge.kernel.backends._cuda_find import compiler_version, find_cxx, find_nvcc
 
@@ -163,11 +163,11 @@ XLA_FFI_Error* primforge_named(XLA_FFI_CallFrame* frame, XLA_FFI_Error* err,
                                const char* where) {
   if (err == nullptr || frame == nullptr || frame->api == nullptr) return err;
   const XLA_FFI_Api* api = frame->api;
-  XLA_FFI_Error_GetMessage_Args get;
+  @GET@_Args get;
   std::memset(&get, 0, sizeof(get));
-  get.struct_size = XLA_FFI_Error_GetMessage_Args_STRUCT_SIZE;
+  get.struct_size = @GET@_Args_STRUCT_SIZE;
   get.error = err;
-  api->XLA_FFI_Error_GetMessage(&get);
+  api->@GET@(&get);
   std::string message = std::string(where) + (get.message ? get.message : "");
   XLA_FFI_Error_Destroy_Args destroy;
   std::memset(&destroy, 0, sizeof(destroy));
@@ -194,7 +194,8 @@ def _wrapper_symbol(handler: str) -> str:
 
 def _wrapper_source(name: str, handlers: Sequence[str]) -> str:
     """C++ of the error-naming wrappers of ``handlers`` in module ``name``."""
-    parts = [_WRAPPER_HEAD]
+    # The header's name of the call that reads an error's message (it differs by release).
+    parts = [_WRAPPER_HEAD.replace("@GET@", _xla_ffi.spelled("error_message"))]
     for h in handlers:
         where = f"cuda_raw module '{name}', handler '{h}': "
         parts.append(_WRAPPER_ONE.format(h=h, w=_wrapper_symbol(h), where=where))

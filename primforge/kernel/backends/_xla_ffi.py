@@ -26,6 +26,7 @@ __all__ = [
     "layout",
     "layout_digest",
     "offset",
+    "spelled",
 ]
 
 _POINTER_SIZE = 8
@@ -93,6 +94,46 @@ def api_version() -> tuple[int, int]:
     return found[0], found[1]
 
 
+# Names the header has changed between releases, with an unchanged ABI: role -> the
+# spellings, newest first. The first one the installed header declares is used.
+_SPELLINGS = {
+    "extension": ("XLA_FFI_InternalExtension", "XLA_FFI_Extension_Base"),
+    "extension_type": ("XLA_FFI_InternalExtension_Type", "XLA_FFI_Extension_Type"),
+    "error_message": ("XLA_FFI_Error_GetDetails", "XLA_FFI_Error_GetMessage"),
+}
+
+
+@functools.cache
+def spelled(role: str) -> str:
+    """The installed header's name for a declaration that releases spell differently.
+
+    Args:
+        role: ``"extension"`` (the struct that starts every extension chain),
+            ``"extension_type"`` (the enum of its ``type`` field) or ``"error_message"``
+            (the API function that reads an error's message; its argument struct is the
+            name plus ``_Args``).
+
+    Returns:
+        The spelling the header declares.
+
+    Raises:
+        KeyError: for an unknown role.
+        RuntimeError: if the header declares none of the known spellings.
+
+    Example:
+        >>> spelled("extension") in ("XLA_FFI_InternalExtension", "XLA_FFI_Extension_Base")
+        True
+    """
+    known = set(_struct_bodies()) | set(_enums())
+    for name in _SPELLINGS[role]:
+        probe = name + "_Args" if role == "error_message" else name
+        if probe in known:
+            return name
+    raise RuntimeError(
+        f"{header_path()} declares none of {list(_SPELLINGS[role])}: this jaxlib's XLA FFI "
+        "header is newer than primforge knows")
+
+
 @functools.cache
 def _enums() -> dict[str, dict[str, int]]:
     """Every enum in the header: enum (or typedef) name -> {member: value}."""
@@ -124,7 +165,7 @@ def enum_value(enum: str, member: str) -> int:
     """Value of ``member`` of the header's enum ``enum``.
 
     Example:
-        >>> enum_value("XLA_FFI_Extension_Type", "XLA_FFI_Extension_Metadata") >= 0
+        >>> enum_value(spelled("extension_type"), "XLA_FFI_Extension_Metadata") >= 0
         True
     """
     return _enums()[enum][member]
@@ -171,7 +212,7 @@ class StructLayout:
         (it is not always the last one declared); without such a line, the last declared.
 
         Example:
-            >>> layout()["XLA_FFI_Extension_Base"].struct_size
+            >>> layout()[spelled("extension")].struct_size
             24
         """
         return self.offsets[self.last_field] + self.sizes[self.last_field]

@@ -298,6 +298,17 @@ def _launch_dims(spec: NumbaCudaKernel, outs) -> tuple[tuple[int, ...], tuple[in
     return grid, block
 
 
+def _numpy_names_numba_cuda_reads() -> None:
+    """Give NumPy 2.5+ back ``numpy.row_stack``, the alias of ``numpy.vstack`` it removed.
+
+    numba-cuda up to 0.30 registers an overload for ``numpy.row_stack`` when it first
+    compiles, without checking that NumPy still has it, and then fails every compile with
+    an ``AttributeError``. The alias is only added where NumPy lacks the name.
+    """
+    if not hasattr(np, "row_stack"):
+        np.row_stack = np.vstack
+
+
 def compile_ptx(kernel, ins, outs, cc=None) -> tuple[str, str]:
     """PTX and entry name of ``kernel`` for C-contiguous arrays shaped like ``ins + outs``.
 
@@ -308,6 +319,7 @@ def compile_ptx(kernel, ins, outs, cc=None) -> tuple[str, str]:
     import numba
     from numba import cuda
 
+    _numpy_names_numba_cuda_reads()
     py_func = getattr(kernel, "py_func", kernel)
     sig = tuple(
         numba.types.Array(numba.from_dtype(np.dtype(s.dtype)), len(s.shape), "C")
