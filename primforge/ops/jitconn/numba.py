@@ -108,42 +108,14 @@ def guide_table(table: np.ndarray) -> tuple[np.ndarray, int]:
 
 
 @functools.cache
-def kernel(binary: bool, matrix: bool, transpose: bool, kind: str, prob: float,
-           blocked: tuple[int, int] | None = None):
-    """The njit kernel for one variant (compiled lazily per dtype).
-
-    ``blocked``: the shape of the whole matrix when the product uses a block of it; the
-    seed array then holds ``(seed, first row, first column)`` and the input and output
-    have the block's lengths.
-
-    Long by design: the njit bodies close over this variant's constants (guide table,
-    weight kind, direction), which Numba folds into the compiled code; split into
-    functions they would become runtime arguments.
-    """
+def _weight_helpers(kind: str):
+    """``(weight, params)`` of one weight kind: a synapse's weight and the parameters read
+    once per call (the kind is a constant that Numba folds into the kernels inlining them)."""
     import numba
 
-    from primforge.ops.jitconn.generator import threshold_table
-
-    GUIDE, SHIFT = guide_table(threshold_table(prob))
-
-    mix, seed_keys, row_stream, unit, skip = _helpers()
-    BINARY = binary
+    mix, _, _, unit, _ = _helpers()
     KIND = {"homo": 0, "uniform": 1, "normal": 2}[kind]
     TWO_PI = 2.0 * math.pi
-    BLOCKED = blocked is not None
-    M_ALL, N_ALL = blocked if BLOCKED else (0, 0)
-
-    @numba.njit(inline="always", nogil=True)
-    def window(seed, h, w):
-        """``(r0, c0, stop, row_end)``: the block's first row and column, the column where
-        each row's generation stops and the number of its rows inside the matrix."""
-        if BLOCKED:
-            r0 = np.int64(seed[1])
-            c0 = min(np.int64(seed[2]), np.int64(N_ALL))
-            stop = c0 + min(np.int64(w), N_ALL - c0)
-            row_end = max(np.int64(0), min(np.int64(h), M_ALL - r0))
-            return r0, c0, stop, row_end
-        return np.int64(0), np.int64(0), np.int64(w), np.int64(h)
 
     # Synapse ``s`` of a row uses the draws with counters 3s (its gap), 3s+1 and 3s+2 (its
     # weight), i.e. ``mix(start + gamma * c)`` mod 2**32 for those c: the loops carry
@@ -167,6 +139,48 @@ def kernel(binary: bool, matrix: bool, transpose: bool, kind: str, prob: float,
         if KIND == 0:
             return (float(theta[0]), 0.0)
         return (float(theta[0]), float(theta[1]))
+
+    return weight, params
+
+
+@functools.cache
+def kernel(binary: bool, matrix: bool, transpose: bool, kind: str, prob: float,
+           blocked: tuple[int, int] | None = None):
+    """The njit kernel for one variant (compiled lazily per dtype).
+
+    ``blocked``: the shape of the whole matrix when the product uses a block of it; the
+    seed array then holds ``(seed, first row, first column)`` and the input and output
+    have the block's lengths.
+
+    Long by design: the njit bodies close over this variant's constants (guide table,
+    weight kind, direction), which Numba folds into the compiled code; split into
+    functions they would become runtime arguments.
+    """
+    import numba
+
+    from primforge.ops.jitconn.generator import threshold_table
+
+    GUIDE, SHIFT = guide_table(threshold_table(prob))
+
+    mix, seed_keys, row_stream, _, skip = _helpers()
+    BINARY = binary
+    KIND = {"homo": 0, "uniform": 1, "normal": 2}[kind]
+    BLOCKED = blocked is not None
+    M_ALL, N_ALL = blocked if BLOCKED else (0, 0)
+
+    @numba.njit(inline="always", nogil=True)
+    def window(seed, h, w):
+        """``(r0, c0, stop, row_end)``: the block's first row and column, the column where
+        each row's generation stops and the number of its rows inside the matrix."""
+        if BLOCKED:
+            r0 = np.int64(seed[1])
+            c0 = min(np.int64(seed[2]), np.int64(N_ALL))
+            stop = c0 + min(np.int64(w), N_ALL - c0)
+            row_end = max(np.int64(0), min(np.int64(h), M_ALL - r0))
+            return r0, c0, stop, row_end
+        return np.int64(0), np.int64(0), np.int64(w), np.int64(h)
+
+    weight, params = _weight_helpers(kind)
 
     if not matrix and not transpose:
 
@@ -300,3 +314,65 @@ def kernel(binary: bool, matrix: bool, transpose: bool, kind: str, prob: float,
                 ctr = (ctr + step) & MASK
 
     return jitc_t_mm
+
+
+@functools.cache
+def spikes_kernel(matrix: bool, kind: str, prob: float, n_rows: int):
+    """The njit product ``W.T @ e`` with a spike list: ``kernel(theta, seed, table, spikes,
+    count, out)``.
+
+    Each listed row of ``W`` is generated, the same synapses and weights as in
+    :func:`kernel` (rows in the listed order: a sorted list of distinct rows adds in the
+    order of the bool product), so the work follows the spikes. A listed row outside
+    ``[0, n_rows)`` or a count outside ``[0, len(spikes)]`` fills ``out`` with NaN. With
+    ``matrix``: ``spikes`` ``(lists, length)``, ``count`` ``(lists,)``, row ``b`` of
+    ``out`` from list ``b``.
+    """
+    import numba
+
+    from primforge.ops.jitconn.generator import threshold_table
+
+    GUIDE, SHIFT = guide_table(threshold_table(prob))
+    mix, seed_keys, row_stream, _, skip = _helpers()
+    weight, params = _weight_helpers(kind)
+    M = n_rows
+
+    @numba.njit(inline="always", nogil=True)
+    def one(theta, seed, table, spikes, count, out):
+        n = out.shape[0]
+        out[:] = 0
+        c = count[0]
+        if c < 0 or c > spikes.shape[0]:
+            out[:] = np.nan
+            return
+        for s in range(c):
+            if spikes[s] < 0 or spikes[s] >= M:
+                out[:] = np.nan
+                return
+        keys = seed_keys(seed[0])
+        th = params(theta)
+        for s in range(c):
+            ctr, gamma, step = row_stream(keys, np.int64(spikes[s]))
+            j = -1
+            while True:
+                g = skip(mix(ctr), table, GUIDE, SHIFT)
+                if g >= n - 1 - j:
+                    break
+                j += 1 + g
+                out[j] += weight(th, ctr, gamma)
+                ctr = (ctr + step) & MASK
+
+    if not matrix:
+
+        @numba.njit(nogil=True)
+        def jitc_t_mv_spikes(theta, seed, table, spikes, count, out):
+            one(theta, seed, table, spikes, count, out)
+
+        return jitc_t_mv_spikes
+
+    @numba.njit(nogil=True)
+    def jitc_t_mm_spikes(theta, seed, table, spikes, count, out):
+        for b in range(spikes.shape[0]):
+            one(theta, seed, table, spikes[b], count[b:b + 1], out[b])
+
+    return jitc_t_mm_spikes
