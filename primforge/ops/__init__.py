@@ -168,11 +168,18 @@ from primforge.ops.fixed_num import (
     binary_fixed_num_mv_spikes,
     binary_fixed_num_mv_spikes_p,
 )
+from primforge.ops.jitconn import (
+    binary_jitc_mm_spikes,
+    binary_jitc_mm_spikes_p,
+    binary_jitc_mv_spikes,
+    binary_jitc_mv_spikes_p,
+)
 
 __all__ += ["binary_densemm_spikes", "binary_densemm_spikes_p", "binary_densemv_spikes",
             "binary_densemv_spikes_p", "binary_fixed_num_mm_spikes",
             "binary_fixed_num_mm_spikes_p", "binary_fixed_num_mv_spikes",
-            "binary_fixed_num_mv_spikes_p", "spike_list"]
+            "binary_fixed_num_mv_spikes_p", "binary_jitc_mm_spikes", "binary_jitc_mm_spikes_p",
+            "binary_jitc_mv_spikes", "binary_jitc_mv_spikes_p", "spike_list"]
 
 # Synaptic delays: event products into a ring buffer of pending input.
 from primforge.ops.delay import (

@@ -408,6 +408,22 @@ def jitc_vmap_over_a_sharded_batch():
 
 
 @check
+def jitc_spike_lists_stay_right():
+    # The spike-list products keep everything whole: a sharded list is gathered.
+    rng = np.random.default_rng(9)
+    lst = lambda x: ops.spike_list(x, M)
+    f = lambda x: ops.binary_jitc_mv_spikes(0.7, JC_SEED, *lst(x), shape=(M, N), prob=JC_P)
+    x = rng.random(M) < 0.4
+    close(jax.jit(f)(put(x, "x")), ref(JC_DENSE, x, binary=True, transpose=True),
+          "jitc spike list")
+    xs = rng.random((B, M)) < 0.4
+    close(jax.jit(jax.vmap(f))(put(xs, "x")),
+          np.stack([ref(JC_DENSE, x, binary=True, transpose=True) for x in xs]),
+          "jitc spike lists, vmap")
+    return "values only: no partitioning to assert"
+
+
+@check
 def jitc_a_row_splitting_rule_would_be_wrong():
     # The control for the rule above: declaring the event rows of x @ W a reduction (as
     # for fixed-number rows) gives wrong values, since each shard regenerates rows 0...

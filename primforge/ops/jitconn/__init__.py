@@ -1,9 +1,9 @@
 """Just-in-time connectivity: products with a random matrix regenerated from a seed.
 
 ``generator`` states the hash generator and its constants, ``api`` the four product
-kernels, their public calls and :func:`jitc_todense`; ``numba`` and ``pallas`` the
-backends' kernels, ``numba_columns`` the generator as a Numba function, ``bench`` the
-benchmark cases.
+kernels, their public calls and :func:`jitc_todense`, ``indexed`` the products taking a
+spike list; ``numba`` and ``pallas`` the backends' kernels, ``numba_columns`` the
+generator as a Numba function, ``bench`` the benchmark cases.
 """
 
 from primforge.ops.jitconn.api import (
@@ -19,6 +19,12 @@ from primforge.ops.jitconn.api import (
     jitc_todense,
     threshold_table,
 )
+from primforge.ops.jitconn.indexed import (
+    binary_jitc_mm_spikes,
+    binary_jitc_mm_spikes_p,
+    binary_jitc_mv_spikes,
+    binary_jitc_mv_spikes_p,
+)
 from primforge.ops.jitconn.numba_columns import jitc_numba_columns
 
 __all__ = [
@@ -27,6 +33,10 @@ __all__ = [
     "binary_jitc_matmat_p",
     "binary_jitc_matvec",
     "binary_jitc_matvec_p",
+    "binary_jitc_mm_spikes",
+    "binary_jitc_mm_spikes_p",
+    "binary_jitc_mv_spikes",
+    "binary_jitc_mv_spikes_p",
     "jitc_matmat",
     "jitc_matmat_p",
     "jitc_matvec",

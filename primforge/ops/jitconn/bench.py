@@ -1,16 +1,18 @@
 """Benchmark cases of the jitc kernels, imported only when benchmark data is asked for.
 
 ``CASES``, ``SEED`` and :func:`case` feed the four products (see
-:meth:`primforge.ops._scaffold.Family.install`).
+:meth:`primforge.ops._scaffold.Family.install`); :func:`spikes` and :func:`spikes_mm` the
+products taking spike lists.
 """
 
 from __future__ import annotations
 
 import numpy as np
 
+from primforge.bench import BenchmarkConfig
 from primforge.ops import _scaffold
 
-__all__ = ["CASES", "SEED", "case"]
+__all__ = ["CASES", "SEED", "case", "spikes", "spikes_mm"]
 
 SEED = 4321
 # (n, prob, transpose, weight_kind, seed)
@@ -29,3 +31,35 @@ def case(rs, case, binary: bool, matrix: bool):
         params["k"] = _scaffold.BENCH_COLS
     kwargs = {"shape": (n, n), "prob": prob, "transpose": transpose, "weight_kind": kind}
     return (weight, seed, x), kwargs, params
+
+
+def spikes(*, platform: str) -> list:
+    """The spike-list product on :data:`CASES`' matrices: every weight kind, a repeated row
+    and entries past the count."""
+    del platform
+    out = []
+    for i, (n, prob, _, kind, seed) in enumerate(CASES):
+        rs = np.random.RandomState(SEED + 100 + i)
+        weight = np.float32(0.5) if kind == "homo" else np.array([0.1, 0.5], np.float32)
+        lst = rs.randint(0, n, int(2 * _scaffold.BENCH_RATE * n)).astype(np.int32)
+        lst[1] = lst[0]
+        count = np.int32(lst.size // 2)
+        out.append(BenchmarkConfig(
+            args=(weight, seed, lst, count),
+            kwargs={"shape": (n, n), "prob": prob, "weight_kind": kind},
+            params={"n": n, "p": prob, "seed": seed, "spikes": int(count), "weight": kind}))
+    return out
+
+
+def spikes_mm(*, platform: str) -> list:
+    """Several spike lists at once: :func:`spikes`' cases with lists of their own."""
+    out = []
+    for i, cfg in enumerate(spikes(platform=platform)):
+        rs = np.random.RandomState(SEED + 300 + i)
+        weight, seed, lst, _ = cfg.args
+        n = cfg.kwargs["shape"][0]
+        lists = rs.randint(0, n, (_scaffold.BENCH_COLS, lst.size)).astype(np.int32)
+        counts = rs.randint(0, lst.size + 1, _scaffold.BENCH_COLS).astype(np.int32)
+        out.append(BenchmarkConfig(args=(weight, seed, lists, counts), kwargs=cfg.kwargs,
+                                   params=dict(cfg.params, lists=_scaffold.BENCH_COLS)))
+    return out
