@@ -267,3 +267,34 @@ def lowering_devices(ctx) -> tuple:
         return tuple(backend.devices()) if backend is not None else ()
     except Exception:  # noqa: BLE001 - a client without devices
         return ()
+
+
+#: The GPU a device-less lowering targets when nothing names one: Hopper, as the Triton
+#: backend's own fallback (``triton.DEFAULT_CC``).
+DEVICE_LESS_GPU_KIND = "NVIDIA H100"
+
+
+def device_less_gpu_lowering(ctx=None, device_kind: str | None = None):
+    """A context for lowering for the GPU where JAX sees none (JAX 0.11 and newer).
+
+    From JAX 0.11, Pallas's GPU lowering takes the target GPU from the abstract mesh when
+    no GPU is visible, and fails without one ("No supported GPU devices found"). This
+    names one: ``device_kind``, else the GPU of the lowering's devices (a compile-only
+    topology's), else :data:`DEVICE_LESS_GPU_KIND`. Where a GPU is visible, an abstract
+    device is already set, or JAX is older, it does nothing.
+    """
+    import contextlib
+
+    if JAX_VERSION < (0, 11) or jax.default_backend() == "gpu":
+        return contextlib.nullcontext()
+    from jax._src.mesh import AbstractDevice
+
+    current = jax.sharding.get_abstract_mesh()
+    if getattr(current, "abstract_device", None) is not None:
+        return contextlib.nullcontext()
+    kinds = [device_kind] if device_kind else [
+        d.device_kind for d in (lowering_devices(ctx) if ctx is not None else ())
+        if getattr(d, "platform", "") in ("gpu", "cuda")]
+    device = AbstractDevice(device_kind=kinds[0] if kinds else DEVICE_LESS_GPU_KIND,
+                            num_cores=None, platform="gpu")
+    return jax.sharding.use_abstract_mesh(current.update(abstract_device=device))

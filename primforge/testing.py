@@ -28,6 +28,7 @@ from typing import Any
 
 import jax
 
+from primforge import _compat
 from primforge._gpu_compile.dump import named_in as _named_in
 from primforge._gpu_compile.dump import parse_thunks as _parse_thunks  # noqa: F401 - tests
 from primforge._gpu_compile.dump import read_dump as _read_dump
@@ -226,7 +227,10 @@ def compile_for_gpu(
             their shapes and dtypes are used.
         target: ``'h100'`` (sm_90), ``'a100'`` (sm_80), or the path of a text-format
             ``GpuTargetConfigProto`` (XLA publishes them for other GPUs).
-        ptx: also return the PTX of every kernel XLA generated (``result.ptx``).
+        ptx: also return the PTX of every kernel XLA generated (``result.ptx``). The
+            PTX of XLA's own kernels is read from XLA's dump, where JAX 0.11's XLA no
+            longer writes it: there ``result.ptx`` holds only the kernels primforge
+            assembles itself (Numba-CUDA and ``cuda_raw``).
         check: raise :class:`GpuCompileError` (message: XLA's error and the kernel it
             names) instead of returning a failed result.
 
@@ -259,7 +263,8 @@ def compile_for_gpu(
     device = mesh.devices.flat[0]
     sharding = jax.sharding.NamedSharding(mesh, jax.sharding.PartitionSpec())
     # out_shardings too: a function without array arguments must still land on the target.
-    lowered = jax.jit(fn, out_shardings=sharding).lower(*_place(args, sharding))
+    with _compat.device_less_gpu_lowering(device_kind=device.device_kind):
+        lowered = jax.jit(fn, out_shardings=sharding).lower(*_place(args, sharding))
     custom = _custom_calls(lowered.compiler_ir("stablehlo"))
     info: dict[str, Any] = {
         "target": str(target),

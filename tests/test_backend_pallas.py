@@ -16,6 +16,7 @@ from jax.experimental import pallas as pl
 from jax.experimental.pallas import triton as plgpu
 
 import primforge
+from primforge import _compat
 from primforge.kernel.kernel import KernelError
 
 
@@ -99,7 +100,8 @@ def test_gpu_compiles_for_every_target_with_the_requested_warps():
     for target in GPU_TARGETS:
         (body,) = [kern for kern in results[target].kernels if kern.name == "body"]
         assert body.block == (128, 1, 1) and body.grid == (1, 1, 1), (target, body)
-        assert f".target {results[target].sm}" in results[target].ptx["body"]
+        if _compat.JAX_VERSION < (0, 11):  # JAX 0.11's XLA dumps no PTX of its kernels
+            assert f".target {results[target].sm}" in results[target].ptx["body"]
 
 
 @requires_gpu_compiler

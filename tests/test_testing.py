@@ -14,7 +14,7 @@ import numpy as np
 import pytest
 from gpu_utils import has_gpu_driver, requires_gpu_compiler
 
-from primforge import testing
+from primforge import _compat, testing
 
 THUNKS = textwrap.dedent("""\
     001: kCustomCall   [source       | next=002 (1)] kCustomCall
@@ -114,7 +114,10 @@ def test_a_jax_function_compiles_with_kernels_and_ptx_for_the_target(target, sm)
     assert result.ok and result.sm == sm and result.error is None
     (kernel,) = result.kernels
     assert kernel.threads >= 1000 and kernel.block[0] % 32 == 0
-    assert f".target {sm}" in result.ptx[kernel.name]
+    if _compat.JAX_VERSION < (0, 11):
+        assert f".target {sm}" in result.ptx[kernel.name]
+    else:  # XLA no longer dumps its PTX (the docstring says so)
+        assert kernel.name not in result.ptx
     assert "sine" in result.hlo
     assert kernel.name in result.describe()
 
@@ -170,7 +173,10 @@ def test_errors_are_attributed_only_to_kernel_names():
                                  compiler_params=plgpu.CompilerParams(num_warps=4))(x)
     mesh = testing._topology(testing.target_config("h100"))
     sharding = jax.sharding.NamedSharding(mesh, jax.sharding.PartitionSpec())
-    lowered = jax.jit(f).lower(jax.ShapeDtypeStruct((128,), jnp.float32, sharding=sharding))
+    # JAX 0.11's Pallas asks which GPU a device-less lowering is for.
+    with _compat.device_less_gpu_lowering(device_kind=mesh.devices.flat[0].device_kind):
+        lowered = jax.jit(f).lower(jax.ShapeDtypeStruct((128,), jnp.float32,
+                                                        sharding=sharding))
     names = testing._kernel_names(testing._custom_calls(lowered.compiler_ir("stablehlo")))
     assert names == {"__gpu$xla.gpu.triton", "body"}
 

@@ -275,7 +275,10 @@ class LoweringMixin(KernelState):
             )
         checked = self._shape_checked(fn, outs, batch, configured=bool(params))
         try:
-            return _compat.mlir.lower_fun(checked, multiple_results=True)(ctx, *args)
+            if platform != "gpu":
+                return _compat.mlir.lower_fun(checked, multiple_results=True)(ctx, *args)
+            with _compat.device_less_gpu_lowering(ctx):
+                return _compat.mlir.lower_fun(checked, multiple_results=True)(ctx, *args)
         except KernelError:
             raise
         except Exception as e:

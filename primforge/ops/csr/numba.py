@@ -206,12 +206,16 @@ def _scatter_mm(binary: bool, homo: bool, parallel: bool, wide: bool = False):
         for c in cols(kcols):
             row = outb[c]
             row[:] = 0
+            # One flag per column, set once and then leaving the loop: a flag tested in the
+            # loop's own condition made a cycle that Numba's parfor pass rejects on
+            # Python 3.13 ("unexpected cycle in lookup()").
             bad = 0
             for i in range(m):
                 xi = xb[c, i]
-                if xi != 0 and bad == 0 and not scatter(row, data, indices, indptr[i],
-                                                        indptr[i + 1], w0, xi):
+                if xi != 0 and not scatter(row, data, indices, indptr[i], indptr[i + 1], w0,
+                                           xi):
                     bad = 1
+                    break
             nbad += bad
         if nbad:
             outb[:] = np.nan
