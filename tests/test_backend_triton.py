@@ -185,6 +185,9 @@ def test_ir_goes_as_bytecode_when_jaxlib_reads_it_and_as_text_when_only_xla_does
         tl.debug_barrier()
 
     text = ptriton.to_ttir(barrier, ["int32"], {"N": 8})
+    if "gpu.barrier" in text:  # Triton 3.6 writes the upstream op, which jaxlib reads
+        assert ptriton._to_xla_ir(text).startswith(b"ML\xefR")
+        text = text.replace("gpu.barrier", "ttg.barrier")  # what Triton 3.9 writes
     assert "ttg.barrier" in text  # a dialect jaxlib's bindings lack and XLA:GPU loads
     assert ptriton._to_xla_ir(text) == text.encode()
     unknown_op = plain.replace("tt.return", '"tt.not_an_op"() : () -> ()\n    tt.return', 1)
