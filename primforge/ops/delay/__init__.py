@@ -3,7 +3,7 @@
 ``api`` holds the kernels (float and binary input over CSR storage, binary input through a
 just-in-time matrix) and the public calls (:func:`delayed_matvec` for CSR, CSC and FixedNum
 matrices, :func:`binary_delayed_jitc_matvec`, :func:`delay_read`, :func:`delay_buffer`);
-``numba`` the CPU kernels, ``pallas`` the GPU placeholder, ``bench`` the benchmark cases.
+``numba`` the CPU kernels, ``bench`` the benchmark cases.
 """
 
 from primforge.ops.delay.api import (

@@ -89,15 +89,6 @@ def _numba_generator(binary: bool):
     return generate
 
 
-def _pallas_generator(binary: bool):
-    def generate(**kw):
-        from primforge.ops.delay import pallas as _pallas_delay
-
-        return _pallas_delay.generator(binary)(**kw)
-
-    return generate
-
-
 # ----------------------------------------------------------------------------- shape rule
 def _name(binary: bool) -> str:
     return "binary_delayed_csrmv" if binary else "delayed_csrmv"
@@ -211,7 +202,6 @@ def _make(binary: bool) -> XLACustomKernel:
     for platform in ("cpu", "gpu", "tpu"):
         kernel.def_kernel("jax", platform, _jax_generator(binary))
     kernel.def_numba_kernel(_numba_generator(binary), asdefault=True)
-    kernel.def_pallas_kernel("gpu", _pallas_generator(binary))  # not written yet: says so
     kernel.def_abstract_eval(_shape_rule(binary))
     kernel.def_jvp_rule(_jvp(binary))
     kernel.def_transpose_rule(_transpose(binary))
@@ -614,11 +604,6 @@ def _jitc_numba(*, outs, prob, transpose, weight_kind, delay_range, **_):
     return numba_kernel(fn, outs=list(outs), input_output_aliases={4: 0})
 
 
-def _jitc_pallas(**_):
-    raise NotImplementedError(f"{_JITC}: no 'pallas' kernel yet; use backend='jax' (the "
-                              f"default on the GPU)")
-
-
 def _check_delay_range(who: str, delay_range: Any, depth: int | None) -> tuple[int, int]:
     """``delay_range`` as two ints ``0 <= dmin <= dmax < D``, or an error naming it."""
     try:
@@ -701,7 +686,6 @@ for _platform in ("cpu", "gpu", "tpu"):
     binary_delayed_jitc_matvec_p.def_kernel("jax", _platform, _jitc_jax)
 del _platform
 binary_delayed_jitc_matvec_p.def_numba_kernel(_jitc_numba, asdefault=True)
-binary_delayed_jitc_matvec_p.def_pallas_kernel("gpu", _jitc_pallas)  # not written yet: says so
 binary_delayed_jitc_matvec_p.def_abstract_eval(_jitc_shapes)
 binary_delayed_jitc_matvec_p.def_jvp_rule(_jitc_jvp)
 binary_delayed_jitc_matvec_p.def_transpose_rule(_jitc_transpose)
