@@ -8,6 +8,7 @@ outside ``[0, len(spikes)]`` gives NaN everywhere (an error on concrete input).
 
 from __future__ import annotations
 
+import functools
 from collections.abc import Callable
 from typing import Any
 
@@ -21,7 +22,8 @@ from primforge.kernel.kernel import XLACustomKernel
 from primforge.kernel.sharding import ShardingRule
 from primforge.ops import _scaffold
 
-__all__ = ["batch_lists", "build", "check_concrete", "list_args", "replicated_rule"]
+__all__ = ["batch_lists", "build", "check_concrete", "list_args", "numba_list_ok",
+           "replicated_rule"]
 
 
 # ----------------------------------------------------------------------------- the list
@@ -32,6 +34,32 @@ def valid_entries(spikes, count, size):
     valid = jnp.arange(n_list) < c
     bad = jnp.any(valid & ((spikes < 0) | (spikes >= size))) | (c < 0) | (c > n_list)
     return valid, ~bad
+
+
+@functools.cache
+def numba_list_ok():
+    """An njit ``list_ok(spikes, count, size) -> bool``: the count is in ``[0, len(spikes)]``
+    and every entry inside it is in ``[0, size)`` (the Numba kernels' NaN condition).
+
+    Example:
+        >>> import numpy as np
+        >>> list_ok = numba_list_ok()
+        >>> list_ok(np.array([2, 0, 9]), np.array([2]), 3), list_ok(np.array([3]), np.array([1]), 3)
+        (True, False)
+    """
+    import numba
+
+    @numba.njit(inline="always", nogil=True)
+    def list_ok(spikes, count, size):
+        c = count[0]
+        if c < 0 or c > spikes.shape[0]:
+            return False
+        for s in range(c):
+            if spikes[s] < 0 or spikes[s] >= size:
+                return False
+        return True
+
+    return list_ok
 
 
 def check_list(who, spikes, count, matrix):

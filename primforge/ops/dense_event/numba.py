@@ -164,19 +164,20 @@ def spikes_mv_kernel(transpose: bool):
 
     TRANSPOSE = transpose
 
+    from primforge.ops import _spikes
+
+
+    list_ok = _spikes.numba_list_ok()
+
     @numba.njit(nogil=True)
     def dense_mv_spikes(weights, spikes, count, out):
         m, n = weights.shape
         size = m if TRANSPOSE else n
         out[:] = 0
         c = count[0]
-        if c < 0 or c > spikes.shape[0]:
+        if not list_ok(spikes, count, size):
             out[:] = np.nan
             return
-        for s in range(c):
-            if spikes[s] < 0 or spikes[s] >= size:
-                out[:] = np.nan
-                return
         if TRANSPOSE:
             for s in range(c):
                 row = weights[spikes[s]]

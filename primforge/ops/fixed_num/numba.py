@@ -257,19 +257,20 @@ def spikes_mv_kernel(transpose: bool, homo: bool, n_cols: int):
 
     if transpose:
 
+        from primforge.ops import _spikes
+
+
+        list_ok = _spikes.numba_list_ok()
+
         @numba.njit(nogil=True)
         def fixed_t_mv_spikes(weights, indices, spikes, count, out):
             m, k = indices.shape
             n = out.shape[0]
             out[:] = 0
             c = count[0]
-            if c < 0 or c > spikes.shape[0]:
+            if not list_ok(spikes, count, m):
                 out[:] = np.nan
                 return
-            for s in range(c):
-                if spikes[s] < 0 or spikes[s] >= m:
-                    out[:] = np.nan
-                    return
             w0 = weights.ravel()[0] if HOMO and weights.size else out.dtype.type(0)
             un = np.uint64(n)
             for s in range(c):

@@ -12,6 +12,7 @@ import math
 
 import numpy as np
 
+from primforge.ops import _spikes
 from primforge.ops.jitconn.generator import (
     FEW_FLIPS,
     FLIP,
@@ -337,21 +338,18 @@ def spikes_kernel(matrix: bool, kind: str, prob: float, n_rows: int):
     weight, params = _weight_helpers(kind)
     M = n_rows
 
+    list_ok = _spikes.numba_list_ok()
+
     @numba.njit(inline="always", nogil=True)
     def one(theta, seed, table, spikes, count, out):
         n = out.shape[0]
         out[:] = 0
-        c = count[0]
-        if c < 0 or c > spikes.shape[0]:
+        if not list_ok(spikes, count, M):
             out[:] = np.nan
             return
-        for s in range(c):
-            if spikes[s] < 0 or spikes[s] >= M:
-                out[:] = np.nan
-                return
         keys = seed_keys(seed[0])
         th = params(theta)
-        for s in range(c):
+        for s in range(count[0]):
             ctr, gamma, step = row_stream(keys, np.int64(spikes[s]))
             j = -1
             while True:
