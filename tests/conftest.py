@@ -40,8 +40,9 @@ EXHAUSTIVE_FILES = re.compile(
     r"tests/(test_trust_multiprocess|test_cache_cuda_trust|test_\w+_gpu_compile)\.py$")
 #: Tests that sweep a whole family through one mechanism the default tier tests on its own:
 #: ``primforge check`` over every kernel and backend of an operator family (tests/test_cli.py
-#: covers the command), the multi-process fuzz of random kernels against the ``jax``
-#: backend, the threaded CSR backend hammered from many threads in a subprocess.
+#: covers the command; tests/test_ops_bench.py runs its comparison for the other families),
+#: the multi-process fuzz of random kernels against the ``jax`` backend, the threaded CSR
+#: backend hammered from many threads in a subprocess.
 EXHAUSTIVE_SWEEPS = re.compile(
     r"test_cli_check_passes_for_the_\w+_kernels$"
     r"|test_numba_backend_matches_jax_backend$"

@@ -9,7 +9,6 @@ import jax.numpy as jnp
 import numpy as np
 import pytest
 from jax.test_util import check_grads
-from test_ops_fixed_num import cli_check
 
 from primforge import ops
 
@@ -236,11 +235,6 @@ def test_benchmark_data_is_correct_and_benchmark_agrees(binary, matrix):
     result = kernel.benchmark(platform="cpu", n_warmup=1, n_runs=2)
     assert {r.backend for r in result.records} == {"jax", "numba", "pallas"}
     assert all(r.ok and r.mismatch is None for r in result.records)
-
-
-def test_cli_check_passes_for_the_dense_kernels():
-    cli_check("dense", ["densemv", "densemm"], 3,
-              ["binary_densemv_spikes", "binary_densemm_spikes"])
 
 
 @pytest.mark.parametrize("backend", BACKENDS)

@@ -310,18 +310,6 @@ def test_pallas_interpreted_masked_slots_and_bad_structure():
         assert np.isnan(np.asarray(out.data)).all()
 
 
-def test_cli_check_passes_for_the_plasticity_kernels(capsys, monkeypatch):
-    from primforge.cli import main
-
-    monkeypatch.delenv("PRIMFORGE_AUTOTUNE", raising=False)
-    code = main(["check", "--tags", "plasticity", "--platform", "cpu"])
-    out = capsys.readouterr().out
-    assert code == 0, out
-    assert "PASS  primforge.ops.dense_update: 2 backend(s)" in out, out
-    assert "PASS  primforge.ops.compressed_update: 3 backend(s)" in out, out
-    assert "2 of 2 kernel(s) passed on cpu" in out, out
-
-
 @pytest.mark.parametrize("backend", BACKENDS)
 @pytest.mark.parametrize("n_spikes", [0, 1, 2, 30, 70])
 def test_column_updates_at_every_spike_count(backend, n_spikes):
