@@ -62,6 +62,9 @@ def test_benchmark_data_is_small_deterministic_and_correct(kernel):
                                    rtol=1e-4, atol=1e-4, err_msg=cfg.name)
 
 
+# A sweep like `primforge check`; the default tier checks each backend of these products
+# against dense NumPy (tests/test_ops_csr*.py) and the call on this data just above.
+@pytest.mark.exhaustive
 @pytest.mark.parametrize("kernel", list(KERNELS), ids=lambda k: k.name)
 def test_benchmark_runs_every_backend_and_agrees(kernel):
     result = kernel.benchmark(platform="cpu", n_warmup=1, n_runs=2)
@@ -101,9 +104,9 @@ def test_cli_finds_the_ops_kernels_in_a_fresh_process():
 
 
 # --- Every backend of every ops kernel against the jax reference on its benchmark cases ---
-# This is what ``primforge check`` runs. Default-tier tests of each family already run
-# some (kernel, backend) pairs on every benchmark case against 'jax'; the sweep below runs
-# all the others, so each pair runs once in CI. A kernel added to primforge.ops joins the
+# This is what ``primforge check`` runs. Tests of each family already run some (kernel,
+# backend) pairs on every benchmark case against 'jax' (or NumPy); the sweep below runs all
+# the others, so each pair runs once in CI. A kernel added to primforge.ops joins the
 # sweep by itself.
 OPS_KERNELS = sorted((k for k in registry.list_kernels() if k.name.startswith("primforge.ops.")),
                      key=lambda k: k.name)
