@@ -111,19 +111,11 @@ def test_cli_finds_the_ops_kernels_in_a_fresh_process():
 OPS_KERNELS = sorted((k for k in registry.list_kernels() if k.name.startswith("primforge.ops.")),
                      key=lambda k: k.name)
 _CSR = ("numba", "numba_parallel", "cuda_raw", "pallas")
-_FIXED_NUM = ("numba", "numba_parallel", "pallas")
 #: kernel (short name) -> (backends run on every benchmark case against 'jax', by the test)
 CHECKED_ELSEWHERE = {
     **{k.name.removeprefix("primforge.ops."): (
         _CSR, "test_ops_bench.py::test_benchmark_runs_every_backend_and_agrees")
        for k in KERNELS},
-    **{name: (_FIXED_NUM,
-              "test_ops_fixed_num.py::test_benchmark_data_is_correct_and_benchmark_agrees")
-       for name in ("fixed_num_mv", "binary_fixed_num_mv", "fixed_num_mm",
-                    "binary_fixed_num_mm")},
-    **{name: (("numba", "pallas"),
-              "test_ops_dense_event.py::test_benchmark_data_is_correct_and_benchmark_agrees")
-       for name in ("densemv", "binary_densemv", "densemm", "binary_densemm")},
     **{name: (("numba",),
               "test_ops_jitconn.py::test_benchmark_data_runs_and_matches_sampled_rows")
        for name in ("jitc_matvec", "binary_jitc_matvec", "jitc_matmat", "binary_jitc_matmat")},
@@ -133,9 +125,6 @@ CHECKED_ELSEWHERE = {
     "fixed_num_weight_grad": (
         ("numba", "numba_parallel"),
         "test_ops_grad_kernels.py::test_fixed_number_benchmark_cases_match_numpy"),
-    **{name: (("numba",),
-              "test_ops_plasticity.py::test_benchmark_hooks_agree_across_backends")
-       for name in ("compressed_update", "dense_update")},
     # the command itself, end to end, on one family
     **{name: (("numba",), "test_ops_delay.py::test_cli_check_passes_for_the_delay_kernels")
        for name in ("delayed_csrmv", "binary_delayed_csrmv", "binary_delayed_jitc_matvec",
@@ -171,7 +160,13 @@ def test_the_sweep_and_the_family_tests_cover_every_backend_of_every_ops_kernel(
         "binary_densemv_spikes": ["numba"], "binary_densemm_spikes": ["numba"],
         "jitc_matvec": ["pallas"], "binary_jitc_matvec": ["pallas"],
         "jitc_matmat": ["pallas"], "binary_jitc_matmat": ["pallas"],
-        "compressed_update": ["pallas"],
+        "fixed_num_mv": ["numba", "pallas", "numba_parallel"],
+        "binary_fixed_num_mv": ["numba", "pallas", "numba_parallel"],
+        "fixed_num_mm": ["numba", "pallas", "numba_parallel"],
+        "binary_fixed_num_mm": ["numba", "pallas", "numba_parallel"],
+        "densemv": ["numba", "pallas"], "binary_densemv": ["numba", "pallas"],
+        "densemm": ["numba", "pallas"], "binary_densemm": ["numba", "pallas"],
+        "compressed_update": ["numba", "pallas"], "dense_update": ["numba"],
     }
 
 

@@ -221,7 +221,8 @@ def test_trace_time_errors_name_the_argument():
 
 # ---------------------------------------------------------------------------- bench hooks
 @pytest.mark.parametrize("binary,matrix", list(itertools.product([False, True], repeat=2)))
-def test_benchmark_data_is_correct_and_benchmark_agrees(binary, matrix):
+def test_benchmark_data_is_correct(binary, matrix):
+    # every backend against jax on this data: tests/test_ops_bench.py's sweep
     kernel = KERNELS[(binary, matrix)]
     configs = kernel._benchmark_data_fn(platform="cpu")
     assert {c.params["transpose"] for c in configs} == {False, True}
@@ -232,9 +233,6 @@ def test_benchmark_data_is_correct_and_benchmark_agrees(binary, matrix):
         xf = (x != 0) if binary else x
         np.testing.assert_allclose(np.asarray(got), a.astype(np.float64) @ xf, rtol=1e-4,
                                    atol=1e-4)
-    result = kernel.benchmark(platform="cpu", n_warmup=1, n_runs=2)
-    assert {r.backend for r in result.records} == {"jax", "numba", "pallas"}
-    assert all(r.ok and r.mismatch is None for r in result.records)
 
 
 @pytest.mark.parametrize("backend", BACKENDS)

@@ -394,7 +394,8 @@ def test_trace_time_errors_name_the_argument():
 
 # ---------------------------------------------------------------------------- bench hooks
 @pytest.mark.parametrize("binary,matrix", list(itertools.product([False, True], repeat=2)))
-def test_benchmark_data_is_correct_and_benchmark_agrees(binary, matrix):
+def test_benchmark_data_is_correct(binary, matrix):
+    # every backend against jax on this data: tests/test_ops_bench.py's sweep
     kernel = {(False, False): ops.fixed_num_mv_p, (True, False): ops.binary_fixed_num_mv_p,
               (False, True): ops.fixed_num_mm_p, (True, True): ops.binary_fixed_num_mm_p}[
                   (binary, matrix)]
@@ -408,9 +409,6 @@ def test_benchmark_data_is_correct_and_benchmark_agrees(binary, matrix):
         xf = (x != 0) if binary else x
         np.testing.assert_allclose(np.asarray(got), a @ xf.astype(np.float64), rtol=1e-4,
                                    atol=1e-4)
-    result = kernel.benchmark(platform="cpu", n_warmup=1, n_runs=2)
-    assert {r.backend for r in result.records} == {"jax", "numba", "numba_parallel", "pallas"}
-    assert all(r.ok and r.mismatch is None for r in result.records)
 
 
 # ---------------------------------------------------------------------------- pallas (GPU)

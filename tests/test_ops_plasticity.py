@@ -274,14 +274,6 @@ def test_pair_stdp_under_scan_matches_numpy(backend):
     assert not np.array_equal(got, dense)  # the run did change weights
 
 
-def test_benchmark_hooks_agree_across_backends():
-    for kernel in (ops.compressed_update_p, ops.dense_update_p):
-        result = kernel.benchmark(platform="cpu", n_warmup=1, n_runs=1,
-                                  backends=["jax", "numba"])
-        assert {r.backend for r in result.records} == {"jax", "numba"}
-        assert all(r.error is None for r in result.records), [r.error for r in result.records]
-
-
 @pytest.mark.parametrize("fmt", ["csr", "csc"])
 @pytest.mark.parametrize("pre", [True, False], ids=["on_pre", "on_post"])
 def test_pallas_interpreted_matches_numpy(fmt, pre):
