@@ -53,7 +53,7 @@ def pytest_xdist_make_scheduler(config, log):
 
     root = config.rootpath
     shared = {p.relative_to(root).as_posix() for p in _HERE.glob("test_*.py")
-              if _defines_a_module_fixture(p)}
+              if p.is_relative_to(root) and _defines_a_module_fixture(p)}
 
     class FilesWithModuleFixtures(LoadScopeScheduling):
         def _split_scope(self, nodeid):
