@@ -1,5 +1,11 @@
 """Test-suite configuration."""
 
+import ast
+import pathlib
+import re
+
+import pytest
+
 # Scripts run in subprocesses (several simulated devices, several processes): they parse
 # their own command line at import, so pytest must not import them for doctests.
 collect_ignore_glob = ["sharding_scripts/*"]
@@ -20,6 +26,43 @@ def pytest_terminal_summary(terminalreporter):
         terminalreporter.write_line(f"{backend:12s}{row}")
 
 
+# --- pytest-xdist: a module-scoped fixture is built once, not once per worker -------------
+# xdist's default distribution spreads a file's tests over the workers, and every worker
+# that runs one of them builds the file's module-scoped fixtures again (a subprocess, a
+# simulation, a site build). With -n, each file that defines such a fixture goes to one
+# worker as a whole; the other tests are handed out one by one as before.
+_HERE = pathlib.Path(__file__).resolve().parent
+
+
+def _defines_a_module_fixture(path: pathlib.Path) -> bool:
+    """Whether the file defines a fixture with ``scope="module"`` (or "session")."""
+    for node in ast.walk(ast.parse(path.read_text(encoding="utf-8"))):
+        for deco in getattr(node, "decorator_list", ()):
+            if isinstance(deco, ast.Call) and any(
+                    k.arg == "scope" and isinstance(k.value, ast.Constant)
+                    and k.value.value in ("module", "session") for k in deco.keywords):
+                return True
+    return False
+
+
+@pytest.hookimpl(tryfirst=True, optionalhook=True)
+def pytest_xdist_make_scheduler(config, log):
+    if config.getvalue("dist") != "load":  # what -n N chooses unless told otherwise
+        return None
+    from xdist.scheduler import LoadScopeScheduling
+
+    root = config.rootpath
+    shared = {p.relative_to(root).as_posix() for p in _HERE.glob("test_*.py")
+              if p.is_relative_to(root) and _defines_a_module_fixture(p)}
+
+    class FilesWithModuleFixtures(LoadScopeScheduling):
+        def _split_scope(self, nodeid):
+            path = nodeid.split("::", 1)[0]
+            return path if path in shared else nodeid
+
+    return FilesWithModuleFixtures(config, log)
+
+
 # --- Two tiers: the default run and the exhaustive one -----------------------------------
 # A test function parametrized over many cases keeps, in the default run, a subset that
 # covers every token of its cases' ids (every backend, dtype, direction, event type, ...
@@ -27,9 +70,6 @@ def pytest_terminal_summary(terminalreporter):
 # options deselect them (``-m "not exhaustive"``); ``-m exhaustive`` runs exactly those,
 # and ``-m "exhaustive or not exhaustive"`` runs everything. The files in EXHAUSTIVE_FILES
 # and the sweeps named in EXHAUSTIVE_SWEEPS go to the exhaustive tier whole.
-import re
-
-import pytest
 
 #: Parametrized functions with at most this many cases keep all of them in the default run.
 SMALL_MATRIX = 6
@@ -40,8 +80,9 @@ EXHAUSTIVE_FILES = re.compile(
     r"tests/(test_trust_multiprocess|test_cache_cuda_trust|test_\w+_gpu_compile)\.py$")
 #: Tests that sweep a whole family through one mechanism the default tier tests on its own:
 #: ``primforge check`` over every kernel and backend of an operator family (tests/test_cli.py
-#: covers the command), the multi-process fuzz of random kernels against the ``jax``
-#: backend, the threaded CSR backend hammered from many threads in a subprocess.
+#: covers the command; tests/test_ops_bench.py runs its comparison for the other families),
+#: the multi-process fuzz of random kernels against the ``jax`` backend, the threaded CSR
+#: backend hammered from many threads in a subprocess.
 EXHAUSTIVE_SWEEPS = re.compile(
     r"test_cli_check_passes_for_the_\w+_kernels$"
     r"|test_numba_backend_matches_jax_backend$"

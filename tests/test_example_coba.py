@@ -126,19 +126,10 @@ def test_just_in_time_connectivity_matches_numpy(jitc_net, jitc_plain):
     _check_against_numpy(jitc_plain, numpy_coba(jitc_net, round(DURATION / 1e-4)), jitc_net)
 
 
-@pytest.mark.parametrize("steps_per_call,threads", [(1, 1), (10, 1), (10, 2), (5, 3)])
-def test_fused_just_in_time_step_gives_the_plain_spike_trains(coba, jitc_net, jitc_plain,
-                                                              steps_per_call, threads):
-    """The fused kernel regenerates the rows inside the kernel: the plain step's trains,
-    on one thread or several."""
-    fused = coba.simulate(jitc_net, DURATION, fused=True, steps_per_call=steps_per_call,
-                          threads=threads, min_neurons=0)  # threads even for few neurons
-    for key in ("counts", "per_neuron", "raster"):
-        np.testing.assert_array_equal(fused[key], jitc_plain[key])
-
-
-def test_fused_just_in_time_kernel_backends_agree(coba, jitc_net):
-    """The numba kernel (two-phase propagation, several blocks a step) against the jax one."""
+def _busy_jitc_state(coba, jitc_net):
+    """A state in which most neurons fire at once: more targets in the first step than one
+    block of the two-phase propagation holds (the threaded kernel then needs several rounds
+    a step); the arguments of ``coba_jitc_step_p`` and its parameters but ``steps``."""
     import jax.numpy as jnp
 
     rs = np.random.default_rng(4)
@@ -148,19 +139,42 @@ def test_fused_just_in_time_kernel_backends_agree(coba, jitc_net):
     we, wi = jitc_net.w_exc, jitc_net.w_inh
     args = (v, jitc_net.ge0, jitc_net.gi0, ref, jnp.full((1,), we.weight, jnp.float32),
             jnp.full((1,), wi.weight, jnp.float32), jnp.asarray([we.seed, wi.seed], jnp.uint32))
-    kw = {"steps": 3, "prob": we.prob, "n_exc": jitc_net.n_exc}
+    return args, {"prob": we.prob, "n_exc": jitc_net.n_exc}
+
+
+@pytest.mark.parametrize("steps_per_call,threads", [(1, 1), (10, 1), (10, 2), (5, 3)])
+def test_fused_just_in_time_step_gives_the_plain_spike_trains(coba, jitc_net, jitc_plain,
+                                                              steps_per_call, threads):
+    """The fused kernel regenerates the rows inside the kernel: the plain step's trains,
+    on one thread or several. On several, the threaded kernel (the one compiled for the
+    simulation) also gives the one-thread sums bit for bit when a step's targets fill
+    several blocks."""
+    fused = coba.simulate(jitc_net, DURATION, fused=True, steps_per_call=steps_per_call,
+                          threads=threads, min_neurons=0)  # threads even for few neurons
+    for key in ("counts", "per_neuron", "raster"):
+        np.testing.assert_array_equal(fused[key], jitc_plain[key])
+    if threads == 1:
+        return
+    args, kw = _busy_jitc_state(coba, jitc_net)
+    kw["steps"] = steps_per_call
+    one = coba.coba_jitc_step_p(*args, backend="numba", **kw)
+    assert int(np.asarray(one[4][0]).sum()) * N * PROB > 2 * coba._BLOCK
+    several = coba.coba_jitc_step_p(*args, backend="numba", threads=threads, min_neurons=0,
+                                    **kw)
+    for g, w in zip(several, one):  # the same sums as one thread, bit for bit
+        np.testing.assert_array_equal(np.asarray(g), np.asarray(w))
+
+
+def test_fused_just_in_time_kernel_backends_agree(coba, jitc_net):
+    """The numba kernel (two-phase propagation, several blocks a step) against the jax one;
+    several threads on the same state: the threaded test above."""
+    args, kw = _busy_jitc_state(coba, jitc_net)
+    kw["steps"] = 3
     got = coba.coba_jitc_step_p(*args, backend="numba", **kw)
     want = coba.coba_jitc_step_p(*args, backend="jax", **kw)
-    # More targets in the first step than one block of the two-phase propagation holds
-    # (the threaded kernel then needs several rounds a step).
     assert int(np.asarray(want[4][0]).sum()) * N * PROB > 2 * coba._BLOCK
     for g, w in zip(got, want):
         np.testing.assert_allclose(np.asarray(g), np.asarray(w), rtol=1e-6, atol=1e-5)
-    for threads in (2, 4):
-        several = coba.coba_jitc_step_p(*args, backend="numba", threads=threads,
-                                        min_neurons=0, **kw)
-        for g, w in zip(several, got):  # the same sums as one thread, bit for bit
-            np.testing.assert_array_equal(np.asarray(g), np.asarray(w))
     with pytest.raises(ValueError, match="'threads' must be a positive int"):
         coba.coba_jitc_step_p(*args, backend="numba", threads=0, **kw)
     with pytest.raises(ValueError, match="'min_neurons' must be a non-negative int"):

@@ -1,13 +1,16 @@
-"""Benchmark hooks of the ops kernels: call function, benchmark data, `primforge check`."""
+"""Benchmark hooks of the ops kernels: call function, benchmark data, what `primforge check`
+compares."""
 
 import os
 import subprocess
 import sys
+import warnings
 
 import numpy as np
 import pytest
 
-from primforge import ops
+from primforge import ops, registry
+from primforge.bench import BenchmarkMismatchWarning
 from primforge.ops.csr.packed import binary_csrmv_packed_p as PACKED
 
 KERNELS = {
@@ -59,6 +62,9 @@ def test_benchmark_data_is_small_deterministic_and_correct(kernel):
                                    rtol=1e-4, atol=1e-4, err_msg=cfg.name)
 
 
+# A sweep like `primforge check`; the default tier checks each backend of these products
+# against dense NumPy (tests/test_ops_csr*.py) and the call on this data just above.
+@pytest.mark.exhaustive
 @pytest.mark.parametrize("kernel", list(KERNELS), ids=lambda k: k.name)
 def test_benchmark_runs_every_backend_and_agrees(kernel):
     result = kernel.benchmark(platform="cpu", n_warmup=1, n_runs=2)
@@ -78,32 +84,104 @@ def test_benchmark_runs_every_backend_and_agrees(kernel):
 
 
 def test_cli_finds_the_ops_kernels_in_a_fresh_process():
-    # A fresh interpreter, no --import: the command registers primforge.ops by itself.
+    # A fresh interpreter, no --import: the command registers primforge.ops by itself, every
+    # family of it with its tags.
     import json
 
     env = {k: v for k, v in os.environ.items() if k != "PRIMFORGE_AUTOTUNE"}
     env.update(JAX_PLATFORMS="cpu")
     proc = subprocess.run(
-        [sys.executable, "-m", "primforge", "list", "--json", "--tags", "csr"],
+        [sys.executable, "-m", "primforge", "list", "--json"],
         env=env, capture_output=True, text=True, timeout=300, check=False,
     )
     assert proc.returncode == 0, proc.stdout + proc.stderr
-    listed = {k["name"] for k in json.loads(proc.stdout)}
+    listed = {k["name"]: set(k["tags"]) for k in json.loads(proc.stdout)
+              if k["name"].startswith("primforge.ops.")}
+    assert listed == {k.name: set(k.tags) for k in OPS_KERNELS}, listed
     # the four products and the vector product reading packed events
-    assert listed == {kernel.name for kernel in KERNELS} | {PACKED.name}, listed
+    csr = {name for name, tags in listed.items() if "csr" in tags}
+    assert csr == {kernel.name for kernel in KERNELS} | {PACKED.name}, csr
 
 
-def test_cli_check_passes_for_the_ops_kernels(capsys, monkeypatch):
-    # In this process: no second interpreter importing JAX and compiling the Numba kernels
-    # again (discovery by a fresh process is the test above). No stored autotune choices
-    # are applied (PRIMFORGE_AUTOTUNE unset) and `check` writes none.
-    from primforge.cli import main
+# --- Every backend of every ops kernel against the jax reference on its benchmark cases ---
+# This is what ``primforge check`` runs. Tests of each family already run some (kernel,
+# backend) pairs on every benchmark case against 'jax' (or NumPy); the sweep below runs all
+# the others, so each pair runs once in CI. A kernel added to primforge.ops joins the
+# sweep by itself.
+OPS_KERNELS = sorted((k for k in registry.list_kernels() if k.name.startswith("primforge.ops.")),
+                     key=lambda k: k.name)
+_CSR = ("numba", "numba_parallel", "cuda_raw", "pallas")
+#: kernel (short name) -> (backends run on every benchmark case against 'jax', by the test)
+CHECKED_ELSEWHERE = {
+    **{k.name.removeprefix("primforge.ops."): (
+        _CSR, "test_ops_bench.py::test_benchmark_runs_every_backend_and_agrees")
+       for k in KERNELS},
+    **{name: (("numba",),
+              "test_ops_jitconn.py::test_benchmark_data_runs_and_matches_sampled_rows")
+       for name in ("jitc_matvec", "binary_jitc_matvec", "jitc_matmat", "binary_jitc_matmat")},
+    # against NumPy, which the 'jax' backend matches too
+    "csr_weight_grad": (("numba", "numba_parallel"),
+                        "test_ops_grad_kernels.py::test_csr_benchmark_cases_match_numpy"),
+    "fixed_num_weight_grad": (
+        ("numba", "numba_parallel"),
+        "test_ops_grad_kernels.py::test_fixed_number_benchmark_cases_match_numpy"),
+    # the command itself, end to end, on one family
+    **{name: (("numba",), "test_ops_delay.py::test_cli_check_passes_for_the_delay_kernels")
+       for name in ("delayed_csrmv", "binary_delayed_csrmv", "binary_delayed_jitc_matvec",
+                    "delay_read")},
+}
 
-    monkeypatch.delenv("PRIMFORGE_AUTOTUNE", raising=False)
-    code = main(["check", "--tags", "csr", "--platform", "cpu"])
-    out = capsys.readouterr().out
-    assert code == 0, out
-    for kernel in KERNELS:
-        assert f"PASS  {kernel.name}: 5 backend(s) x 4 config(s) against jax" in out, out
-    assert f"PASS  {PACKED.name}: 2 backend(s) x 4 config(s) against jax" in out, out
-    assert "5 of 5 kernel(s) passed on cpu" in out, out
+
+def _short(kernel):
+    return kernel.name.removeprefix("primforge.ops.")
+
+
+def _unchecked(kernel):
+    covered = CHECKED_ELSEWHERE.get(_short(kernel), ((), None))[0]
+    return [b for b in kernel.available_backends("cpu") if b not in ("jax", *covered)]
+
+
+SWEEP = [k for k in OPS_KERNELS if _unchecked(k)]
+
+
+def test_the_sweep_and_the_family_tests_cover_every_backend_of_every_ops_kernel():
+    assert len(OPS_KERNELS) >= 30 and all(k.has_benchmark_data() for k in OPS_KERNELS)
+    names = {_short(k): k for k in OPS_KERNELS}
+    for name, (backends, test) in CHECKED_ELSEWHERE.items():
+        assert name in names, (name, test)  # no stale entry
+        assert set(backends) <= set(names[name].available_backends("cpu")), (name, backends)
+        assert "jax" not in backends
+    # the kernels no family test covers on every backend, and what the sweep runs for them
+    assert {_short(k): _unchecked(k) for k in SWEEP} == {
+        "binary_csrmv_packed": ["numba"],
+        "binary_csrmv_spikes": ["numba"], "binary_csrmm_spikes": ["numba"],
+        "spike_list": ["numba"],
+        "binary_fixed_num_mv_spikes": ["numba"], "binary_fixed_num_mm_spikes": ["numba"],
+        "binary_densemv_spikes": ["numba"], "binary_densemm_spikes": ["numba"],
+        "binary_jitc_mv_spikes": ["numba"], "binary_jitc_mm_spikes": ["numba"],
+        "jitc_matvec": ["pallas"], "binary_jitc_matvec": ["pallas"],
+        "jitc_matmat": ["pallas"], "binary_jitc_matmat": ["pallas"],
+        "fixed_num_mv": ["numba", "pallas", "numba_parallel"],
+        "binary_fixed_num_mv": ["numba", "pallas", "numba_parallel"],
+        "fixed_num_mm": ["numba", "pallas", "numba_parallel"],
+        "binary_fixed_num_mm": ["numba", "pallas", "numba_parallel"],
+        "densemv": ["numba", "pallas"], "binary_densemv": ["numba", "pallas"],
+        "densemm": ["numba", "pallas"], "binary_densemm": ["numba", "pallas"],
+        "compressed_update": ["numba", "pallas"], "dense_update": ["numba"],
+    }
+
+
+@pytest.mark.exhaustive
+@pytest.mark.parametrize("kernel", SWEEP, ids=_short)
+def test_benchmark_cases_agree_with_jax_on_the_other_backends(kernel):
+    """``primforge check``'s comparison for the (kernel, backend) pairs of ``SWEEP``."""
+    backends = _unchecked(kernel)
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore", BenchmarkMismatchWarning)  # reported below
+        result = kernel.benchmark(platform="cpu", n_warmup=0, n_runs=1, backends=backends)
+    records = list(result.records)
+    assert {r.backend for r in records} == set(backends)
+    assert len(records) == len(backends) * len(kernel.benchmark_data(platform="cpu"))
+    bad = [(r.config, r.backend, r.error, r.mismatch) for r in records if not r.ok]
+    assert not bad, bad
+    assert all(r.reference == "jax" and r.matches_reference for r in records)

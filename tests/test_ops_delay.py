@@ -243,7 +243,9 @@ def test_traced_delays_outside_the_buffer_fill_it_with_nan(backend):
 
 @pytest.mark.exhaustive
 def test_cli_check_passes_for_the_delay_kernels(capsys, monkeypatch):
-    """``primforge check``: the benchmark cases agree between the numba and jax backends."""
+    """``primforge check`` end to end on one operator family: the benchmark cases agree
+    between the numba and jax backends (tests/test_ops_bench.py runs the same comparison
+    for the other families)."""
     from primforge.cli import main
 
     monkeypatch.delenv("PRIMFORGE_AUTOTUNE", raising=False)

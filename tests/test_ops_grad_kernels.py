@@ -18,24 +18,13 @@ def test_every_ops_kernel_has_a_call_and_benchmark_data():
     assert not missing, missing
 
 
-def test_cli_check_passes_for_the_gradient_kernels(capsys, monkeypatch):
-    from primforge.cli import main
-
-    monkeypatch.delenv("PRIMFORGE_AUTOTUNE", raising=False)
-    code = main(["check", "--tags", "gradient", "--platform", "cpu"])
-    out = capsys.readouterr().out
-    assert code == 0, out
-    assert "PASS  primforge.ops.csr_weight_grad: 3 backend(s)" in out, out
-    assert "PASS  primforge.ops.fixed_num_weight_grad: 3 backend(s)" in out, out
-
-
 def _events(binary, x):
     return (np.asarray(x) != 0).astype(np.float64) if binary else np.asarray(x, np.float64)
 
 
 @pytest.mark.parametrize("backend", ["numba", "numba_parallel", "jax"])
 def test_csr_benchmark_cases_match_numpy(backend):
-    for cfg in _csr_grad.weight_grad_p.benchmark_data(platform="cpu")[:8]:
+    for cfg in _csr_grad.weight_grad_p.benchmark_data(platform="cpu"):
         indices, indptr, ct, x = cfg.args
         kw = cfg.kwargs
         got = np.asarray(_csr_grad.weight_grad_p.call(*cfg.args, backend=backend, **kw))
@@ -49,7 +38,7 @@ def test_csr_benchmark_cases_match_numpy(backend):
 
 @pytest.mark.parametrize("backend", ["numba", "numba_parallel", "jax"])
 def test_fixed_number_benchmark_cases_match_numpy(backend):
-    for cfg in _fixed_num_grad.weight_grad_p.benchmark_data(platform="cpu")[:8]:
+    for cfg in _fixed_num_grad.weight_grad_p.benchmark_data(platform="cpu"):
         indices, ct, x = cfg.args
         kw = cfg.kwargs
         got = np.asarray(_fixed_num_grad.weight_grad_p.call(*cfg.args, backend=backend, **kw))

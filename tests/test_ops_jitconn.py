@@ -12,9 +12,6 @@ import fractions
 import functools
 import itertools
 import math
-import os
-import subprocess
-import sys
 import zlib
 
 import jax
@@ -425,23 +422,6 @@ def test_benchmark_data_runs_and_matches_sampled_rows(binary, matrix):
         np.testing.assert_allclose(np.asarray(kernel.call(*c.args, **c.kwargs, backend="jax")),
                                    np.asarray(kernel.call(*c.args, **c.kwargs)),
                                    rtol=1e-4, atol=1e-4)
-
-
-def test_cli_check_passes_for_the_jitc_kernels():
-    env = {k: v for k, v in os.environ.items() if k != "PRIMFORGE_AUTOTUNE"}
-    env.update(JAX_PLATFORMS="cpu")
-    proc = subprocess.run(
-        [sys.executable, "-m", "primforge", "check", "--tags", "jitconn", "--platform", "cpu"],
-        env=env, capture_output=True, text=True, timeout=600, check=False,
-    )
-    assert proc.returncode == 0, proc.stdout + proc.stderr
-    for kernel in jitconn.KERNELS.values():
-        assert f"PASS  {kernel.name}: 3 backend(s) x 4 config(s) against jax" in proc.stdout, (
-            proc.stdout)
-    for kernel in (ops.binary_jitc_mv_spikes_p, ops.binary_jitc_mm_spikes_p):
-        assert f"PASS  {kernel.name}: 2 backend(s) x 4 config(s) against jax" in proc.stdout, (
-            proc.stdout)
-    assert "6 of 6 kernel(s) passed on cpu" in proc.stdout, proc.stdout
 
 
 # ----------------------------------------------------------------------------- GPU

@@ -274,14 +274,6 @@ def test_pair_stdp_under_scan_matches_numpy(backend):
     assert not np.array_equal(got, dense)  # the run did change weights
 
 
-def test_benchmark_hooks_agree_across_backends():
-    for kernel in (ops.compressed_update_p, ops.dense_update_p):
-        result = kernel.benchmark(platform="cpu", n_warmup=1, n_runs=1,
-                                  backends=["jax", "numba"])
-        assert {r.backend for r in result.records} == {"jax", "numba"}
-        assert all(r.error is None for r in result.records), [r.error for r in result.records]
-
-
 @pytest.mark.parametrize("fmt", ["csr", "csc"])
 @pytest.mark.parametrize("pre", [True, False], ids=["on_pre", "on_post"])
 def test_pallas_interpreted_matches_numpy(fmt, pre):
@@ -308,18 +300,6 @@ def test_pallas_interpreted_masked_slots_and_bad_structure():
     for fn in (ops.update_on_pre, ops.update_on_post):
         out = fn(bad, jnp.array([True, True]), jnp.array([1.0, 1.0]), backend="pallas")
         assert np.isnan(np.asarray(out.data)).all()
-
-
-def test_cli_check_passes_for_the_plasticity_kernels(capsys, monkeypatch):
-    from primforge.cli import main
-
-    monkeypatch.delenv("PRIMFORGE_AUTOTUNE", raising=False)
-    code = main(["check", "--tags", "plasticity", "--platform", "cpu"])
-    out = capsys.readouterr().out
-    assert code == 0, out
-    assert "PASS  primforge.ops.dense_update: 2 backend(s)" in out, out
-    assert "PASS  primforge.ops.compressed_update: 3 backend(s)" in out, out
-    assert "2 of 2 kernel(s) passed on cpu" in out, out
 
 
 @pytest.mark.parametrize("backend", BACKENDS)

@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import importlib.util
 import itertools
+import os
 import subprocess
 import sys
 import textwrap
@@ -63,3 +64,37 @@ def test_collection_marks_only_the_rest_of_large_matrices(tmp_path):
     assert _run(tmp_path, "-m", "not exhaustive").startswith("6 passed, 7 deselected")
     assert _run(tmp_path, "-m", "exhaustive").startswith("7 passed, 6 deselected")
     assert _run(tmp_path).startswith("13 passed")
+
+
+def test_with_workers_a_module_fixture_is_built_once_and_other_tests_spread(tmp_path):
+    """xdist's default distribution hands a file's tests to both workers, and each built
+    the file's module-scoped fixture; the conftest's scheduler keeps such a file on one."""
+    (tmp_path / "conftest.py").write_text(Path(conftest.__file__).read_text())
+    record = textwrap.dedent("""
+        import os, pathlib, pytest
+        def record(name):
+            with open(pathlib.Path(os.environ["RECORDS"]) / name, "a") as f:
+                f.write(os.environ["PYTEST_XDIST_WORKER"] + "\\n")
+    """)
+    (tmp_path / "test_built.py").write_text(record + textwrap.dedent("""
+        @pytest.fixture(scope="module")
+        def built():
+            record("builds")
+        @pytest.mark.parametrize("i", range(6))
+        def test_uses_it(built, i): pass
+    """))
+    (tmp_path / "test_spread.py").write_text(record + textwrap.dedent("""
+        import time
+        @pytest.mark.parametrize("i", range(6))
+        def test_spread(i):
+            time.sleep(0.2)
+            record("spread")
+    """))
+    records = tmp_path / "records"
+    records.mkdir()
+    proc = subprocess.run([sys.executable, "-m", "pytest", "-q", "-p", "no:cacheprovider",
+                           "-n", "2"], cwd=tmp_path, capture_output=True, text=True,
+                          timeout=120, check=False, env={**os.environ, "RECORDS": str(records)})
+    assert proc.stdout.strip().splitlines()[-1].startswith("12 passed"), proc.stdout
+    assert len((records / "builds").read_text().split()) == 1  # one worker built it
+    assert set((records / "spread").read_text().split()) == {"gw0", "gw1"}
