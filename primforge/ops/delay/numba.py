@@ -127,30 +127,17 @@ def jitc_kernel(transpose: bool, kind: str, prob: float, dmin: int, span: int):
     the buffer with NaN. ``transpose``: the rows of ``W`` are the sources (only the rows of
     active events are generated); else the rows are the targets and the columns the sources.
     """
-    import math
 
     import numba
 
     from primforge.ops.jitconn.generator import DELAY_SALT, MASK, ROW_SALT, threshold_table
-    from primforge.ops.jitconn.numba import guide_table, helpers
+    from primforge.ops.jitconn.numba import guide_table, helpers, weight_helpers
 
     GUIDE, SHIFT = guide_table(threshold_table(prob))
-    mix, seed_keys, row_stream, unit, skip = helpers()
-    KIND = {"homo": 0, "uniform": 1, "normal": 2}[kind]
-    TWO_PI = 2.0 * math.pi
+    mix, seed_keys, row_stream, _, skip = helpers()
+    weight, params = weight_helpers(kind)  # the jitc kernels' synapse weights
     DMIN, SPAN = dmin, span
     TRANSPOSE = transpose
-
-    @numba.njit(inline="always", nogil=True)
-    def weight(th, ctr, gamma):  # as the jitc kernels: draws 3s + 1 and 3s + 2 of the row
-        if KIND == 0:
-            return th[0]
-        u1 = unit(mix((ctr + gamma) & MASK))
-        if KIND == 1:
-            return th[0] + (th[1] - th[0]) * u1
-        u2 = unit(mix((ctr + 2 * gamma) & MASK))
-        z = math.sqrt(-2.0 * math.log(u1)) * math.cos(TWO_PI * u2)
-        return th[0] + th[1] * z
 
     @numba.njit(nogil=True)
     def delayed_jitc(theta, seed, table, events, buffer, slot, out):
@@ -162,7 +149,7 @@ def jitc_kernel(transpose: bool, kind: str, prob: float, dmin: int, span: int):
         m, n = (events.shape[0], n_dst) if TRANSPOSE else (n_dst, events.shape[0])
         keys = seed_keys(seed[0])
         dkey = mix((seed[0] & MASK) ^ DELAY_SALT)
-        th = (float(theta[0]), float(theta[0]) if KIND == 0 else float(theta[1]))
+        th = params(theta)
         for i in range(m):
             if TRANSPOSE and events[i] == 0:
                 continue

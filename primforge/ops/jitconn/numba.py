@@ -109,7 +109,7 @@ def guide_table(table: np.ndarray) -> tuple[np.ndarray, int]:
 
 
 @functools.cache
-def _weight_helpers(kind: str):
+def weight_helpers(kind: str):
     """``(weight, params)`` of one weight kind: a synapse's weight and the parameters read
     once per call (the kind is a constant that Numba folds into the kernels inlining them)."""
     import numba
@@ -181,7 +181,7 @@ def kernel(binary: bool, matrix: bool, transpose: bool, kind: str, prob: float,
             return r0, c0, stop, row_end
         return np.int64(0), np.int64(0), np.int64(w), np.int64(h)
 
-    weight, params = _weight_helpers(kind)
+    weight, params = weight_helpers(kind)
 
     if not matrix and not transpose:
 
@@ -335,7 +335,7 @@ def spikes_kernel(matrix: bool, kind: str, prob: float, n_rows: int):
 
     GUIDE, SHIFT = guide_table(threshold_table(prob))
     mix, seed_keys, row_stream, _, skip = _helpers()
-    weight, params = _weight_helpers(kind)
+    weight, params = weight_helpers(kind)
     M = n_rows
 
     list_ok = _spikes.numba_list_ok()
