@@ -5,7 +5,10 @@ Checks on ``docs/``:
 * every fenced ```python block of every page is executed, the blocks of one page in order
   in one fresh interpreter (so a page's later blocks see its earlier names), with warnings
   as errors. A block is skipped only when an HTML comment ``<!-- not run: REASON -->``
-  with a non-empty reason stands on the line(s) just before its fence;
+  with a non-empty reason stands on the line(s) just before its fence. A block headed by
+  ``<!-- needs: MODULE[, MODULE] -->`` (an optional backend's package) is left out when one
+  of those modules cannot be imported here, and runs otherwise; the page's other blocks
+  must not use its names;
 * every ``$ primforge ...`` command of a ```console block runs (same exemption);
 * every public name (the ``__all__`` of ``primforge``, ``primforge.utils``,
   ``primforge.ops`` and, where it exists, ``primforge.testing``) has a ``::: name``
@@ -18,6 +21,7 @@ Checks on ``docs/``:
 from __future__ import annotations
 
 import importlib
+import importlib.util
 import os
 import re
 import shutil
@@ -33,6 +37,7 @@ DOCS = ROOT / "docs"
 
 FENCE = re.compile(r"^(?P<indent>[ \t]*)(?P<ticks>`{3,}|~{3,})\s*(?P<info>[^\n`]*)$")
 NOT_RUN = re.compile(r"^\s*<!--\s*not run:(?P<reason>.*?)-->\s*$")
+NEEDS = re.compile(r"^\s*<!--\s*needs:(?P<modules>[\w., ]+)-->\s*$")
 
 
 def pages():
@@ -70,6 +75,29 @@ def code_blocks(path: Path):
         yield start + 1, lang, "\n".join(body) + "\n", reason
 
 
+def needed_modules(path: Path) -> dict[int, list[str]]:
+    """The modules each block headed by a ``needs:`` comment needs, by its fence's line."""
+    lines = path.read_text(encoding="utf-8").splitlines()
+    out = {}
+    for i, text in enumerate(lines):
+        m = NEEDS.match(text)
+        if m:
+            j = i + 1
+            while j < len(lines) and not lines[j].strip():
+                j += 1
+            assert j < len(lines) and FENCE.match(lines[j]), (
+                f"{path.name}:{i + 1}: a 'needs:' comment must stand just before a fence")
+            out[j + 1] = [n.strip() for n in m["modules"].split(",") if n.strip()]
+    return out
+
+
+def _importable(module: str) -> bool:
+    try:
+        return importlib.util.find_spec(module) is not None
+    except (ImportError, ValueError):
+        return False
+
+
 def python_pages():
     return [p for p in pages() if any(b[1] in ("python", "py") for b in code_blocks(p))]
 
@@ -93,12 +121,15 @@ RUNNER = textwrap.dedent(
 @pytest.mark.parametrize("page", python_pages(), ids=lambda p: str(p.relative_to(DOCS)))
 def test_python_blocks_run(page, tmp_path):
     blocks = []
+    needs = needed_modules(page)
     for line, lang, src, reason in code_blocks(page):
         if lang not in ("python", "py"):
             continue
         if reason is not None:
             assert reason, f"{page.name}:{line}: a 'not run' block needs a written reason"
             continue
+        if not all(_importable(m) for m in needs.get(line, ())):
+            continue  # an optional backend's package that is not installed here
         blocks.append((line, src))
     if not blocks:
         pytest.skip(f"every Python block of {page.name} is marked 'not run' with a reason")
@@ -177,6 +208,22 @@ def test_block_parser_sees_fences_and_exemptions(tmp_path):
         ("console", "$ ls\n", None),
         ("python", "y = x + 1\n", None),
     ]
+
+
+def test_needs_comment_names_the_modules_of_the_next_block(tmp_path):
+    page = tmp_path / "p.md"
+    page.write_text(
+        "```python\nx = 1\n```\n\n<!-- needs: warp, numba_cuda -->\n\n"
+        "```python\nimport warp\n```\n",
+        encoding="utf-8",
+    )
+    assert needed_modules(page) == {7: ["warp", "numba_cuda"]}
+    assert [b[0] for b in code_blocks(page)] == [1, 7]
+    assert _importable("json") and not _importable("no_such_module_anywhere")
+    stray = tmp_path / "q.md"
+    stray.write_text("<!-- needs: warp -->\ntext\n", encoding="utf-8")
+    with pytest.raises(AssertionError, match="must stand just before a fence"):
+        needed_modules(stray)
 
 
 # ---- the API reference -------------------------------------------------------------------

@@ -232,6 +232,11 @@ def test_gpu_backends_accept_a_traceable_callable_from_the_generator(backend):
     # it as it is (lowered for CUDA here: no GPU needed, none of the backend's compilers).
     from gpu_utils import lower_for_cuda
 
+    from primforge.kernel.backends import get_backend
+
+    module = get_backend(backend)
+    if not module.is_available("gpu"):  # the backend asked for by name needs its package
+        pytest.skip(f"optional backend: pip install 'primforge[{module.EXTRA}]'")
     k = primforge.XLACustomKernel(f"migration_callable_{backend}", replace=True)
     k.def_kernel(backend, "gpu", lambda **kw: lambda x: [jnp.sin(x) * 2])
     spec = [jax.ShapeDtypeStruct((8,), jnp.float32)]
