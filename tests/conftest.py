@@ -1,6 +1,7 @@
 """Test-suite configuration."""
 
 import ast
+import itertools
 import pathlib
 import re
 
@@ -111,7 +112,57 @@ def _covering_subset(items):
     return chosen or items[:1]
 
 
+def _pairs(item):
+    """The pairs of parameter values a case runs together (ids split at their dashes, each
+    part tagged with its position, so ``False`` as the first and as the third value differ)."""
+    callspec = getattr(item, "callspec", None)
+    if callspec is None:
+        return frozenset()
+    parts = list(enumerate(callspec.id.split("-")))
+    return frozenset(itertools.combinations(parts, 2))
+
+
+def _pair_cover(cases, kept):
+    """Greedy choice among ``cases`` of the ones that run a pair of parameter values no
+    case of ``kept`` runs together; ties go to the earliest case (deterministic)."""
+    covered = set().union(*(_pairs(i) for i in kept))
+    uncovered = set().union(*(_pairs(i) for i in cases)) - covered
+    chosen = []
+    while uncovered:
+        best = max(cases, key=lambda i: (len(_pairs(i) & uncovered), -cases.index(i)))
+        gain = _pairs(best) & uncovered
+        if not gain:
+            break
+        chosen.append(best)
+        uncovered -= gain
+    return chosen
+
+
+#: The doctests of an optional backend's modules run where its package is installed.
+DOCTESTS_NEED = {"warp.py": "warp", "triton.py": "triton", "_triton_ir.py": "triton",
+                 "numba_cuda.py": "numba_cuda"}
+
+
+def _skip_doctests_of_missing_backends(items):
+    import importlib.util
+
+    backends = _HERE.parent / "primforge" / "kernel" / "backends"
+    for item in items:
+        package = DOCTESTS_NEED.get(item.path.name)
+        if (package is None or type(item).__name__ != "DoctestItem"
+                or item.path.parent != backends):
+            continue
+        try:
+            installed = importlib.util.find_spec(package) is not None
+        except (ImportError, ValueError):
+            installed = False
+        if not installed:
+            item.add_marker(pytest.mark.skip(
+                reason=f"optional backend: its package {package!r} is not installed"))
+
+
 def pytest_collection_modifyitems(config, items):
+    _skip_doctests_of_missing_backends(items)
     groups = {}
     for item in items:
         if getattr(item, "callspec", None) is None:
@@ -123,10 +174,15 @@ def pytest_collection_modifyitems(config, items):
         if (EXHAUSTIVE_SWEEPS.search(getattr(item, "originalname", item.name))
                 or EXHAUSTIVE_FILES.search(item.nodeid.split("::")[0])):
             item.add_marker(marker)
+    beyond = pytest.mark.beyond_pairs
     for cases in groups.values():
         if len(cases) <= SMALL_MATRIX:
             continue
-        keep = {id(i) for i in _covering_subset(cases)}
-        for item in cases:
-            if id(item) not in keep:
-                item.add_marker(marker)
+        kept = _covering_subset(cases)
+        keep = {id(i) for i in kept}
+        rest = [i for i in cases if id(i) not in keep]
+        pairs = {id(i) for i in _pair_cover(rest, kept)}
+        for item in rest:
+            item.add_marker(marker)
+            if id(item) not in pairs:
+                item.add_marker(beyond)

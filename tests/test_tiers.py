@@ -35,6 +35,27 @@ def test_the_subset_covers_every_token_of_a_full_product():
     assert chosen == conftest._covering_subset(items)   # deterministic
 
 
+def test_the_ci_part_of_the_exhaustive_tier_runs_every_pair_of_values():
+    levels = [["csrmv", "binary_csrmv", "csrmm"], ["pallas", "cuda_raw", "numba"],
+              ["float32", "float64"], ["T", "N"]]
+    items = _fake(["-".join(p) for p in itertools.product(*levels)])
+    kept = conftest._covering_subset(items)
+    rest = [i for i in items if i not in kept]
+    chosen = conftest._pair_cover(rest, kept)
+    ran = [tuple(i.callspec.id.split("-")) for i in [*kept, *chosen]]
+    # Every two parameters, every two of their values: some case runs them together.
+    for (a, la), (b, lb) in itertools.combinations(enumerate(levels), 2):
+        assert {(r[a], r[b]) for r in ran} == set(itertools.product(la, lb)), (a, b)
+    assert len(kept) + len(chosen) <= len(items) // 2   # yet far fewer than all 36
+    assert chosen == conftest._pair_cover(rest, kept)   # deterministic
+    # A value in another position is another value: (False, True) is not (True, False).
+    flags = _fake(["-".join(p) for p in itertools.product(["False", "True"], repeat=3)])
+    two = conftest._pair_cover(flags, [])
+    pairs = {(r[a], r[b], a, b) for r in (tuple(i.callspec.id.split("-")) for i in two)
+             for a, b in itertools.combinations(range(3), 2)}
+    assert len(pairs) == 12
+
+
 def test_cases_with_one_token_each_are_all_kept():
     items = _fake([f"case{i}" for i in range(10)])
     assert len(conftest._covering_subset(items)) == 10
@@ -64,6 +85,36 @@ def test_collection_marks_only_the_rest_of_large_matrices(tmp_path):
     assert _run(tmp_path, "-m", "not exhaustive").startswith("6 passed, 7 deselected")
     assert _run(tmp_path, "-m", "exhaustive").startswith("7 passed, 6 deselected")
     assert _run(tmp_path).startswith("13 passed")
+    # Of the 6 exhaustive cases of test_big, the pairs (a, b) are all distinct: every one
+    # runs in CI's part of the tier, and nothing is beyond it.
+    assert _run(tmp_path, "-m", "beyond_pairs").startswith("13 deselected")
+
+
+def test_cases_whose_pairs_other_cases_run_are_marked_beyond_pairs(tmp_path):
+    (tmp_path / "conftest.py").write_text(Path(conftest.__file__).read_text())
+    (tmp_path / "test_m.py").write_text(textwrap.dedent("""
+        import pytest
+        @pytest.mark.parametrize("c", ["u", "v"])
+        @pytest.mark.parametrize("b", ["p", "q"])
+        @pytest.mark.parametrize("a", ["x", "y"])
+        def test_big(a, b, c): pass
+    """))
+
+    def ids(marks):
+        proc = subprocess.run([sys.executable, "-m", "pytest", "-q", "--co", "-p",
+                               "no:cacheprovider", "-p", "no:xdist", "-m", marks],
+                              cwd=tmp_path, capture_output=True, text=True, timeout=120,
+                              check=False)
+        return [line.split("[")[1].rstrip("]").split("-")
+                for line in proc.stdout.splitlines() if "::test_big[" in line]
+
+    default, ci, beyond = (ids(m) for m in (
+        "not exhaustive", "exhaustive and not beyond_pairs", "beyond_pairs"))
+    assert len(default) + len(ci) + len(beyond) == 8
+    assert len(default) == 2 and beyond   # two cases show each value; some add no pair
+    ran = default + ci
+    for a, b in itertools.combinations(range(3), 2):
+        assert len({(r[a], r[b]) for r in ran}) == 4, (a, b)
 
 
 def test_with_workers_a_module_fixture_is_built_once_and_other_tests_spread(tmp_path):
@@ -98,3 +149,33 @@ def test_with_workers_a_module_fixture_is_built_once_and_other_tests_spread(tmp_
     assert proc.stdout.strip().splitlines()[-1].startswith("12 passed"), proc.stdout
     assert len((records / "builds").read_text().split()) == 1  # one worker built it
     assert set((records / "spread").read_text().split()) == {"gw0", "gw1"}
+
+
+def test_an_installed_benchmark_plugin_does_not_stop_a_run_with_workers(tmp_path):
+    """pytest-benchmark (installed on some machines, unused here) warns at configure time
+    when xdist is active, and the suite's warnings-as-errors turned that into an internal
+    error of every run; the suite's options leave that plugin out."""
+    site = tmp_path / "site"
+    dist = site / "fakebench-1.0.dist-info"
+    dist.mkdir(parents=True)
+    (dist / "METADATA").write_text("Metadata-Version: 2.1\nName: fakebench\nVersion: 1.0\n")
+    (dist / "entry_points.txt").write_text("[pytest11]\nbenchmark = fakebench_plugin\n")
+    (site / "fakebench_plugin.py").write_text(textwrap.dedent("""
+        import warnings
+        import pytest
+        def pytest_configure(config):
+            if config.pluginmanager.hasplugin("xdist"):
+                warnings.warn(pytest.PytestWarning("benchmarks are disabled under xdist"))
+    """))
+    env = {**os.environ, "PYTHONPATH": os.pathsep.join(
+        filter(None, [str(site), os.environ.get("PYTHONPATH")]))}
+    root = Path(__file__).resolve().parents[1]
+    cmd = [sys.executable, "-m", "pytest", "-q", "-p", "no:cacheprovider", "-n", "2",
+           "tests/test_tiers.py::test_cases_with_one_token_each_are_all_kept"]
+    proc = subprocess.run(cmd, cwd=root, capture_output=True, text=True, timeout=300,
+                          check=False, env=env)
+    assert proc.returncode == 0, proc.stdout[-3000:] + proc.stderr[-3000:]
+    # The plugin is really there: asked for by name, it is loaded and its warning fails.
+    proc = subprocess.run([*cmd, "-p", "fakebench_plugin"], cwd=root, capture_output=True,
+                          text=True, timeout=300, check=False, env=env)
+    assert proc.returncode != 0 and "benchmarks are disabled" in proc.stdout + proc.stderr
