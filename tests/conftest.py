@@ -71,9 +71,14 @@ def pytest_xdist_make_scheduler(config, log):
 # options deselect them (``-m "not exhaustive"``); ``-m exhaustive`` runs exactly those,
 # and ``-m "exhaustive or not exhaustive"`` runs everything. The files in EXHAUSTIVE_FILES
 # and the sweeps named in EXHAUSTIVE_SWEEPS go to the exhaustive tier whole.
+# Of a matrix's exhaustive cases, those that run no parameter value and no pair of values
+# (each value tagged with its position in the id) that no other kept case runs are also
+# marked ``beyond_pairs``: CI runs ``-m "exhaustive and not beyond_pairs"``, so every
+# two parameters meet in every combination of their values, and all of them together only
+# when asked (``-m exhaustive``).
 
 #: Parametrized functions with at most this many cases keep all of them in the default run.
-SMALL_MATRIX = 6
+SMALL_MATRIX = 3
 #: Whole files: the multi-process cache-trust tests (each test starts several processes and
 #: builds libraries) and the XLA:GPU compile sweeps of the operators (each test compiles its
 #: cases as one program per target: ``compile_cases_for_targets`` in gpu_utils.py).
@@ -113,13 +118,14 @@ def _covering_subset(items):
 
 
 def _pairs(item):
-    """The pairs of parameter values a case runs together (ids split at their dashes, each
-    part tagged with its position, so ``False`` as the first and as the third value differ)."""
+    """The parameter values a case runs, alone and in pairs (ids split at their dashes, each
+    part tagged with its position, so ``False`` as the first and as the third value differ):
+    a case of a one-parameter matrix is a value of its own, which no other case runs."""
     callspec = getattr(item, "callspec", None)
     if callspec is None:
         return frozenset()
     parts = list(enumerate(callspec.id.split("-")))
-    return frozenset(itertools.combinations(parts, 2))
+    return frozenset([*((p,) for p in parts), *itertools.combinations(parts, 2)])
 
 
 def _pair_cover(cases, kept):

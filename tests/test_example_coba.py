@@ -142,7 +142,8 @@ def _busy_jitc_state(coba, jitc_net):
     return args, {"prob": we.prob, "n_exc": jitc_net.n_exc}
 
 
-@pytest.mark.parametrize("steps_per_call,threads", [(1, 1), (10, 1), (10, 2), (5, 3)])
+@pytest.mark.parametrize("steps_per_call,threads", [
+    (1, 1), (10, 1), (10, 2), pytest.param(5, 3, marks=pytest.mark.exhaustive)])
 def test_fused_just_in_time_step_gives_the_plain_spike_trains(coba, jitc_net, jitc_plain,
                                                               steps_per_call, threads):
     """The fused kernel regenerates the rows inside the kernel: the plain step's trains,

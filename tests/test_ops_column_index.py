@@ -158,26 +158,26 @@ def test_update_matches_numpy_and_the_unindexed_update(backend, fmt, pre):
         np.testing.assert_array_equal(_weights(got.matrix), _weights(plain))
 
 
+@pytest.mark.parametrize("seed", range(6))
 @pytest.mark.parametrize("fmt", ["csr", "csc", "fixed_pre", "fixed_post"])
-def test_random_shapes_dtypes_and_spike_counts(fmt):
+def test_random_shapes_dtypes_and_spike_counts(fmt, seed):
     """float32/float64, bool/float events, from no spiking column to all of them."""
-    for seed in range(6):
-        rs = np.random.RandomState(100 + seed)
-        m, n = rs.randint(1, 40, size=2)
-        dtype = np.float64 if seed % 2 else np.float32
-        rate = [0.0, 0.05, 0.5, 1.0, 0.3, 0.9][seed]
-        with jax.enable_x64(dtype == np.float64):
-            W, dense, mask = _case(fmt, seed, m, n, dtype=dtype)
-            X = ops.with_column_index(W)
-            for pre, float_events in itertools.product((True, False), (False, True)):
-                spikes = events(rs, m if pre else n, rate, float_events, dtype)
-                trace = (0.3 * rs.standard_normal(n if pre else m)).astype(dtype)
-                fn = ops.update_on_pre if pre else ops.update_on_post
-                got = fn(X, spikes, trace, w_min=0.0, w_max=0.6, backend="numba")
-                assert got.dtype == dtype
-                want = numpy_update(dense, mask, spikes != 0, trace, pre=pre, lo=0.0, hi=0.6)
-                np.testing.assert_array_equal(np.asarray(got.todense()), want,
-                                              err_msg=f"seed={seed} pre={pre}")
+    rs = np.random.RandomState(100 + seed)
+    m, n = rs.randint(1, 40, size=2)
+    dtype = np.float64 if seed % 2 else np.float32
+    rate = [0.0, 0.05, 0.5, 1.0, 0.3, 0.9][seed]
+    with jax.enable_x64(dtype == np.float64):
+        W, dense, mask = _case(fmt, seed, m, n, dtype=dtype)
+        X = ops.with_column_index(W)
+        for pre, float_events in itertools.product((True, False), (False, True)):
+            spikes = events(rs, m if pre else n, rate, float_events, dtype)
+            trace = (0.3 * rs.standard_normal(n if pre else m)).astype(dtype)
+            fn = ops.update_on_pre if pre else ops.update_on_post
+            got = fn(X, spikes, trace, w_min=0.0, w_max=0.6, backend="numba")
+            assert got.dtype == dtype
+            want = numpy_update(dense, mask, spikes != 0, trace, pre=pre, lo=0.0, hi=0.6)
+            np.testing.assert_array_equal(np.asarray(got.todense()), want,
+                                          err_msg=f"seed={seed} pre={pre}")
 
 
 @pytest.mark.parametrize("backend", ["jax", "numba"])
@@ -445,8 +445,10 @@ def test_the_stale_index_example_gives_nan_not_a_wrong_update():
     np.testing.assert_array_equal(np.asarray(right), [[0, 0, 1, 2], [23, 0, 0, 4], [0, 5, 0, 6]])
 
 
+@pytest.mark.parametrize("seeds", [range(0, 4), range(4, 8), range(8, 12), range(12, 16)],
+                         ids=["seeds0to3", "seeds4to7", "seeds8to11", "seeds12to15"])
 @pytest.mark.parametrize("fmt", ["csr", "csc", "fixed_pre", "fixed_post"])
-def test_a_stale_index_from_another_matrix_never_gives_a_wrong_update(fmt):
+def test_a_stale_index_from_another_matrix_never_gives_a_wrong_update(fmt, seeds):
     """Pytree surgery pairs the index of A with the structure of B (same shapes, same row
     lengths, so every per-entry check can pass while a firing column's list holds only part
     of its synapses): the update is B's right update or all NaN, never another finite
@@ -459,7 +461,7 @@ def test_a_stale_index_from_another_matrix_never_gives_a_wrong_update(fmt):
         return _weights_of(fn(stale, spikes, trace, w_min=0.0, backend="numba"))
 
     nan = 0
-    for seed in range(16):
+    for seed in seeds:
         rs = np.random.RandomState(50 + seed)
         m, n = rs.randint(3, 12, size=2)
         A, B, dense, mask = _stale_pair(fmt, seed, m, n)
@@ -480,7 +482,7 @@ def test_a_stale_index_from_another_matrix_never_gives_a_wrong_update(fmt):
         want = numpy_update(dense, mask, spikes, trace, pre=pre, lo=0.0, hi=None)
         np.testing.assert_array_equal(np.asarray(B.with_data(got).todense()), want,
                                       err_msg=f"seed={seed}")
-    assert nan >= 3, nan  # the stale pairings are detected, not merely harmless
+    assert nan >= 1, nan  # the stale pairings are detected, not merely harmless
 
 
 def _weights_of(W):

@@ -33,6 +33,7 @@ def _line(rank, n):
             f"no matrix array gathered")
 
 
+@pytest.mark.exhaustive  # the default tier runs two processes in test_ops_csr_blocks.py
 def test_every_split_family_on_two_processes_of_two_devices():
     """CSR row blocks (W @ x, x @ W, both plasticity updates, grad, vmap), fixed number
     (A @ x, A.T @ x, grad, vmap, plasticity), dense events and plasticity, and a user

@@ -164,6 +164,8 @@ def test_the_script_runs_exactly_these_checks(with_rules):
     assert sorted(with_rules["defined"]) == sorted(CHECKS)
 
 
+# The control, a second run of the script: in the exhaustive tier whole.
+@pytest.mark.exhaustive
 @pytest.mark.parametrize("name", PARTITIONED)
 def test_without_the_rules_the_values_hold_but_partitioning_fails(without_rules, name):
     entry = without_rules[name]
