@@ -113,6 +113,11 @@ def test_malformed_structure_and_events_as_unpacked():
     out = call(w, bad, p)
     np.testing.assert_array_equal(out, call(w, bad, e))
     np.testing.assert_allclose(out, e @ _dense(w, jnp.asarray(bad)), rtol=1e-5, atol=1e-5)
+    # a NaN weight of a silent row never enters, as with the unpacked events
+    nan_w = w.at[0].set(jnp.nan)  # row 0 is in the zero word
+    out = call(nan_w, ind, p)
+    assert not np.isnan(out).any()
+    np.testing.assert_array_equal(out, call(nan_w, ind, e))
     # a structure of the wrong shape: the unpacked product's error
     for wt, i, match in ((w, ind[:, :3], "'weights' must have shape"),
                          (w, ind[:50], "'indices' must have 90 rows")):
