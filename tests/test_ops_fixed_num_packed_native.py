@@ -76,29 +76,35 @@ def test_the_kernel_reads_the_words_and_skips_silent_words():
     np.testing.assert_array_equal(silent @ pre, np.zeros(40, np.float32))
 
 
-@pytest.mark.parametrize("homo", [False, pytest.param(True, marks=_EXH)])
-def test_grad_jit_and_vmap_as_unpacked(homo):
+@pytest.mark.parametrize(("homo", "transpose"), [
+    (False, True), pytest.param(True, True, marks=_EXH), pytest.param(False, False, marks=_EXH),
+    pytest.param(True, False, marks=_EXH)])
+def test_grad_jit_and_vmap_as_unpacked(homo, transpose):
     rs = np.random.RandomState(2)
     w, ind = _structure(rs, homo)
-    e = rs.random_sample((3, M)) < 0.3
+    size = M if transpose else N
+    e = rs.random_sample((3, size)) < 0.3
     words = ops.pack_events(e.T).words  # (words, 3): one packed vector per column
+    call = lambda wt, x: ops.binary_fixed_num_mv(wt, ind, x, shape=(M, N), transpose=transpose)
+    loss = lambda wt, x: jnp.sum(call(wt, x) ** 2)
 
-    def loss(wt, x):
-        return jnp.sum(ops.binary_fixed_num_mv(wt, ind, x, shape=(M, N), transpose=True) ** 2)
-
-    p0 = ops.PackedEvents(words[:, 0], M)
+    p0 = ops.PackedEvents(words[:, 0], size)
     g = jax.jit(jax.grad(loss))(w, p0)
     np.testing.assert_array_equal(g, jax.grad(loss)(w, e[0]))
     check_grads(lambda wt: loss(wt, p0), (w,), order=1, modes=("rev",), atol=1e-2, rtol=1e-2)
     # against the dense matrix in jax.numpy
     dense = lambda wt: jnp.asarray(ops.FixedNum(wt, ind, shape=(M, N)).todense())
-    np.testing.assert_allclose(g, jax.grad(lambda wt: jnp.sum((e[0] @ dense(wt)) ** 2))(w),
-                               rtol=1e-5, atol=1e-4)
-    got = jax.vmap(lambda wd: ops.binary_fixed_num_mv(w, ind, ops.PackedEvents(wd, M),
-                                                      shape=(M, N), transpose=True),
-                   in_axes=1)(words)
-    np.testing.assert_allclose(got, np.stack([x @ _dense(w, ind) for x in e]), rtol=1e-5,
-                               atol=1e-5)
+    apply = lambda d, x: x @ d if transpose else d @ x
+    np.testing.assert_allclose(
+        g, jax.grad(lambda wt: jnp.sum(apply(dense(wt), e[0]) ** 2))(w), rtol=1e-5, atol=1e-4)
+    # vmap over the packed vectors, and over the weights with the words fixed
+    got = jax.vmap(lambda wd: call(w, ops.PackedEvents(wd, size)), in_axes=1)(words)
+    d = _dense(w, ind)
+    np.testing.assert_allclose(got, np.stack([apply(d, x) for x in e]), rtol=1e-5, atol=1e-5)
+    scales = jnp.array([1.0, -2.0], w.dtype)
+    got = jax.vmap(lambda s: call(w * s, p0))(scales)
+    np.testing.assert_allclose(got, np.stack([apply(d * float(s), e[0]) for s in scales]),
+                               rtol=1e-5, atol=1e-5)
 
 
 def test_malformed_structure_and_events_as_unpacked():
