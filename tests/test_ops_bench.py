@@ -153,7 +153,7 @@ def test_the_sweep_and_the_family_tests_cover_every_backend_of_every_ops_kernel(
         assert "jax" not in backends
     # the kernels no family test covers on every backend, and what the sweep runs for them
     assert {_short(k): _unchecked(k) for k in SWEEP} == {
-        "binary_csrmv_packed": ["numba"],
+        "binary_csrmv_packed": ["numba"], "binary_fixed_num_mv_packed": ["numba"],
         "binary_csrmv_spikes": ["numba"], "binary_csrmm_spikes": ["numba"],
         "spike_list": ["numba"],
         "binary_fixed_num_mv_spikes": ["numba"], "binary_fixed_num_mm_spikes": ["numba"],

@@ -20,7 +20,7 @@ import numpy as np
 from primforge import _compat
 from primforge._compat import Tracer
 from primforge.kernel.kernel import XLACustomKernel
-from primforge.ops.packed import as_events
+from primforge.ops.packed import PackedEvents, as_events
 
 __all__ = [
     "BENCH_COLS",
@@ -364,6 +364,70 @@ class Family:
             kernel.def_tags(*tags, "event" if binary else "float", "matmat" if matrix else "matvec")
             self.kernels[(binary, matrix)] = kernel
         return tuple(self.kernels[v] for v in VARIANTS)
+
+    def build_packed(self, *, jax_gen: Callable, numba_gen: Callable, shape_rule: Callable,
+                     weight_cotangent: Callable, tags: Sequence[str],
+                     doc: str) -> XLACustomKernel:
+        """The binary vector product reading bit-packed events: ``(w, *structure, words)``
+        with the static ``n`` (events) besides the family's params.
+
+        ``numba_gen`` makes the kernel reading the words; the ``jax`` reference (CPU) and
+        the ``unpacked`` GPU/TPU backend unpack them and run the binary vector product
+        (the latter with its own backend choice). The rules are those of the product on
+        the unpacked events: linear in ``w``, ``vmap`` one batched unpacked product.
+        """
+        unpacked = self.kernels[(True, False)]
+        who = self.name(True, False)
+        event = lambda n: jax.ShapeDtypeStruct((n,), np.dtype(bool))
+
+        def events(words, n):
+            return PackedEvents(words, n).unpack()
+
+        def reference(*, ins, outs, n, **kw):
+            ref = jax_gen(True, False)(ins=(*ins[:-1], event(n)), outs=outs, **self._params(kw))
+            return lambda *a: ref(*a[:-1], events(a[-1], n))
+
+        def delegate(*, n, **kw):
+            kw = self._params(kw)
+            return lambda *a: unpacked(*a[:-1], events(a[-1], n), **kw)
+
+        def jvp(primals, tangents, *, outs, backend=None, n, **kw):
+            kw = dict(self._params(kw), n=n, backend=backend)
+            y = kernel(*primals, **kw)
+            if type(tangents[0]) is _compat.Zero:
+                return [y], [jnp.zeros_like(y)]
+            return [y], [kernel(tangents[0], *primals[1:], **kw)]
+
+        def transpose(cts, w, *rest, outs, backend=None, n, **kw):
+            (ct,), none = cts, [None] * (1 + len(rest))
+            if type(ct) is _compat.Zero or not _compat.is_undefined_primal(w):
+                return none
+            if any(_compat.is_undefined_primal(a) for a in rest):
+                raise ValueError(f"{who} is linear in {self.weights!r} only")
+            *structure, words = rest
+            ct_w = weight_cotangent(True, False, jnp.asarray(ct), w.aval, tuple(structure),
+                                    events(words, n), backend=backend, **self._params(kw))
+            return [ct_w] + none[1:]
+
+        def batch(args, axes, *, outs, backend=None, n, **kw):
+            kw = self._params(kw)
+
+            def one(*a):
+                return unpacked(*a[:-1], events(a[-1], n), backend=backend, **kw)
+
+            return [jax.vmap(one, in_axes=tuple(axes))(*args)], [0]
+
+        kernel = XLACustomKernel(f"primforge.ops.{who}_packed", doc=doc, replace=True)
+        kernel.def_kernel("jax", "cpu", reference)
+        for platform in ("gpu", "tpu"):
+            kernel.def_kernel("unpacked", platform, delegate)
+        kernel.def_numba_kernel(numba_gen, asdefault=True)
+        kernel.def_abstract_eval(shape_rule)
+        kernel.def_jvp_rule(jvp)
+        kernel.def_transpose_rule(transpose)
+        kernel.def_batching_rule(batch)
+        kernel.def_tags(*tags, "sparse", "event", "matvec", "packed")
+        return kernel
 
     def install(self, publics: Sequence[Callable], bench: str) -> None:
         """Give each kernel its call function and benchmark data.

@@ -20,6 +20,7 @@ __all__ = [
     "delayed_rule",
     "dense_rule",
     "dense_update_rule",
+    "fixed_num_packed_rule",
     "fixed_num_rule",
     "fixed_num_weight_grad_rule",
     "indexed_rule",
@@ -107,6 +108,26 @@ def fixed_num_rule(ins, outs, *, transpose, **_) -> ShardingRule:
     if transpose:
         return ShardingRule(f"{w}, m k, m{c} -> n{c}", reduction_factors=("m", "k"))
     return ShardingRule(f"{w}, m k, n{c} -> m{c}", reduction_factors=("k",))
+
+
+def fixed_num_packed_rule(ins, outs, *, transpose, **_) -> ShardingRule:
+    """The fixed-number product on packed events ``(weights, indices, words)``.
+
+    The words stay whole, and so do the index rows they select (``A.T @ x``); ``A @ x``
+    shards its rows with the output as on unpacked events.
+
+    Example:
+        >>> import jax
+        >>> s = lambda *shape: jax.ShapeDtypeStruct(shape, 'float32')
+        >>> fixed_num_packed_rule((s(1), s(40, 3), s(2)), (s(5),), transpose=True).rule
+        's, m k, r -> n'
+    """
+    w = "s" if len(ins[0].shape) == 1 else "m k"
+    if transpose:
+        return ShardingRule(f"{w}, m k, r -> n", reduction_factors=("k",),
+                            need_replication_factors=("m", "r"))
+    return ShardingRule(f"{w}, m k, r -> m", reduction_factors=("k",),
+                        need_replication_factors=("r",))
 
 
 def jitc_rule(ins, outs, **_) -> ShardingRule:

@@ -466,6 +466,21 @@ def csr_packed_events_stay_right():
               f"csr packed {transpose=}")
     return "values only: no partitioning to assert"
 
+
+@check
+def fixed_num_packed_events_stay_right():
+    # The fixed-number product reading packed words: row-sharded structure, whole words.
+    rng = np.random.default_rng(9)
+    for transpose, size in ((True, M), (False, N)):
+        x = rng.random(size) < 0.4
+        f = lambda w, i, words, t=transpose, size=size: ops.binary_fixed_num_mv(
+            w, i, ops.PackedEvents(words, size), shape=(M, N), transpose=t)
+        words = ops.pack_events(x).words
+        close(jax.jit(f)(put(FN_W, "x"), put(FN_IND, "x"), put(words)),
+              ref(fn_dense(FN_W, FN_IND), x, binary=True, transpose=transpose),
+              f"fixed_num packed {transpose=}")
+    return "values only: no partitioning to assert"
+
 @check
 def fixed_num_and_dense_spike_lists_stay_right():
     # Their spike-list products keep everything whole: sharded inputs are gathered.

@@ -9,11 +9,8 @@ unpacked events, bit for bit on the numba backend.
 from __future__ import annotations
 
 import jax
-import jax.numpy as jnp
 import numpy as np
 
-from primforge import _compat
-from primforge.kernel.kernel import XLACustomKernel
 from primforge.ops import _scaffold, _sharding
 from primforge.ops.csr import api as _api
 from primforge.ops.csr import structure as _common
@@ -22,27 +19,6 @@ from primforge.ops.packed import PackedEvents
 __all__ = ["binary_csrmv_packed", "binary_csrmv_packed_p"]
 
 _WHO = "binary_csrmv"
-
-
-def _unpack(words, n):
-    return PackedEvents(words, n).unpack()
-
-
-def _event_aval(n):
-    return jax.ShapeDtypeStruct((n,), np.dtype(bool))
-
-
-def _jax_generator(*, ins, outs, shape, transpose, n, **_):
-    ref = _api._jax_generator(True, False)(ins=(*ins[:3], _event_aval(n)), outs=outs,
-                                           shape=shape, transpose=transpose)
-    return lambda data, indices, indptr, words: ref(data, indices, indptr, _unpack(words, n))
-
-
-def _delegate_generator(*, shape, transpose, n, **_):
-    """On GPU and TPU: the words unpacked, then the product on the unpacked events with
-    that kernel's own backend choice (its default, or the one a ``use_backend`` names)."""
-    return lambda data, indices, indptr, words: _api.binary_csrmv_p(
-        data, indices, indptr, _unpack(words, n), shape=shape, transpose=transpose)
 
 
 def _numba_generator(*, ins, shape, transpose, n, **_):
@@ -66,53 +42,12 @@ def _shape_rule(data, indices, indptr, words, *, shape, transpose, n, **_):
     return jax.ShapeDtypeStruct((cols if transpose else m,), data.dtype)
 
 
-def _jvp_rule(primals, tangents, *, outs, backend=None, shape, transpose, n, **_):
-    kw = {"shape": shape, "transpose": transpose, "n": n, "backend": backend}
-    y = binary_csrmv_packed_p(*primals, **kw)
-    if type(tangents[0]) is _compat.Zero:
-        return [y], [jnp.zeros_like(y)]
-    return [y], [binary_csrmv_packed_p(tangents[0], *primals[1:], **kw)]
-
-
-def _transpose_rule(cts, data, indices, indptr, words, *, outs, backend=None, shape,
-                    transpose, n, **_):
-    (ct,) = cts
-    none = [None] * 4
-    if type(ct) is _compat.Zero or not _compat.is_undefined_primal(data):
-        return none
-    if any(_compat.is_undefined_primal(a) for a in (indices, indptr, words)):
-        raise ValueError(f"{_WHO} is linear in 'data' only")
-    ct_w = _api._weight_cotangent(True, False, jnp.asarray(ct), data.aval, (indices, indptr),
-                                  _unpack(words, n), shape=shape, transpose=transpose,
-                                  backend=backend)
-    return [ct_w] + none[1:]
-
-
-def _batching_rule(args, axes, *, outs, backend=None, shape, transpose, n, **_):
-    """``vmap``: the unpacked events of every element in one batched product."""
-
-    def one(data, indices, indptr, words):
-        return _api.binary_csrmv_p(data, indices, indptr, _unpack(words, n), shape=shape,
-                                   transpose=transpose, backend=backend)
-
-    return [jax.vmap(one, in_axes=tuple(axes))(*args)], [0]
-
-
-binary_csrmv_packed_p = XLACustomKernel("primforge.ops.binary_csrmv_packed", doc=__doc__,
-                                        replace=True)
-binary_csrmv_packed_p.def_kernel("jax", "cpu", _jax_generator)
-for _platform in ("gpu", "tpu"):
-    binary_csrmv_packed_p.def_kernel("unpacked", _platform, _delegate_generator)
-binary_csrmv_packed_p.def_numba_kernel(_numba_generator, asdefault=True)
-binary_csrmv_packed_p.def_abstract_eval(_shape_rule)
-binary_csrmv_packed_p.def_jvp_rule(_jvp_rule)
-binary_csrmv_packed_p.def_transpose_rule(_transpose_rule)
-binary_csrmv_packed_p.def_batching_rule(_batching_rule)
-binary_csrmv_packed_p.def_tags("csr", "sparse", "event", "matvec", "packed")
+binary_csrmv_packed_p = _api.FAMILY.build_packed(
+    jax_gen=_api._jax_generator, numba_gen=_numba_generator, shape_rule=_shape_rule,
+    weight_cotangent=_api._weight_cotangent, tags=("csr",), doc=__doc__)
 binary_csrmv_packed_p.def_sharding_rule(_sharding.csr_rule)
 binary_csrmv_packed_p.def_benchmark_data(
     _scaffold.lazy_benchmark_data("primforge.ops.csr.bench", "packed"))
-del _platform
 
 
 def binary_csrmv_packed(data, indices, indptr, events, *, shape, transpose=False,

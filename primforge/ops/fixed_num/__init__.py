@@ -2,8 +2,8 @@
 
 ``matrix`` holds the :class:`FixedNum` pytree and :func:`fixed_num`, ``api`` the four
 product kernels and their public calls, ``indexed`` the products taking a spike list,
-``grad`` the weight gradient; ``numba`` and ``pallas`` the backends' kernels, ``bench``
-the benchmark cases.
+``packed`` the vector product reading bit-packed events, ``grad`` the weight gradient;
+``numba`` and ``pallas`` the backends' kernels, ``bench`` the benchmark cases.
 """
 
 from primforge.ops.fixed_num.api import (
@@ -23,6 +23,7 @@ from primforge.ops.fixed_num.indexed import (
     binary_fixed_num_mv_spikes_p,
 )
 from primforge.ops.fixed_num.matrix import FixedNum, FixedNumStructureError, fixed_num
+from primforge.ops.fixed_num.packed import binary_fixed_num_mv_packed_p  # noqa: F401 - registers it
 
 __all__ = [
     "FixedNum",

@@ -14,6 +14,7 @@ import jax.numpy as jnp
 
 from primforge.ops import _scaffold, _sharding
 from primforge.ops.fixed_num import grad as _fixed_num_grad
+from primforge.ops.packed import PackedEvents
 
 __all__ = [
     "binary_fixed_num_mm",
@@ -176,10 +177,20 @@ binary_fixed_num_mm_p = KERNELS[(True, True)]
 
 
 # ----------------------------------------------------------------------------- public calls
+#: The vector product reading packed events in its kernel, put here by
+#: :mod:`primforge.ops.fixed_num.packed`, and the backends it has (others unpack first).
+PACKED_PRODUCT: list = []
+PACKED_BACKENDS = (None, "numba")
+
+
 def _public(binary: bool, matrix: bool):
     who = FAMILY.name(binary, matrix)
 
     def call(weights, indices, x, *, shape, transpose=False, backend=None):
+        if (binary and not matrix and isinstance(x, PackedEvents) and x.words.ndim == 1
+                and backend in PACKED_BACKENDS and PACKED_PRODUCT):  # reads the words itself
+            return PACKED_PRODUCT[0](weights, indices, x, shape=shape, transpose=transpose,
+                                     backend=backend)
         shape = _scaffold.check_shape(shape, who)
         weights, x = _scaffold.promote_input(_scaffold.float_weights(weights, who=who), x,
                                              binary, who=who,

@@ -1,7 +1,8 @@
 """Benchmark cases of the fixed-number kernels, imported only when benchmark data is asked for.
 
 ``CASES``, ``SEED`` and :func:`case` feed the four products (see
-:meth:`primforge.ops._scaffold.Family.install`); :func:`weight_grad` the weight gradient.
+:meth:`primforge.ops._scaffold.Family.install`); :func:`weight_grad` the weight gradient,
+:func:`packed` the product on bit-packed events.
 """
 
 from __future__ import annotations
@@ -11,7 +12,7 @@ import numpy as np
 from primforge.bench import BenchmarkConfig
 from primforge.ops import _scaffold
 
-__all__ = ["CASES", "SEED", "case", "spikes", "spikes_mm", "weight_grad"]
+__all__ = ["CASES", "SEED", "case", "packed", "spikes", "spikes_mm", "weight_grad"]
 
 SEED = 4321
 CASES = ((1000, 20, False, True), (1000, 20, True, False), (5000, 50, True, True),
@@ -85,4 +86,24 @@ def spikes_mm(*, platform: str) -> list:
         out.append(BenchmarkConfig(args=(w, ind, lists.astype(np.int32), counts),
                                    kwargs=cfg.kwargs,
                                    params=dict(cfg.params, lists=_scaffold.BENCH_COLS)))
+    return out
+
+
+def packed(*, platform: str) -> list:
+    """The binary vector product on bit-packed events: :data:`CASES` with bool events
+    (packed by the call), a length that is not a multiple of 32 and masked slots."""
+    del platform
+    out = []
+    for i, (n, k, transpose, shared) in enumerate(CASES):
+        rs = np.random.RandomState(SEED + 400 + i)
+        n = n + 7  # a partly filled last word
+        ind = rs.randint(0, n, size=(n, k)).astype(np.int32)
+        ind[::7, -1] = -1
+        w = np.array([0.5], np.float32) if shared else rs.standard_normal((n, k)).astype(
+            np.float32)
+        events = rs.random_sample(n) < _scaffold.BENCH_RATE
+        out.append(BenchmarkConfig(
+            args=(w, ind, events), kwargs={"shape": (n, n), "transpose": transpose},
+            params={"n": n, "k": k, "rate": _scaffold.BENCH_RATE, "transpose": transpose,
+                    "weight": "shared" if shared else "per-synapse"}))
     return out

@@ -27,7 +27,7 @@ from primforge.ops.fixed_num.api import (
     fixed_num_mv_p,
     safe_indices,
 )
-from primforge.ops.packed import as_events
+from primforge.ops.packed import PackedEvents, as_events
 from primforge.utils import dataclass, field
 
 __all__ = [
@@ -244,6 +244,12 @@ class FixedNum:
 
     def _product(self, x, *, transpose_w: bool, backend):
         """``W @ x`` (``transpose_w=False``) or ``W.T @ x`` for a vector or matrix ``x``."""
+        # W = A (per='pre') or A.T (per='post'); W @ x uses A.T exactly when per='post'.
+        transpose = (self.per == "post") != transpose_w
+        if isinstance(x, PackedEvents) and x.words.ndim == 1:  # read packed in the kernel
+            return binary_fixed_num_mv(self.weights, self.indices, x,
+                                       shape=self._stored_shape, transpose=transpose,
+                                       backend=backend)
         x = jnp.asarray(as_events(x))
         binary = not jnp.issubdtype(x.dtype, jnp.inexact)
         if x.ndim not in (1, 2):
@@ -251,8 +257,6 @@ class FixedNum:
                 f"FixedNum @ operand must be a vector or a matrix, got shape {x.shape}")
         fn = {(False, 1): fixed_num_mv, (True, 1): binary_fixed_num_mv,
               (False, 2): fixed_num_mm, (True, 2): binary_fixed_num_mm}[(binary, x.ndim)]
-        # W = A (per='pre') or A.T (per='post'); W @ x uses A.T exactly when per='post'.
-        transpose = (self.per == "post") != transpose_w
         return fn(self.weights, self.indices, x, shape=self._stored_shape, transpose=transpose,
                   backend=backend)
 
@@ -278,6 +282,8 @@ class FixedNum:
             >>> W.rmatmul(jnp.array([True, False]), backend='jax').tolist()
             [0.0, 0.5, 0.5]
         """
+        if isinstance(x, PackedEvents) and x.words.ndim == 1:
+            return self._product(x, transpose_w=True, backend=backend)
         x = jnp.asarray(as_events(x))
         if x.ndim == 2:
             return self._product(x.T, transpose_w=True, backend=backend).T

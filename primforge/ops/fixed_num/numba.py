@@ -14,17 +14,24 @@ _FAST = {"reassoc", "contract", "nsz", "arcp"}
 
 
 @functools.cache
-def mv_kernel(binary: bool, transpose: bool, homo: bool, parallel: bool = False):
+def mv_kernel(binary: bool, transpose: bool, homo: bool, parallel: bool = False,
+              packed_n: int | None = None):
     """The njit matrix-vector kernel for one variant (compiled lazily per dtype).
 
     ``parallel``: the rows of ``A @ x`` over Numba's threads (each thread owns whole output
     rows: the same sums as the serial kernel); ``A.T @ x`` scatters into shared outputs and
-    stays serial.
+    stays serial. ``packed_n`` (binary ``A @ x`` only): ``x`` holds that many events
+    bit-packed in ``uint32`` words, read into the gather's 0/1 table.
     """
     import numba
     import numpy as np
 
     BINARY, HOMO = binary, homo
+    PACKED, N_PACKED = packed_n is not None, packed_n or 0
+    if PACKED:
+        from primforge.ops.csr import numba as _numba_csr
+
+        table = _numba_csr._packed_table(N_PACKED)
     rows_of = numba.prange if parallel else range
 
     if transpose:
@@ -69,7 +76,7 @@ def mv_kernel(binary: bool, transpose: bool, homo: bool, parallel: bool = False)
     @numba.njit(nogil=True, fastmath=_FAST, parallel=parallel)
     def fixed_mv(weights, indices, x, out):
         m, k = indices.shape
-        n = x.shape[0]
+        n = N_PACKED if PACKED else x.shape[0]
         if n == 0:
             out[:] = 0
             return
@@ -77,9 +84,12 @@ def mv_kernel(binary: bool, transpose: bool, homo: bool, parallel: bool = False)
         # The input (binary: 0/1 bytes, a table that stays in L1) with one trailing 0 where
         # masked slots point: each slot is then one unsigned clamp and one load, with no
         # branch (a negative index wraps to a huge one and is clamped too).
-        pad = np.zeros(n + 1, np.uint8 if BINARY else x.dtype)
-        for t in range(n):
-            pad[t] = (x[t] != 0) if BINARY else x[t]
+        if PACKED:
+            pad = table(x)  # 0.0/1.0: the same sums and selects as the 0/1 bytes
+        else:
+            pad = np.zeros(n + 1, np.uint8 if BINARY else x.dtype)
+            for t in range(n):
+                pad[t] = (x[t] != 0) if BINARY else x[t]
         un = np.uint64(n)
         for i in rows_of(m):
             row = indices[i]
@@ -98,6 +108,57 @@ def mv_kernel(binary: bool, transpose: bool, homo: bool, parallel: bool = False)
                 out[i] = s
 
     return fixed_mv
+
+
+@functools.cache
+def packed_mv_kernel(transpose: bool, homo: bool, n_events: int):
+    """The binary matrix-vector kernel reading ``n_events`` bit-packed events:
+    ``kernel(weights, indices, words, out)``, ``words`` ``uint32``, event ``i`` bit
+    ``i % 32`` of word ``i // 32`` (bits past ``n_events`` ignored).
+
+    The same sums in the same order as :func:`mv_kernel` on the unpacked events: with
+    ``transpose`` each set bit scatters its row's ``k`` entries (a zero word skips 32 rows
+    at once); else the gather reads a 0/1 table built from the words.
+    """
+    if not transpose:
+        return mv_kernel(True, False, homo, packed_n=n_events)
+    import numba
+    import numpy as np
+
+    from primforge.ops.csr import numba as _numba_csr
+
+    trailing_zeros = _numba_csr._trailing_zeros()
+    HOMO, N = homo, n_events
+    one = np.uint32(1)
+
+    @numba.njit(nogil=True, fastmath=_FAST)
+    def fixed_t_mv_packed(weights, indices, words, out):
+        k = indices.shape[1]
+        un = np.uint64(out.shape[0])
+        out[:] = 0
+        w0 = weights.ravel()[0] if HOMO and weights.size else out.dtype.type(0)
+        for wi in range(words.shape[0]):
+            bits = np.uint32(words[wi])
+            while bits != 0:  # the set bits, lowest first: rows in increasing order
+                i = wi * 32 + trailing_zeros(bits)
+                if i >= N:
+                    break
+                cols = indices[i]
+                # each entry masked by one unsigned compare (a negative index wraps)
+                if HOMO:
+                    for j in range(k):
+                        t = np.uint64(cols[j])
+                        if t < un:
+                            out[t] += w0
+                else:
+                    ws = weights[i]
+                    for j in range(k):
+                        t = np.uint64(cols[j])
+                        if t < un:
+                            out[t] += ws[j]
+                bits &= bits - one
+
+    return fixed_t_mv_packed
 
 
 @functools.cache
