@@ -143,7 +143,8 @@ def _busy_jitc_state(coba, jitc_net):
 
 
 @pytest.mark.parametrize("steps_per_call,threads", [
-    (1, 1), (10, 1), (10, 2), pytest.param(5, 3, marks=pytest.mark.exhaustive)])
+    (1, 1), (10, 1), pytest.param(10, 2, marks=pytest.mark.exhaustive),
+    pytest.param(5, 3, marks=pytest.mark.exhaustive)])
 def test_fused_just_in_time_step_gives_the_plain_spike_trains(coba, jitc_net, jitc_plain,
                                                               steps_per_call, threads):
     """The fused kernel regenerates the rows inside the kernel: the plain step's trains,

@@ -154,6 +154,9 @@ def without_rules(tmp_path_factory, request):
     return _run(tmp_path_factory, "--no-rules", *_only(request, test))["checks"]
 
 
+# The script's checks run in one process on 4 simulated devices: the exhaustive tier runs
+# it whole (once); the rules' shapes are inspected below in the default tier.
+@pytest.mark.exhaustive
 @pytest.mark.parametrize("name", CHECKS)
 def test_partitioned(with_rules, name):
     ran = with_rules["checks"]
@@ -162,11 +165,12 @@ def test_partitioned(with_rules, name):
     assert entry["ok"] and entry["partitioned"], entry["detail"]
 
 
+@pytest.mark.exhaustive
 def test_the_script_runs_exactly_these_checks(with_rules):
     assert sorted(with_rules["defined"]) == sorted(CHECKS)
 
 
-# The control, a second run of the script: in the exhaustive tier whole.
+# The control, a second run of the script.
 @pytest.mark.exhaustive
 @pytest.mark.parametrize("name", PARTITIONED)
 def test_without_the_rules_the_values_hold_but_partitioning_fails(without_rules, name):
