@@ -1,0 +1,170 @@
+"""Where a plain COBA step's time goes: the loop, the neurons, the products, the recording.
+
+The plain step of ``examples/coba.py`` (``jax.numpy`` neurons and one event-driven product
+per population over stored CSR) is timed whole and in parts, each part a jitted
+``lax.scan`` over the same number of steps, on the same network:
+
+* ``loop``: a scan whose body carries the four state arrays through and counts the steps:
+  what one iteration of XLA's CPU loop costs;
+* ``neurons``: the Euler step, spike detection, reset and the conductances' decay, no
+  input (the arithmetic of every step, whatever fires);
+* ``products``: the two products alone (``spikes[:ne] @ W_exc``, ``spikes[ne:] @ W_inh``)
+  on spike vectors recorded from the full run (a pool of 64 of its steps, picked in turn),
+  accumulated into the conductances; ``silent products``: the same with no spike (what
+  a product costs whatever fires: finding the spiking rows, the output vector, the sum);
+* ``step``: the whole plain step, no recording;
+* ``simulate``: ``examples/coba.py``'s simulator (the step plus the per-step spike counts,
+  spikes per neuron and the raster), which ``benchmarks/coba.py`` times.
+
+The variants run interleaved (rotating which goes first), ``--reps`` times each; the table
+gives the median wall time per step, the CPU time per wall time of the process during that
+variant (XLA's runtime threads show as more than 1), and each part's share of ``step``.
+
+    python benchmarks/coba_anatomy.py                         # scales 1 and 10, 0.2 s each
+    python benchmarks/coba_anatomy.py --scales 1,10,100 --duration 0.1 --reps 5
+"""
+
+from __future__ import annotations
+
+import argparse
+import importlib.util
+import json
+import os
+import resource
+import statistics
+import sys
+import time
+from pathlib import Path
+
+ROOT = Path(__file__).resolve().parents[1]
+sys.path.insert(0, str(ROOT))
+os.environ.setdefault("JAX_PLATFORMS", "cpu")
+
+import jax
+import jax.numpy as jnp
+import numpy as np
+
+RESULTS = ROOT / "benchmarks" / "results"
+POOL = 64  # recorded spike vectors the products variant cycles through
+
+
+def _example():
+    spec = importlib.util.spec_from_file_location("coba_example", ROOT / "examples" / "coba.py")
+    module = importlib.util.module_from_spec(spec)
+    sys.modules[spec.name] = module  # its dataclasses look their module up
+    spec.loader.exec_module(module)
+    return module
+
+
+def variants(coba, net, n_steps: int):
+    """``{name: (jitted function, args)}`` for the variants on ``net``."""
+    ne, f32 = net.n_exc, np.float32
+    state0 = (net.v0, net.ge0, net.gi0, jnp.zeros(net.n, jnp.int32))
+
+    def scan(body, carry, xs=None):
+        return jax.lax.scan(lambda c, x: (body(c, x), None), carry, xs, length=n_steps)[0]
+
+    @jax.jit
+    def loop(state):  # the state passes through; a step counter keeps the loop a loop
+        return scan(lambda c, _: (c[0], c[1] + 1), (state, jnp.int32(0)))
+
+    @jax.jit
+    def neurons(state):
+        def body(s, _):
+            v, ge, gi, ref = s
+            v, spike, ref = coba._integrate(v, ge, gi, ref)
+            return (jnp.where(spike, f32(coba.VR), v), ge * coba.DECAY_E, gi * coba.DECAY_I,
+                    ref)
+        return scan(body, state)
+
+    # Spike vectors of the real run: the products see the network's own activity.
+    record = coba.simulator(net, POOL, raster=net.n)(net.v0, net.ge0, net.gi0,
+                                                     net.w_exc, net.w_inh)
+    pool = jnp.asarray(np.asarray(record["raster"]).astype(bool))  # (POOL, n)
+
+    @jax.jit
+    def products(ge, gi, w_exc, w_inh, pool):
+        def body(c, i):
+            ge, gi = c
+            spike = pool[i % POOL]
+            return ge + spike[:ne] @ w_exc, gi + spike[ne:] @ w_inh
+        return jax.lax.scan(lambda c, i: (body(c, i), None), (ge, gi),
+                            jnp.arange(n_steps))[0]
+
+    @jax.jit
+    def step(state, w_exc, w_inh):
+        one = coba.plain_step(w_exc, w_inh)
+        return scan(lambda s, _: one(s)[0], state)
+
+    simulate = coba.simulator(net, n_steps)
+    w = (net.w_exc, net.w_inh)
+    return {
+        "loop": (loop, (state0,)),
+        "neurons": (neurons, (state0,)),
+        "products": (products, (net.ge0, net.gi0, *w, pool)),
+        "silent products": (products, (net.ge0, net.gi0, *w, jnp.zeros_like(pool))),
+        "step": (step, (state0, *w)),
+        "simulate": (simulate, (net.v0, net.ge0, net.gi0, *w)),
+    }, float(np.asarray(record["counts"]).sum() / (POOL * net.n))
+
+
+def _cpu() -> float:
+    r = resource.getrusage(resource.RUSAGE_SELF)
+    return r.ru_utime + r.ru_stime
+
+
+def measure(fns: dict, reps: int) -> dict:
+    """Median wall seconds and CPU/wall of each variant, run interleaved."""
+    for fn, args in fns.values():  # compile and warm up
+        jax.block_until_ready(fn(*args))
+    wall = {k: [] for k in fns}
+    cpu = {k: [] for k in fns}
+    names = list(fns)
+    for r in range(reps):
+        shift = r % len(names)
+        for name in names[shift:] + names[:shift]:
+            fn, args = fns[name]
+            c0, t0 = _cpu(), time.perf_counter()
+            jax.block_until_ready(fn(*args))
+            wall[name].append(time.perf_counter() - t0)
+            cpu[name].append(_cpu() - c0)
+    return {k: {"wall_s": statistics.median(wall[k]),
+                "cpu_per_wall": sum(cpu[k]) / sum(wall[k])} for k in fns}
+
+
+def main() -> None:
+    ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    ap.add_argument("--scales", default="1,10")
+    ap.add_argument("--duration", type=float, default=0.2, help="simulated seconds a run")
+    ap.add_argument("--reps", type=int, default=7)
+    ap.add_argument("--out", default=str(RESULTS / "coba_anatomy.json"))
+    args = ap.parse_args()
+    coba = _example()
+    n_steps = round(args.duration * 1000.0 / coba.DT)
+    rows = []
+    print(f"{n_steps} steps a run, {args.reps} runs a variant, medians; "
+          f"{jax.devices()[0].platform}, 1-minute load {os.getloadavg()[0]:.1f}")
+    print("| scale | neurons | spikes/step | variant | us/step | share of step | CPU/wall |")
+    print("|---|---|---|---|---|---|---|")
+    for scale in (int(s) for s in args.scales.split(",")):
+        net = coba.scaled(scale, seed=0, conn="csr")
+        fns, rate = variants(coba, net, n_steps)
+        got = measure(fns, args.reps)
+        step = got["step"]["wall_s"]
+        for name, m in got.items():
+            us = 1e6 * m["wall_s"] / n_steps
+            share = m["wall_s"] / step
+            print(f"| {scale}x | {net.n:,} | {rate * net.n:.1f} | {name} | {us:.1f} | "
+                  f"{share:.2f} | {m['cpu_per_wall']:.2f} |")
+            rows.append({"scale": scale, "neurons": net.n, "spikes_per_step": rate * net.n,
+                         "variant": name, "us_per_step": us, "share_of_step": share,
+                         "cpu_per_wall": m["cpu_per_wall"], "steps": n_steps,
+                         "reps": args.reps})
+    Path(args.out).parent.mkdir(parents=True, exist_ok=True)
+    Path(args.out).write_text(json.dumps({"rows": rows, "load": os.getloadavg()[0]},
+                                         indent=1))
+    print(f"wrote {args.out}")
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,64 @@
+"""benchmarks/coba_anatomy.py: each part it times computes what its name says (NumPy)."""
+
+import importlib.util
+import pathlib
+
+import jax.numpy as jnp
+import numpy as np
+
+ROOT = pathlib.Path(__file__).resolve().parents[1]
+
+
+def _load():
+    spec = importlib.util.spec_from_file_location("coba_anatomy",
+                                                  ROOT / "benchmarks" / "coba_anatomy.py")
+    mod = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(mod)
+    return mod
+
+
+def test_the_parts_compute_the_plain_step_and_its_pieces():
+    anatomy = _load()
+    coba = anatomy._example()
+    net = coba.build(400, 0.1, seed=3)
+    n_steps, ne = 20, net.n_exc
+    fns, rate = anatomy.variants(coba, net, n_steps)
+    assert set(fns) == {"loop", "neurons", "products", "silent products", "step",
+                        "simulate"} and rate > 0
+    run = {k: fn(*args) for k, (fn, args) in fns.items()}
+
+    # the whole step, without recording, ends where the simulator ends
+    np.testing.assert_array_equal(np.asarray(run["step"][0]), np.asarray(run["simulate"]["v"]))
+    # the loop carries the state unchanged and counts the steps
+    state, count = run["loop"]
+    assert int(count) == n_steps
+    for got, want in zip(state, fns["loop"][1][0]):
+        np.testing.assert_array_equal(np.asarray(got), np.asarray(want))
+
+    # the neurons alone: Euler steps with decaying conductances and no input (NumPy)
+    v, ge, gi = (np.asarray(a, np.float64) for a in (net.v0, net.ge0, net.gi0))
+    ref = np.zeros(net.n, np.int64)
+    for _ in range(n_steps):
+        active = ref == 0
+        dv = (coba.EL - v) + ge * (coba.EE - v) + gi * (coba.EI - v)
+        v = np.where(active, v + float(coba.K_M) * dv, v)
+        spike = active & (v > coba.VT)
+        ref = np.where(spike, coba.REF_STEPS, np.where(active, 0, ref - 1))
+        v = np.where(spike, coba.VR, v)
+        ge, gi = ge * float(coba.DECAY_E), gi * float(coba.DECAY_I)
+    np.testing.assert_allclose(np.asarray(run["neurons"][0]), v, rtol=1e-4, atol=1e-3)
+    np.testing.assert_allclose(np.asarray(run["neurons"][1]), ge, rtol=1e-4)
+
+    # the products alone: the recorded spike vectors, in turn, through the dense matrices
+    pool = np.asarray(fns["products"][1][-1])
+    w_exc = np.asarray(net.w_exc.todense(), np.float64)
+    w_inh = np.asarray(net.w_inh.todense(), np.float64)
+    ge = np.asarray(net.ge0, np.float64) + sum(pool[i % anatomy.POOL][:ne] @ w_exc
+                                               for i in range(n_steps))
+    gi = np.asarray(net.gi0, np.float64) + sum(pool[i % anatomy.POOL][ne:] @ w_inh
+                                               for i in range(n_steps))
+    np.testing.assert_allclose(np.asarray(run["products"][0]), ge, rtol=1e-5, atol=1e-5)
+    np.testing.assert_allclose(np.asarray(run["products"][1]), gi, rtol=1e-5, atol=1e-5)
+    assert pool.any() and isinstance(run["products"][0], jnp.ndarray)
+    assert not np.asarray(fns["silent products"][1][-1]).any()
+    np.testing.assert_array_equal(np.asarray(run["silent products"][0]), np.asarray(net.ge0))
