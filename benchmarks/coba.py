@@ -19,7 +19,9 @@ Contenders, each run in its own subprocess (so peak memory is that run's alone):
 * ``brian2 numpy`` / ``brian2 cython`` / ``brian2 cpp_standalone``: the network written in
   Brian2 (its own random connectivity and initial state, drawn from the same
   distributions), run by the interpreter given with ``--brian-python`` or
-  ``$BRIAN_PYTHON`` (Brian2 wants its own environment: ``numpy<2.4``).
+  ``$BRIAN_PYTHON`` (Brian2 wants its own environment: ``numpy<2.4``);
+  ``brian2 cpp_standalone 2t``: the standalone binary built with OpenMP on 2 threads
+  (``prefs.devices.cpp_standalone.openmp_threads``).
 * ``... pinned``: a JAX contender under ``taskset -c 0``. XLA's runtime keeps threads of
   its own next to the one that runs the loop, so an unpinned "one-thread" JAX process uses
   more than one core of CPU time; pinned, it gets one core, as Brian2 does.
@@ -74,7 +76,8 @@ PF = ("primforge plain", "primforge fused", "primforge fused x10", "primforge fu
 # matrices are not event-driven in the x @ W direction: one product of that size takes
 # seconds, so a run would take hours.) "... stored" runs at 100x only, "... jitc" (one
 # thread over just-in-time connectivity, the one-thread counterpart of "... 2t") below.
-BRIAN = ("brian2 numpy", "brian2 cython", "brian2 cpp_standalone")
+BRIAN = ("brian2 numpy", "brian2 cython", "brian2 cpp_standalone",
+         "brian2 cpp_standalone 2t")
 PINNED = tuple(f"{name} pinned" for name in (*PF[:3], "primforge fused x10 stored",
                                              "brainevent"))
 ALL = (*PF, "brainevent", *BRIAN, *PINNED)
@@ -191,6 +194,7 @@ import json, math, subprocess, sys
 target, workdir = sys.argv[1], sys.argv[5]
 scale, seed_, duration = int(sys.argv[2]), int(sys.argv[3]), float(sys.argv[4])
 cpp_clock, cpp_clock_end, min_time = sys.argv[6], sys.argv[7], float(sys.argv[8])
+threads = int(sys.argv[9])
 # The standalone binary runs a fixed number of times: at least 0.1 s per simulated second
 # per 4,000 neurons, about min_time in all.
 reps = 1 if target != "cpp_standalone" else max(1, math.ceil(min_time / (0.1 * scale * duration)))
@@ -199,6 +203,8 @@ import brian2 as b2
 from brian2 import ms, mV
 if target == "cpp_standalone":
     b2.set_device("cpp_standalone", directory=workdir, build_on_run=False)
+    if threads > 1:  # OpenMP in the generated code
+        b2.prefs.devices.cpp_standalone.openmp_threads = threads
 else:
     b2.prefs.codegen.target = target
 b2.seed(seed_)
@@ -275,16 +281,23 @@ def _jax_options(contender: str, scale: int) -> dict:
             "conn": "jitc" if name.endswith(("2t", "jitc")) or not stored else "csr"}
 
 
+def _brian_target(contender: str) -> tuple[str, int]:
+    """Brian2's code-generation target and OpenMP threads of a ``brian2 ...`` contender."""
+    words = contender.split()
+    return words[1], int(words[2].removesuffix("t")) if len(words) > 2 else 1
+
+
 def run_one(contender: str, scale: int, seed: int, duration: float, brian: str | None,
             brainevent_python: str, tmp: str, min_time: float = 1.0) -> dict:
     """Run one contender in a child process; returns its JSON line."""
     env = dict(os.environ, PYTHONPATH=str(ROOT), JAX_PLATFORMS="cpu")
     if contender in BRIAN:
-        target = contender.split()[1]
+        target, threads = _brian_target(contender)
         workdir = tempfile.mkdtemp(dir=tmp, prefix=f"brian-{target}-")
         benv = {k: v for k, v in os.environ.items() if k not in ("PYTHONPATH",)}
         return _child([brian, "-c", _BRIAN, target, str(scale), str(seed), str(duration),
-                       workdir, _CPP_CLOCK, _CPP_CLOCK_END, str(min_time)], benv)
+                       workdir, _CPP_CLOCK, _CPP_CLOCK_END, str(min_time), str(threads)],
+                      benv)
     opts = _jax_options(contender, scale)
     code = _JAX.format(root=str(ROOT), example=str(ROOT / "examples" / "coba.py"),
                        scale=scale, seed=seed, duration=duration, min_time=min_time,

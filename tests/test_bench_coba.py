@@ -52,3 +52,10 @@ def test_contender_options(bench):
     assert bench._jax_options("primforge fused x10 stored pinned", 100)["conn"] == "csr"
     assert bench._jax_options("brainevent pinned", 100) == {
         "kind": "brainevent", "fused": False, "k": 1, "threads": 1, "conn": "csr"}
+
+
+def test_brian2_contenders_name_their_target_and_threads(bench):
+    assert bench._brian_target("brian2 cpp_standalone 2t") == ("cpp_standalone", 2)
+    assert bench._brian_target("brian2 cpp_standalone") == ("cpp_standalone", 1)
+    assert bench._brian_target("brian2 cython") == ("cython", 1)
+    assert "brian2 cpp_standalone 2t" in bench.ALL
