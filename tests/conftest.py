@@ -103,18 +103,24 @@ def _tokens(item):
     return frozenset(t for t in _TOKEN_SPLIT.split(callspec.id) if t)
 
 
-def _covering_subset(items):
-    """Greedy cover of the cases' id tokens; ties go to the earliest case (deterministic)."""
-    uncovered = set().union(*(_tokens(i) for i in items))
+def _greedy_cover(items, features, covered=frozenset()):
+    """Greedy choice among ``items`` of ones that together have every feature (a set per
+    item, from ``features``) not in ``covered``; ties go to the earliest item."""
+    uncovered = set().union(*(features(i) for i in items)) - covered
     chosen = []
     while uncovered:
-        best = max(items, key=lambda i: (len(_tokens(i) & uncovered), -items.index(i)))
-        gain = _tokens(best) & uncovered
+        best = max(items, key=lambda i: (len(features(i) & uncovered), -items.index(i)))
+        gain = features(best) & uncovered
         if not gain:
             break
         chosen.append(best)
         uncovered -= gain
-    return chosen or items[:1]
+    return chosen
+
+
+def _covering_subset(items):
+    """Greedy cover of the cases' id tokens (deterministic)."""
+    return _greedy_cover(items, _tokens) or items[:1]
 
 
 def _pairs(item):
@@ -129,19 +135,9 @@ def _pairs(item):
 
 
 def _pair_cover(cases, kept):
-    """Greedy choice among ``cases`` of the ones that run a pair of parameter values no
-    case of ``kept`` runs together; ties go to the earliest case (deterministic)."""
-    covered = set().union(*(_pairs(i) for i in kept))
-    uncovered = set().union(*(_pairs(i) for i in cases)) - covered
-    chosen = []
-    while uncovered:
-        best = max(cases, key=lambda i: (len(_pairs(i) & uncovered), -cases.index(i)))
-        gain = _pairs(best) & uncovered
-        if not gain:
-            break
-        chosen.append(best)
-        uncovered -= gain
-    return chosen
+    """Greedy choice among ``cases`` of the ones that run a parameter value, or a pair of
+    values together, that no case of ``kept`` runs (deterministic)."""
+    return _greedy_cover(cases, _pairs, frozenset().union(*(_pairs(i) for i in kept)))
 
 
 #: The doctests of an optional backend's modules run where its package is installed.

@@ -27,6 +27,7 @@ __all__ = [
     "BENCH_RATE",
     "Family",
     "bench_input",
+    "check_packed_words",
     "check_shape",
     "deferred_generator",
     "fill_args",
@@ -44,6 +45,30 @@ BENCH_COLS = 8  # columns of the input for the matrix kernels' benchmark cases
 
 
 # ----------------------------------------------------------------------------- argument checks
+def check_packed_words(who: str, shape: tuple[int, int], transpose: bool, n: Any,
+                       words: Any) -> None:
+    """Raise unless ``words`` packs exactly the events a vector product of ``shape`` takes.
+
+    Example:
+        >>> import jax
+        >>> check_packed_words('binary_csrmv', (40, 3), True, 40,
+        ...                    jax.ShapeDtypeStruct((2,), 'uint32'))
+        >>> check_packed_words('binary_csrmv', (40, 3), False, 40,
+        ...                    jax.ShapeDtypeStruct((2,), 'uint32'))
+        Traceback (most recent call last):
+        ...
+        ValueError: binary_csrmv: packed events for shape (40, 3) (transpose=False) must be 3
+        events in 1 uint32 words, got n = 40 in uint32[2]
+    """
+    m, cols = shape
+    want = m if transpose else cols
+    n_words = -(-want // 32)
+    if int(n) != want or tuple(words.shape) != (n_words,) or words.dtype != np.uint32:
+        raise ValueError(f"{who}: packed events for shape {(m, cols)} (transpose="
+                         f"{bool(transpose)}) must be {want} events in {n_words} uint32 "
+                         f"words, got n = {n} in {words.dtype}{list(words.shape)}")
+
+
 def check_shape(shape: Any, who: str, *, int32: bool = False) -> tuple[int, int]:
     """``shape`` as a pair of non-negative ints (below ``2**31 - 1`` with ``int32``).
 

@@ -33,12 +33,7 @@ def _numba_generator(*, ins, shape, transpose, n, **_):
 def _shape_rule(data, indices, indptr, words, *, shape, transpose, n, **_):
     m, cols = _scaffold.check_shape(shape, _WHO)
     _common.check_csr_args(_WHO, data, indices, indptr, (m, cols))
-    want = m if transpose else cols
-    n_words = -(-want // 32)
-    if int(n) != want or tuple(words.shape) != (n_words,) or words.dtype != np.uint32:
-        raise ValueError(f"{_WHO}: packed events for shape {(m, cols)} (transpose="
-                         f"{bool(transpose)}) must be {want} events in {n_words} uint32 "
-                         f"words, got n = {n} in {words.dtype}{list(words.shape)}")
+    _scaffold.check_packed_words(_WHO, (m, cols), transpose, n, words)
     return jax.ShapeDtypeStruct((cols if transpose else m,), data.dtype)
 
 

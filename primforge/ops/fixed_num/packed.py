@@ -9,7 +9,6 @@ unpacked events, bit for bit on the numba backend.
 from __future__ import annotations
 
 import jax
-import numpy as np
 
 from primforge.ops import _scaffold, _sharding
 from primforge.ops.fixed_num import api as _api
@@ -29,12 +28,7 @@ def _numba_generator(*, ins, transpose, n, **_):
 def _shape_rule(weights, indices, words, *, shape, transpose, n, **_):
     m, cols = _scaffold.check_shape(shape, _WHO)
     _api.check_structure_args(_WHO, weights, indices, (m, cols))
-    want = m if transpose else cols
-    n_words = -(-want // 32)
-    if int(n) != want or tuple(words.shape) != (n_words,) or words.dtype != np.uint32:
-        raise ValueError(f"{_WHO}: packed events for shape {(m, cols)} (transpose="
-                         f"{bool(transpose)}) must be {want} events in {n_words} uint32 "
-                         f"words, got n = {n} in {words.dtype}{list(words.shape)}")
+    _scaffold.check_packed_words(_WHO, (m, cols), transpose, n, words)
     return jax.ShapeDtypeStruct((cols if transpose else m,), weights.dtype)
 
 
