@@ -140,20 +140,11 @@ def indexed_kernel(masked: bool, lo, hi):
     MASKED = masked
 
     @numba.njit(nogil=True)
-    def colptr_ok(colptr, n, nnz):
-        if colptr[0] != 0:
-            return False
-        for j in range(n):
-            if colptr[j + 1] < colptr[j]:
-                return False
-        return colptr[n] <= nnz
-
-    @numba.njit(nogil=True)
     def on_cols_indexed(data, indices, indptr, spikes, trace, colptr, perm, rows, out):
         m = trace.shape[0]
         n = spikes.shape[0]
         nnz = indices.shape[0]
-        ok = indptr_ok(indptr, m, nnz) and colptr_ok(colptr, n, nnz)
+        ok = indptr_ok(indptr, m, nnz) and indptr_ok(colptr, n, nnz)  # the same check
         if ok:
             nnz = indptr[m]  # entries past it are padding, left out of the index
         if ok and not MASKED and colptr[n] != nnz:
