@@ -14,6 +14,39 @@ _FAST = {"reassoc", "contract", "nsz", "arcp"}
 
 
 @functools.cache
+def _row_scatter(binary: bool, homo: bool):
+    """An njit ``scatter(out, weights, cols, i, w0, xi)``: row ``i`` of ``A.T @ x`` (its
+    entries ``cols``, weight ``w0`` or their own, times ``xi`` for float inputs) added into
+    ``out``, each column masked by one unsigned compare (a negative index wraps to a huge
+    value), so the loop has no branch on either bound."""
+    import numba
+    import numpy as np
+
+    BINARY, HOMO = binary, homo
+
+    @numba.njit(inline="always", nogil=True, fastmath=_FAST)
+    def scatter(out, weights, cols, i, w0, xi):
+        un = np.uint64(out.shape[0])
+        if HOMO:
+            v = w0 if BINARY else w0 * xi
+            for j in range(cols.shape[0]):
+                t = np.uint64(cols[j])
+                if t < un:
+                    out[t] += v
+        else:
+            ws = weights[i]
+            for j in range(cols.shape[0]):
+                t = np.uint64(cols[j])
+                if t < un:
+                    if BINARY:
+                        out[t] += ws[j]
+                    else:
+                        out[t] += ws[j] * xi
+
+    return scatter
+
+
+@functools.cache
 def mv_kernel(binary: bool, transpose: bool, homo: bool, parallel: bool = False,
               packed_n: int | None = None):
     """The njit matrix-vector kernel for one variant (compiled lazily per dtype).
@@ -35,17 +68,15 @@ def mv_kernel(binary: bool, transpose: bool, homo: bool, parallel: bool = False,
     rows_of = numba.prange if parallel else range
 
     if transpose:
+        scatter = _row_scatter(binary, homo)
 
         @numba.njit(nogil=True, fastmath=_FAST)
         def fixed_t_mv(weights, indices, x, out):
-            m, k = indices.shape
-            n = out.shape[0]
+            m = indices.shape[0]
             out[:] = 0
             w0 = weights.ravel()[0] if HOMO and weights.size else out.dtype.type(0)
-            un = np.uint64(n)
             # The rows that fire, listed first without a branch per row; then each one's
-            # k entries, masked by one unsigned compare (a negative index wraps to a huge
-            # value), so the inner loop has no branch on x[i] or on either bound.
+            # entries (no branch on x[i] in the inner loop).
             rows = np.empty(m, np.int64)
             na = 0
             for i in range(m):
@@ -53,23 +84,7 @@ def mv_kernel(binary: bool, transpose: bool, homo: bool, parallel: bool = False,
                 na += x[i] != 0
             for a in range(na):
                 i = rows[a]
-                xi = x[i]
-                cols = indices[i]
-                if HOMO:
-                    v = w0 if BINARY else w0 * xi
-                    for j in range(k):
-                        t = np.uint64(cols[j])
-                        if t < un:
-                            out[t] += v
-                else:
-                    ws = weights[i]
-                    for j in range(k):
-                        t = np.uint64(cols[j])
-                        if t < un:
-                            if BINARY:
-                                out[t] += ws[j]
-                            else:
-                                out[t] += ws[j] * xi
+                scatter(out, weights, indices[i], i, w0, x[i])
 
         return fixed_t_mv
 
@@ -131,10 +146,10 @@ def packed_mv_kernel(transpose: bool, homo: bool, n_events: int):
     HOMO, N = homo, n_events
     one = np.uint32(1)
 
+    scatter = _row_scatter(True, homo)
+
     @numba.njit(nogil=True, fastmath=_FAST)
     def fixed_t_mv_packed(weights, indices, words, out):
-        k = indices.shape[1]
-        un = np.uint64(out.shape[0])
         out[:] = 0
         w0 = weights.ravel()[0] if HOMO and weights.size else out.dtype.type(0)
         for wi in range(words.shape[0]):
@@ -143,19 +158,7 @@ def packed_mv_kernel(transpose: bool, homo: bool, n_events: int):
                 i = wi * 32 + trailing_zeros(bits)
                 if i >= N:
                     break
-                cols = indices[i]
-                # each entry masked by one unsigned compare (a negative index wraps)
-                if HOMO:
-                    for j in range(k):
-                        t = np.uint64(cols[j])
-                        if t < un:
-                            out[t] += w0
-                else:
-                    ws = weights[i]
-                    for j in range(k):
-                        t = np.uint64(cols[j])
-                        if t < un:
-                            out[t] += ws[j]
+                scatter(out, weights, indices[i], i, w0, 1.0)
                 bits &= bits - one
 
     return fixed_t_mv_packed
