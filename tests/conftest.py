@@ -146,7 +146,7 @@ DOCTESTS_NEED = {"warp.py": "warp", "triton.py": "triton", "_triton_ir.py": "tri
 
 
 def _skip_doctests_of_missing_backends(items):
-    import importlib.util
+    from primforge.kernel.backends._common import package_installed
 
     backends = _HERE.parent / "primforge" / "kernel" / "backends"
     for item in items:
@@ -154,11 +154,7 @@ def _skip_doctests_of_missing_backends(items):
         if (package is None or type(item).__name__ != "DoctestItem"
                 or item.path.parent != backends):
             continue
-        try:
-            installed = importlib.util.find_spec(package) is not None
-        except (ImportError, ValueError):
-            installed = False
-        if not installed:
+        if not package_installed(package):
             item.add_marker(pytest.mark.skip(
                 reason=f"optional backend: its package {package!r} is not installed"))
 

@@ -21,7 +21,6 @@ Checks on ``docs/``:
 from __future__ import annotations
 
 import importlib
-import importlib.util
 import os
 import re
 import shutil
@@ -31,6 +30,8 @@ import textwrap
 from pathlib import Path
 
 import pytest
+
+from primforge.kernel.backends._common import package_installed
 
 ROOT = Path(__file__).resolve().parents[1]
 DOCS = ROOT / "docs"
@@ -91,13 +92,6 @@ def needed_modules(path: Path) -> dict[int, list[str]]:
     return out
 
 
-def _importable(module: str) -> bool:
-    try:
-        return importlib.util.find_spec(module) is not None
-    except (ImportError, ValueError):
-        return False
-
-
 def python_pages():
     return [p for p in pages() if any(b[1] in ("python", "py") for b in code_blocks(p))]
 
@@ -128,7 +122,7 @@ def test_python_blocks_run(page, tmp_path):
         if reason is not None:
             assert reason, f"{page.name}:{line}: a 'not run' block needs a written reason"
             continue
-        if not all(_importable(m) for m in needs.get(line, ())):
+        if not all(package_installed(m) for m in needs.get(line, ())):
             continue  # an optional backend's package that is not installed here
         blocks.append((line, src))
     if not blocks:
@@ -219,7 +213,7 @@ def test_needs_comment_names_the_modules_of_the_next_block(tmp_path):
     )
     assert needed_modules(page) == {7: ["warp", "numba_cuda"]}
     assert [b[0] for b in code_blocks(page)] == [1, 7]
-    assert _importable("json") and not _importable("no_such_module_anywhere")
+    assert package_installed("json") and not package_installed("no_such_module_anywhere")
     stray = tmp_path / "q.md"
     stray.write_text("<!-- needs: warp -->\ntext\n", encoding="utf-8")
     with pytest.raises(AssertionError, match="must stand just before a fence"):
