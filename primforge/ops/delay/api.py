@@ -22,9 +22,8 @@ from primforge.ops.csr import structure as _common
 from primforge.ops.csr.matrix import CSC, CSR
 from primforge.ops.fixed_num.matrix import FixedNum
 from primforge.ops.jitconn import generator as _gen
-from primforge.ops.jitconn.api import _seed as _jitc_seed
-from primforge.ops.jitconn.api import _theta as _jitc_theta
 from primforge.ops.jitconn.api import jitc_todense
+from primforge.ops.jitconn.structure import seed_word, weight_params
 from primforge.ops.packed import as_events
 
 __all__ = [
@@ -747,11 +746,11 @@ def binary_delayed_jitc_matvec(weight: Any, seed: Any, events: Any, buffer: Any,
     buffer = _buffer(who, buffer)
     depth = buffer.shape[0]
     dmin, dmax = _check_delay_range(who, delay_range, depth)
-    theta = _jitc_theta(weight, weight_kind, who).astype(buffer.dtype)
+    theta = weight_params(weight, weight_kind, who).astype(buffer.dtype)
     _, events = _scaffold.promote_input(theta, events, True, who=who, name="events")
     table = jnp.asarray(_gen.cached_table(prob))
     return binary_delayed_jitc_matvec_p(
-        theta, _jitc_seed(seed, who), table, events, buffer, _step(who, t, depth),
+        theta, seed_word(seed, who), table, events, buffer, _step(who, t, depth),
         shape=shape, prob=prob, transpose=bool(transpose), weight_kind=weight_kind,
         delay_range=(dmin, dmax), backend=backend)
 

@@ -38,6 +38,7 @@ from primforge.ops.jitconn.generator import (  # the generator; these names stay
     threshold_table,
     weights,
 )
+from primforge.ops.jitconn.structure import seed_word, weight_params
 
 __all__ = [
     "WEIGHT_KINDS",
@@ -210,28 +211,6 @@ binary_jitc_matmat_p = KERNELS[(True, True)]
 
 
 # ----------------------------------------------------------------------------- public calls
-def _theta(weight, weight_kind, who):
-    check_kind(weight_kind, who)
-    theta = _scaffold.float_weights(weight, scalar_as_vector=False, who=who, name="weight")
-    want = WEIGHT_KINDS[weight_kind]
-    if theta.size != want or theta.ndim > 1:
-        what = {"homo": "a scalar", "uniform": "a pair (low, high)",
-                "normal": "a pair (mean, std)"}[weight_kind]
-        raise ValueError(f"{who}: 'weight' must be {what} for weight_kind={weight_kind!r}, got "
-                         f"shape {tuple(theta.shape)}")
-    return theta.reshape(want)
-
-
-def _seed(seed, who):
-    s = seed if isinstance(seed, jax.Array) or hasattr(seed, "aval") else np.asarray(seed)
-    if not jnp.issubdtype(s.dtype, jnp.integer) or s.size != 1:
-        raise TypeError(f"{who}: 'seed' must be one integer, got {getattr(s, 'dtype', s)}"
-                        f"{list(getattr(s, 'shape', ()))}")
-    if isinstance(s, np.ndarray):  # any Python or NumPy integer, taken modulo 2**32
-        return jnp.asarray(np.asarray(int(s.reshape(())) % 2**32, np.uint32).reshape(1))
-    return s.reshape(1).astype(jnp.uint32)
-
-
 def _window(window, size, who, name):
     """``(start, length)`` of the ``rows`` or ``cols`` argument, checked (``None``: all)."""
     if window is None:
@@ -270,11 +249,11 @@ def _public(binary: bool, matrix: bool, weight, seed, x, *, shape, prob, transpo
     who = FAMILY.name(binary, matrix)
     shape = _scaffold.check_shape(shape, who, int32=True)
     prob = check_prob(prob, who)
-    theta = _theta(weight, weight_kind, who)
+    theta = weight_params(weight, weight_kind, who)
     theta, x = _scaffold.promote_input(theta, x, binary, who=who,
                                        name="events" if binary else "x")
     table = jnp.asarray(cached_table(prob))
-    seed = _seed(seed, who)
+    seed = seed_word(seed, who)
     r0, h, all_rows = _window(rows, shape[0], who, "rows")
     c0, w, all_cols = _window(cols, shape[1], who, "cols")
     params = {}

@@ -14,7 +14,6 @@ import jax
 import jax.numpy as jnp
 
 from primforge.ops import _scaffold, _spikes
-from primforge.ops.jitconn.api import _seed, _theta
 from primforge.ops.jitconn.generator import (
     WEIGHT_KINDS,
     cached_table,
@@ -25,6 +24,7 @@ from primforge.ops.jitconn.generator import (
     row_streams,
     unit,
 )
+from primforge.ops.jitconn.structure import seed_word, weight_params
 
 __all__ = [
     "binary_jitc_mm_spikes",
@@ -119,8 +119,8 @@ def _call(who, matrix, weight, seed, spike_indices, spike_count, shape, prob, we
           backend):
     shape = _scaffold.check_shape(shape, who, int32=True)
     prob = check_prob(prob, who)
-    theta = _theta(weight, weight_kind, who)
-    seed = _seed(seed, who)
+    theta = weight_params(weight, weight_kind, who)
+    seed = seed_word(seed, who)
     table = jnp.asarray(cached_table(prob))
     spikes, count = _spikes.list_args(who, spike_indices, spike_count, shape[0], matrix)
     prim = binary_jitc_mm_spikes_p if matrix else binary_jitc_mv_spikes_p
