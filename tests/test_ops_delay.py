@@ -282,3 +282,33 @@ def test_degenerate_sizes_and_event_types(backend):
     got = delayed_matvec(W, packed, np.array([0, 1, 1], np.int32), delay_buffer(1, 2), 0,
                          backend=backend)
     np.testing.assert_array_equal(got, [[1.0, 0.0], [0.0, 5.0]])
+
+
+@pytest.mark.parametrize("dtype", ["bool", "int8", "int16", "float32", "float64"])
+def test_every_event_is_found_whatever_its_dtype_and_place(dtype):
+    # The kernel finds the sources that fired a word (8 bytes) at a time: events on both
+    # sides of every word boundary, in the tail past the last whole word, -0.0 (zero bits
+    # set) and NaN (no zero bits) must each count exactly as one by one.
+    rs = np.random.RandomState(7)
+    for n_pre in (1, 3, 8, 9, 15, 17, 33):
+        dense = np.where(rs.random_sample((n_pre, 5)) < 0.6,
+                         rs.uniform(0.5, 1.5, (n_pre, 5)), 0).astype(np.float32)
+        W = CSR.from_dense(dense)
+        d = rs.randint(0, 3, int(W.nnz)).astype(np.int32)
+        indptr, indices = np.asarray(W.indptr), np.asarray(W.indices)
+        pre = np.repeat(np.arange(n_pre), np.diff(indptr))
+        for active in ([0], [n_pre - 1], list(range(0, n_pre, 7)), list(range(n_pre))):
+            x = np.zeros(n_pre, dtype)
+            x[active] = 1
+            if dtype.startswith("float") and n_pre > 2:
+                x[1] = -0.0  # zero, though not all bits are
+                x[n_pre // 2] = np.nan if n_pre // 2 not in active else x[n_pre // 2]
+            got = np.asarray(delayed_matvec(W, jnp.asarray(x), d, delay_buffer(2, 5), 1))
+            want = np.zeros((3, 5))
+            vals = x.astype(float) if dtype != "bool" else x.astype(float)
+            for i, j, wk, dk in zip(pre, indices, np.asarray(W.data), d, strict=True):
+                if vals[i] != 0:
+                    want[(1 + dk) % 3, j] += wk * (1.0 if dtype in ("bool", "int8", "int16")
+                                                   else vals[i])
+            np.testing.assert_allclose(got, want, rtol=1e-6, atol=1e-6,
+                                       err_msg=f"{n_pre} sources, active {active}")

@@ -4,6 +4,11 @@
 (aliased), each visited synapse ``k`` adds its weight (times the input) into
 ``out[(slot + delays[k]) % D, target]``. A malformed structure, a visited delay outside
 ``[0, D)`` or a slot outside ``[0, D)`` fill the buffer with NaN.
+
+The buffer is larger than the caches and each addition lands somewhere else in it, so the
+kernels compute a chunk of additions (flat offset and value) first, prefetching each
+target, then do them in order (:mod:`primforge.ops._prefetch`): the sums, and their order,
+are those of one addition after another.
 """
 
 from __future__ import annotations
@@ -11,6 +16,8 @@ from __future__ import annotations
 import functools
 
 import numpy as np
+
+from primforge.ops._prefetch import CHUNK, chunked_adder, event_words, prefetcher
 
 
 @functools.cache
@@ -26,6 +33,7 @@ def kernel(binary: bool, transpose: bool, homo: bool):
     from primforge.ops.csr.numba import _indptr_checker
 
     indptr_ok = _indptr_checker()
+    prefetch, add, words = prefetcher(), chunked_adder(), event_words()
     BINARY, HOMO = binary, homo
 
     if transpose:
@@ -39,24 +47,39 @@ def kernel(binary: bool, transpose: bool, homo: bool):
                 out[:, :] = np.nan
                 return
             w0 = data[0] if HOMO else data.dtype.type(1)  # a per-synapse data may be empty
-            for i in range(m):
-                xi = x[i]
-                if xi == 0:
+            flat = out.reshape(depth * n)
+            offsets = np.empty(CHUNK, np.int64)
+            values = np.empty(CHUNK, np.float64)  # exact for every float dtype's product
+            fill = 0
+            x_words, n_words = words(x)
+            size = x.itemsize
+            for w in range(n_words + 1):  # the events a word at a time, then the rest
+                if w < n_words and x_words[w] == 0:
                     continue
-                for k in range(indptr[i], indptr[i + 1]):
-                    j = indices[k]
-                    d = delays[k]
-                    if j < 0 or j >= n or d < 0 or d >= depth:
-                        out[:, :] = np.nan
-                        return
-                    r = s + d
-                    if r >= depth:
-                        r -= depth
-                    w = w0 if HOMO else data[k]
-                    if BINARY:
-                        out[r, j] += w
-                    else:
-                        out[r, j] += w * xi
+                hi = 8 * (w + 1) // size if w < n_words else m
+                for i in range(8 * w // size, hi):
+                    xi = x[i]
+                    if xi == 0:
+                        continue
+                    for k in range(indptr[i], indptr[i + 1]):
+                        j = indices[k]
+                        d = delays[k]
+                        if j < 0 or j >= n or d < 0 or d >= depth:
+                            out[:, :] = np.nan
+                            return
+                        r = s + d
+                        if r >= depth:
+                            r -= depth
+                        wk = w0 if HOMO else data[k]
+                        o = np.int64(r) * n + j
+                        prefetch(flat, o)
+                        offsets[fill] = o
+                        values[fill] = wk if BINARY else wk * xi
+                        fill += 1
+                        if fill == CHUNK:
+                            add(flat, offsets, values, fill)
+                            fill = 0
+            add(flat, offsets, values, fill)
 
         return delayed_rows
 
@@ -69,6 +92,10 @@ def kernel(binary: bool, transpose: bool, homo: bool):
             out[:, :] = np.nan
             return
         w0 = data[0] if HOMO else data.dtype.type(1)
+        flat = out.reshape(depth * m)
+        offsets = np.empty(CHUNK, np.int64)
+        values = np.empty(CHUNK, np.float64)
+        fill = 0
         for i in range(m):
             for k in range(indptr[i], indptr[i + 1]):
                 j = indices[k]
@@ -86,10 +113,15 @@ def kernel(binary: bool, transpose: bool, homo: bool):
                 if r >= depth:
                     r -= depth
                 w = w0 if HOMO else data[k]
-                if BINARY:
-                    out[r, i] += w
-                else:
-                    out[r, i] += w * xj
+                o = np.int64(r) * m + i
+                prefetch(flat, o)
+                offsets[fill] = o
+                values[fill] = w if BINARY else w * xj
+                fill += 1
+                if fill == CHUNK:
+                    add(flat, offsets, values, fill)
+                    fill = 0
+        add(flat, offsets, values, fill)
 
     return delayed_cols
 
@@ -138,6 +170,7 @@ def jitc_kernel(transpose: bool, kind: str, prob: float, dmin: int, span: int):
     weight, params = weight_helpers(kind)  # the jitc kernels' synapse weights
     DMIN, SPAN = dmin, span
     TRANSPOSE = transpose
+    prefetch, add, words = prefetcher(), chunked_adder(), event_words()
 
     @numba.njit(nogil=True)
     def delayed_jitc(theta, seed, table, events, buffer, slot, out):
@@ -146,31 +179,49 @@ def jitc_kernel(transpose: bool, kind: str, prob: float, dmin: int, span: int):
         if s < 0 or s >= depth:
             out[:, :] = np.nan
             return
+        flat = out.reshape(depth * n_dst)
+        offsets = np.empty(CHUNK, np.int64)
+        values = np.empty(CHUNK, np.float64)
+        fill = 0
         m, n = (events.shape[0], n_dst) if TRANSPOSE else (n_dst, events.shape[0])
         keys = seed_keys(seed[0])
         dkey = mix((seed[0] & MASK) ^ DELAY_SALT)
         th = params(theta)
-        for i in range(m):
-            if TRANSPOSE and events[i] == 0:
+        # Rows: with TRANSPOSE those of the events that fired, found a word at a time; else
+        # every row (one block).
+        e_words, n_words = words(events)
+        size = events.itemsize
+        for b in range(n_words + 1 if TRANSPOSE else 1):
+            if TRANSPOSE and b < n_words and e_words[b] == 0:
                 continue
-            ctr, gamma, step = row_stream(keys, i)
-            dstart = mix((mix(i ^ ROW_SALT) + dkey) & MASK)
-            j = -1
-            while True:
-                g = skip(mix(ctr), table, GUIDE, SHIFT)
-                if g >= n - 1 - j:
-                    break
-                j += 1 + g
-                if TRANSPOSE or events[j] != 0:
-                    w = weight(th, ctr, gamma)
-                    u = mix((dstart + j * gamma) & MASK)
-                    r = s + DMIN + ((u * SPAN) >> 32)
-                    if r >= depth:
-                        r -= depth
-                    if TRANSPOSE:
-                        out[r, j] += w
-                    else:
-                        out[r, i] += w
-                ctr = (ctr + step) & MASK
+            lo = 8 * b // size if TRANSPOSE else 0
+            hi = 8 * (b + 1) // size if TRANSPOSE and b < n_words else m
+            for i in range(lo, hi):
+                if TRANSPOSE and events[i] == 0:
+                    continue
+                ctr, gamma, step = row_stream(keys, i)
+                dstart = mix((mix(i ^ ROW_SALT) + dkey) & MASK)
+                j = -1
+                while True:
+                    g = skip(mix(ctr), table, GUIDE, SHIFT)
+                    if g >= n - 1 - j:
+                        break
+                    j += 1 + g
+                    if TRANSPOSE or events[j] != 0:
+                        w = weight(th, ctr, gamma)
+                        u = mix((dstart + j * gamma) & MASK)
+                        r = s + DMIN + ((u * SPAN) >> 32)
+                        if r >= depth:
+                            r -= depth
+                        o = np.int64(r) * n_dst + (j if TRANSPOSE else i)
+                        prefetch(flat, o)
+                        offsets[fill] = o
+                        values[fill] = w
+                        fill += 1
+                        if fill == CHUNK:
+                            add(flat, offsets, values, fill)
+                            fill = 0
+                    ctr = (ctr + step) & MASK
+        add(flat, offsets, values, fill)
 
     return delayed_jitc
