@@ -25,6 +25,12 @@ Contenders, each run in its own subprocess (so peak memory is that run's alone):
 * ``... pinned``: a JAX contender under ``taskset -c 0``. XLA's runtime keeps threads of
   its own next to the one that runs the loop, so an unpinned "one-thread" JAX process uses
   more than one core of CPU time; pinned, it gets one core, as Brian2 does.
+* ``... xla1``: a JAX contender whose XLA CPU thread pool has one thread
+  (:func:`primforge.set_cpu_threads`, ``PJRT_NPROC=1``): XLA runs every fusion on the
+  thread that runs the loop instead of splitting the large ones over its pool; not pinned.
+
+Recording: primforge's contenders count the spikes of each neuron, as Brian2's
+``SpikeMonitor(record=False)`` does; brainevent's count the spikes of each population.
 
 Timing, the same for every contender: wall clock (``time.perf_counter``) around the
 simulation only, measured inside the process that simulates, plus that process's CPU
@@ -80,7 +86,13 @@ BRIAN = ("brian2 numpy", "brian2 cython", "brian2 cpp_standalone",
          "brian2 cpp_standalone 2t")
 PINNED = tuple(f"{name} pinned" for name in (*PF[:3], "primforge fused x10 stored",
                                              "brainevent"))
-ALL = (*PF, "brainevent", *BRIAN, *PINNED)
+XLA1 = tuple(f"{name} xla1" for name in (*PF[:3], "brainevent"))
+ALL = (*PF, "brainevent", *BRIAN, *PINNED, *XLA1)
+
+
+def base_name(contender: str) -> str:
+    """The contender without its ``pinned`` / ``xla1`` suffix."""
+    return contender.removesuffix(" pinned").removesuffix(" xla1")
 
 # ----------------------------------------------------------------------------- probes
 # Shared by the Python children: wall clock, busy CPU time of the whole machine (/proc/stat:
@@ -140,9 +152,13 @@ if kind == "brainevent":
 else:
     import primforge
     version = getattr(primforge, "__version__", None)
-    run = coba.simulator(net, n_steps, fused=fused, steps_per_call=k, threads=threads)
+    # Records the spikes of each neuron, as Brian2's SpikeMonitor(record=False) does.
+    run = coba.simulator(net, n_steps, fused=fused, steps_per_call=k, threads=threads,
+                         raster=0, counts=False)
     args = (net.v0, net.ge0, net.gi0, net.w_exc, net.w_inh)
-    counts = lambda out: np.asarray(out["counts"]).sum(axis=0)
+    def counts(out):
+        per_neuron = np.asarray(out["per_neuron"])
+        return np.array([per_neuron[:net.n_exc].sum(), per_neuron[net.n_exc:].sum()])
 t0 = time.perf_counter()
 compiled = run.lower(*args).compile()
 compile_s = time.perf_counter() - t0
@@ -273,7 +289,7 @@ def _child(cmd, env=None, timeout=1800) -> dict:
 
 
 def _jax_options(contender: str, scale: int) -> dict:
-    name = contender.removesuffix(" pinned")
+    name = base_name(contender)
     stored = name == "brainevent" or name.endswith("stored") or scale != 100
     return {"kind": "brainevent" if name == "brainevent" else "primforge",
             "fused": "fused" in name, "k": 10 if "x10" in name else 1,
@@ -304,6 +320,10 @@ def run_one(contender: str, scale: int, seed: int, duration: float, brian: str |
                        **opts)
     python = brainevent_python if opts["kind"] == "brainevent" else sys.executable
     prefix = ["taskset", "-c", "0"] if contender.endswith(" pinned") else []
+    if contender.endswith(" xla1"):
+        env["PJRT_NPROC"] = "1"  # what primforge.set_cpu_threads(1) sets
+    else:
+        env.pop("PJRT_NPROC", None)
     return _child([*prefix, python, "-c", code], env)
 
 
@@ -431,7 +451,7 @@ def main(argv=None):
                 if seed >= seeds[scale]:
                     continue
                 for name in order:
-                    base = name.removesuffix(" pinned")
+                    base = base_name(name)
                     if ((str(scale), name) in skip or (scale != 100 and base.endswith("stored"))
                             or (scale == 100 and base.endswith("jitc"))):
                         continue

@@ -9,19 +9,23 @@ per population over stored CSR) is timed whole and in parts, each part a jitted
 * ``neurons``: the Euler step, spike detection, reset and the conductances' decay, no
   input (the arithmetic of every step, whatever fires);
 * ``products``: the two products alone (``spikes[:ne] @ W_exc``, ``spikes[ne:] @ W_inh``)
-  on spike vectors recorded from the full run (a pool of 64 of its steps, picked in turn),
-  accumulated into the conductances; ``silent products``: the same with no spike (what
-  a product costs whatever fires: finding the spiking rows, the output vector, the sum);
+  on spike vectors recorded from the full run (64 of its steps, each its own array, taken
+  in turn), accumulated into the conductances; ``silent products``: the same with no spike
+  (what a product costs whatever fires: finding the spiking rows, the output vector, the
+  sum);
 * ``step``: the whole plain step, no recording;
-* ``simulate``: ``examples/coba.py``'s simulator (the step plus the per-step spike counts,
-  spikes per neuron and the raster), which ``benchmarks/coba.py`` times.
+* ``simulate``: ``examples/coba.py``'s simulator recording what ``benchmarks/coba.py``
+  records: the step plus the spike count of each neuron.
 
 The variants run interleaved (rotating which goes first), ``--reps`` times each; the table
 gives the median wall time per step, the CPU time per wall time of the process during that
 variant (XLA's runtime threads show as more than 1), and each part's share of ``step``.
+``--xla-threads 1`` runs everything with XLA's CPU thread pool at one thread
+(:func:`primforge.set_cpu_threads`).
 
     python benchmarks/coba_anatomy.py                         # scales 1 and 10, 0.2 s each
     python benchmarks/coba_anatomy.py --scales 1,10,100 --duration 0.1 --reps 5
+    python benchmarks/coba_anatomy.py --xla-threads 1
 """
 
 from __future__ import annotations
@@ -82,27 +86,36 @@ def variants(coba, net, n_steps: int):
                                                      net.w_exc, net.w_inh)
     pool = jnp.asarray(np.asarray(record["raster"]).astype(bool))  # (POOL, n)
 
+    # The pool's vectors are separate arguments, and one scan iteration takes every one of
+    # them in turn: picking a row of one pool array inside the loop would be an XLA dynamic
+    # slice, which on a CPU costs more than the products themselves.
+    pool_e = [pool[k, :ne] for k in range(POOL)]
+    pool_i = [pool[k, ne:] for k in range(POOL)]
+
     @jax.jit
-    def products(ge, gi, w_exc, w_inh, pool):
-        def body(c, i):
+    def products(ge, gi, w_exc, w_inh, pool_e, pool_i):
+        def body(c, _):
             ge, gi = c
-            spike = pool[i % POOL]
-            return ge + spike[:ne] @ w_exc, gi + spike[ne:] @ w_inh
-        return jax.lax.scan(lambda c, i: (body(c, i), None), (ge, gi),
-                            jnp.arange(n_steps))[0]
+            for k in range(POOL):
+                ge, gi = ge + pool_e[k] @ w_exc, gi + pool_i[k] @ w_inh
+            return ge, gi
+        return jax.lax.scan(lambda c, x: (body(c, x), None), (ge, gi), None,
+                            length=n_steps // POOL)[0]
 
     @jax.jit
     def step(state, w_exc, w_inh):
         one = coba.plain_step(w_exc, w_inh)
         return scan(lambda s, _: one(s)[0], state)
 
-    simulate = coba.simulator(net, n_steps)
+    simulate = coba.simulator(net, n_steps, raster=0, counts=False)  # as benchmarks/coba.py
     w = (net.w_exc, net.w_inh)
     return {
         "loop": (loop, (state0,)),
         "neurons": (neurons, (state0,)),
-        "products": (products, (net.ge0, net.gi0, *w, pool)),
-        "silent products": (products, (net.ge0, net.gi0, *w, jnp.zeros_like(pool))),
+        "products": (products, (net.ge0, net.gi0, *w, pool_e, pool_i)),
+        "silent products": (products, (net.ge0, net.gi0, *w,
+                                       [jnp.zeros_like(p) for p in pool_e],
+                                       [jnp.zeros_like(p) for p in pool_i])),
         "step": (step, (state0, *w)),
         "simulate": (simulate, (net.v0, net.ge0, net.gi0, *w)),
     }, float(np.asarray(record["counts"]).sum() / (POOL * net.n))
@@ -137,13 +150,20 @@ def main() -> None:
     ap.add_argument("--scales", default="1,10")
     ap.add_argument("--duration", type=float, default=0.2, help="simulated seconds a run")
     ap.add_argument("--reps", type=int, default=7)
+    ap.add_argument("--xla-threads", type=int, default=None,
+                    help="threads of XLA's CPU pool (default: one per core)")
     ap.add_argument("--out", default=str(RESULTS / "coba_anatomy.json"))
     args = ap.parse_args()
+    if args.xla_threads is not None:
+        import primforge
+
+        primforge.set_cpu_threads(args.xla_threads)
     coba = _example()
-    n_steps = round(args.duration * 1000.0 / coba.DT)
+    n_steps = POOL * max(1, round(args.duration * 1000.0 / coba.DT / POOL))
     rows = []
     print(f"{n_steps} steps a run, {args.reps} runs a variant, medians; "
-          f"{jax.devices()[0].platform}, 1-minute load {os.getloadavg()[0]:.1f}")
+          f"{jax.devices()[0].platform}, XLA CPU threads {args.xla_threads or 'default'}, "
+          f"1-minute load {os.getloadavg()[0]:.1f}")
     print("| scale | neurons | spikes/step | variant | us/step | share of step | CPU/wall |")
     print("|---|---|---|---|---|---|---|")
     for scale in (int(s) for s in args.scales.split(",")):
@@ -159,7 +179,7 @@ def main() -> None:
             rows.append({"scale": scale, "neurons": net.n, "spikes_per_step": rate * net.n,
                          "variant": name, "us_per_step": us, "share_of_step": share,
                          "cpu_per_wall": m["cpu_per_wall"], "steps": n_steps,
-                         "reps": args.reps})
+                         "reps": args.reps, "xla_threads": args.xla_threads})
     Path(args.out).parent.mkdir(parents=True, exist_ok=True)
     Path(args.out).write_text(json.dumps({"rows": rows, "load": os.getloadavg()[0]},
                                          indent=1))

@@ -11,6 +11,8 @@ Contenders, each run in its own subprocess:
   state, drawn from the same distributions), run by the interpreter given with
   ``--brian-python`` or ``$BRIAN_PYTHON``.
 
+``--xla-threads 1`` runs primforge's contenders with XLA's CPU thread pool at one thread.
+
 Timing: wall time of the simulation only, in seconds per simulated second (JAX compile and
 Brian2's code generation and C++ compilation excluded; the standalone binary reports its
 own run time). Contenders are interleaved (the order rotates with the seed), each seed draws
@@ -92,15 +94,16 @@ def _child(cmd, env=None, timeout=3600) -> dict:
 
 
 def run_one(contender: str, scale: int, seed: int, duration: float, brian: str,
-            tmp: str) -> dict:
+            tmp: str, xla_threads: int | None = None) -> dict:
     if contender == BRIAN:
         workdir = tempfile.mkdtemp(dir=tmp, prefix="brian-delayed-")
         env = {k: v for k, v in os.environ.items() if k != "PYTHONPATH"}
         return _child([brian, "-c", _BRIAN, str(scale), str(seed), str(duration), workdir], env)
     env = dict(os.environ, PYTHONPATH=str(ROOT), JAX_PLATFORMS="cpu")
     example = "coba_delayed.py" if contender == PF_DELAYED else "coba.py"
+    threads = [] if xla_threads is None else ["--xla-threads", str(xla_threads)]
     return _child([sys.executable, str(ROOT / "examples" / example), "--scale", str(scale),
-                   "--seed", str(seed), "--duration", str(duration), "--json"], env)
+                   "--seed", str(seed), "--duration", str(duration), "--json", *threads], env)
 
 
 def summarize(rows: list[dict]) -> list[dict]:
@@ -126,6 +129,9 @@ def main(argv=None) -> dict:
     ap.add_argument("--duration", type=float, default=1.0, help="simulated seconds")
     ap.add_argument("--brian-python", default=os.environ.get("BRIAN_PYTHON"))
     ap.add_argument("--no-plain", action="store_true", help="skip the run without delays")
+    ap.add_argument("--xla-threads", type=int, default=None,
+                    help="threads of XLA's CPU pool in primforge's runs "
+                    "(primforge.set_cpu_threads; default: one per core)")
     ap.add_argument("--out", default=None, help="write the results as JSON here")
     args = ap.parse_args(argv)
     contenders = [PF_DELAYED] + ([] if args.no_plain else [PF_PLAIN])
@@ -139,13 +145,15 @@ def main(argv=None) -> dict:
                 for name in order:
                     load = os.getloadavg()[0]
                     t0 = time.perf_counter()
-                    res = run_one(name, scale, seed, args.duration, args.brian_python, tmp)
+                    res = run_one(name, scale, seed, args.duration, args.brian_python, tmp,
+                                  args.xla_threads)
                     row = {"contender": name, "scale": scale, "seed": seed, "load_1min": load,
                            "process_s": time.perf_counter() - t0, **res}
                     rows.append(row)
                     print(f"x{scale} seed {seed} {name:28s} {row['s_per_sim_s']:8.3f} s/sim s "
                           f"E {row['rate_exc_hz']:6.2f} Hz  load {load:5.1f}", flush=True)
     result = {"benchmark": "coba_delayed", "duration_s": args.duration,
+              "xla_threads": args.xla_threads,
               "machine": {"cpus": os.cpu_count(), "platform": platform.platform(),
                           "python": platform.python_version()},
               "note": "shared, noisy machine: compare runs at similar 1-minute load",

@@ -622,12 +622,13 @@ def fused_step(we: CSR | JitConn, wi: CSR | JitConn, backend: str | None = None,
 # ----------------------------------------------------------------------------- simulation
 def simulator(net: Network, n_steps: int, *, fused: bool = False, backend: str | None = None,
               raster: int = RASTER_NEURONS, steps_per_call: int = 1, threads: int = 1,
-              min_neurons: int = THREAD_MIN_NEURONS):
+              min_neurons: int = THREAD_MIN_NEURONS, counts: bool = True):
     """A jitted ``run(v, ge, gi, w_exc, w_inh) -> dict`` of ``n_steps`` steps under ``lax.scan``.
 
     The result holds the spike counts of each population per step (``counts``, shape
-    ``(n_steps, 2)``), spikes per neuron (``per_neuron``) and the spikes of ``raster``
-    neurons per step (``raster``: the first 80% of them excitatory, the rest inhibitory).
+    ``(n_steps, 2)``; with ``counts=False`` it is left out), spikes per neuron
+    (``per_neuron``) and the spikes of ``raster`` neurons per step (``raster``: the first
+    80% of them excitatory, the rest inhibitory).
     With ``fused``, each scan iteration is one kernel call that advances ``steps_per_call``
     steps (it must divide ``n_steps``).
     """
@@ -654,17 +655,21 @@ def simulator(net: Network, n_steps: int, *, fused: bool = False, backend: str |
         def body(carry, _):
             state, per_neuron = carry
             state, spike = step(state)  # spike: (k, n)
-            counts = jnp.stack([jnp.sum(spike[:, :ne], axis=1, dtype=jnp.int32),
-                                jnp.sum(spike[:, ne:], axis=1, dtype=jnp.int32)], axis=1)
             per_neuron = per_neuron + jnp.sum(spike, axis=0, dtype=jnp.int32)
-            return (state, per_neuron), (counts, spike[:, shown])
+            if not counts:
+                return (state, per_neuron), (None, spike[:, shown])
+            pop = jnp.stack([jnp.sum(spike[:, :ne], axis=1, dtype=jnp.int32),
+                             jnp.sum(spike[:, ne:], axis=1, dtype=jnp.int32)], axis=1)
+            return (state, per_neuron), (pop, spike[:, shown])
 
         ref = jnp.zeros(v.shape, jnp.int32)
         zero = jnp.zeros(v.shape, jnp.int32)
-        (state, per_neuron), (counts, rast) = jax.lax.scan(
+        (state, per_neuron), (pop, rast) = jax.lax.scan(
             body, ((v, ge, gi, ref), zero), None, length=n_steps // k)
-        return {"counts": counts.reshape(n_steps, 2), "per_neuron": per_neuron,
-                "raster": rast.reshape(n_steps, -1), "v": state[0]}
+        out = {"per_neuron": per_neuron, "raster": rast.reshape(n_steps, -1), "v": state[0]}
+        if counts:
+            out["counts"] = pop.reshape(n_steps, 2)
+        return out
 
     return run
 
@@ -749,8 +754,13 @@ def main(argv=None) -> dict:
     ap.add_argument("--neurons", type=int, default=None, help="override the network size")
     ap.add_argument("--prob", type=float, default=None, help="override the connection prob.")
     ap.add_argument("--plot", metavar="PNG", default=None, help="write a raster + histogram")
+    ap.add_argument("--xla-threads", type=int, default=None,
+                    help="threads of XLA's CPU thread pool (primforge.set_cpu_threads; "
+                    "default: one per core); 1 runs each step's fusions on one thread")
     ap.add_argument("--json", action="store_true", help="print one JSON line of results")
     args = ap.parse_args(argv)
+    if args.xla_threads is not None:
+        primforge.set_cpu_threads(args.xla_threads)  # before the first computation
 
     conn = args.conn or ("jitc" if args.scale == 100 else "csr")
     t0 = time.perf_counter()

@@ -23,6 +23,7 @@ import jax
 import jax.numpy as jnp
 import numpy as np
 
+import primforge
 from primforge.ops import delay_buffer, delay_read, delayed_matvec
 
 sys.path.insert(0, str(pathlib.Path(__file__).resolve().parent))
@@ -111,8 +112,13 @@ def main(argv=None) -> dict:
     ap.add_argument("--prob", type=float, default=None, help="override the connection prob.")
     ap.add_argument("--duration", type=float, default=1.0, help="simulated seconds")
     ap.add_argument("--seed", type=int, default=0)
+    ap.add_argument("--xla-threads", type=int, default=None,
+                    help="threads of XLA's CPU thread pool (primforge.set_cpu_threads; "
+                    "default: one per core); 1 runs each step's fusions on one thread")
     ap.add_argument("--json", action="store_true", help="print one JSON line of results")
     args = ap.parse_args(argv)
+    if args.xla_threads is not None:
+        primforge.set_cpu_threads(args.xla_threads)  # before the first computation
     n = args.neurons or coba.N_BASE * args.scale
     prob = args.prob or coba.P_BASE / args.scale
     t0 = time.perf_counter()

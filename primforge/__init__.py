@@ -6,6 +6,7 @@ One named primitive, kernels for every backend, every JAX transformation working
     Kernels          XLACustomKernel (+ KernelEntry), use_backend, numba_kernel
     Benchmarking     BenchmarkConfig / BenchmarkRecord / BenchmarkResult, autotune
     Registry         get_kernel, list_kernels, select_kernels
+    Runtime          set_cpu_threads (XLA's CPU thread pool)
     Sub-packages     primforge.utils (pytree/JAX utilities), primforge.ops (operators)
 """
 
@@ -69,6 +70,7 @@ from primforge.bench import (
 from primforge.registry import get_kernel, list_kernels, select_kernels
 from primforge import autotune, debug, utils
 from primforge.debug import debug_mode
+from primforge.runtime import set_cpu_threads
 
 __all__ = [
     "BackendUnavailableWarning",
@@ -119,6 +121,7 @@ __all__ = [
     "rule_table",
     "rule_tables",
     "select_kernels",
+    "set_cpu_threads",
     "static_param",
     "triton_kernel",
     "use_backend",

@@ -200,6 +200,14 @@ def triton_dialect():
     return dialect
 
 
+def backends_initialized() -> bool:
+    """Whether JAX has created its runtime clients (done by the first computation or device
+    query of the process). Every supported release has ``xla_bridge.backends_are_initialized``."""
+    from jax._src import xla_bridge
+
+    return bool(xla_bridge.backends_are_initialized())
+
+
 def jaxlib_version() -> tuple[int, ...]:
     """The installed jaxlib version as a tuple of ints."""
     import jaxlib

@@ -59,3 +59,17 @@ def test_brian2_contenders_name_their_target_and_threads(bench):
     assert bench._brian_target("brian2 cpp_standalone") == ("cpp_standalone", 1)
     assert bench._brian_target("brian2 cython") == ("cython", 1)
     assert "brian2 cpp_standalone 2t" in bench.ALL
+
+
+def test_xla1_contenders_run_with_one_xla_thread_and_no_others_do(bench, monkeypatch, tmp_path):
+    seen = {}
+    monkeypatch.setattr(bench, "_child", lambda cmd, env: seen.setdefault(cmd[-1], env) and {})
+    monkeypatch.setenv("PJRT_NPROC", "7")  # the caller's own setting reaches no contender
+    for name in ("primforge plain", "primforge plain xla1", "primforge fused x10 xla1",
+                 "brainevent xla1", "primforge plain pinned"):
+        assert name in bench.ALL
+        seen.clear()
+        bench.run_one(name, 1, 0, 0.01, None, "python", str(tmp_path))
+        (env,) = seen.values()
+        assert env.get("PJRT_NPROC") == ("1" if name.endswith("xla1") else None), name
+        assert bench._jax_options(name, 10) == bench._jax_options(bench.base_name(name), 10)

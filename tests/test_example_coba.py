@@ -111,6 +111,17 @@ def test_fused_step_matches_numpy(fused, reference, net):
     _check_against_numpy(fused, reference, net)
 
 
+def test_counting_per_neuron_only_gives_the_numpy_spike_counts(coba, net, reference):
+    n_steps = 400  # 40 ms: the float32 trains still agree spike for spike with NumPy's
+    args = (net.v0, net.ge0, net.gi0, net.w_exc, net.w_inh)
+    out = coba.simulator(net, n_steps, raster=0, counts=False)(*args)
+    assert "counts" not in out and out["raster"].shape == (n_steps, 0)
+    per_neuron = np.asarray(out["per_neuron"])
+    want = reference[:n_steps].sum(axis=0)
+    assert want[0] > 0
+    assert [per_neuron[:net.n_exc].sum(), per_neuron[net.n_exc:].sum()] == list(want)
+
+
 @pytest.fixture(scope="module")
 def jitc_net(coba):
     return coba.build(N, PROB, seed=1, conn="jitc")
@@ -245,7 +256,8 @@ def test_command_line_prints_rates_and_writes_the_plot(tmp_path):
     env = dict(os.environ, PYTHONPATH=str(ROOT))
     out = subprocess.run(
         [sys.executable, str(ROOT / "examples" / "coba.py"), "--neurons", "400", "--prob",
-         "0.2", "--duration", "0.02", "--fused", "--json", "--plot", str(png)],
+         "0.2", "--duration", "0.02", "--fused", "--json", "--plot", str(png),
+         "--xla-threads", "1"],
         check=False, capture_output=True, text=True, timeout=600, cwd=ROOT, env=env,
     )
     assert out.returncode == 0, out.stderr
