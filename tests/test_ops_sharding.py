@@ -1,10 +1,11 @@
 """Sharding rules of the primforge.ops kernels (primforge/ops/_sharding.py).
 
-The multi-device checks run in subprocesses on 4 simulated CPU devices
+The multi-device checks run in a subprocess on 4 simulated CPU devices
 (``sharding_scripts/ops_sharding.py``): each compares with a NumPy reference and then
 asserts that the call ran partitioned (output sharding; collectives in the compiled HLO).
-The same script runs a second time with every ops kernel's rule removed: the values
-must stay right and every partition assertion must fail, so these tests can fail.
+The same process then removes every ops kernel's rule and runs the partitioned checks a
+second time: the values must stay right and every partition assertion must fail, so these
+tests can fail.
 """
 
 from __future__ import annotations
@@ -135,46 +136,48 @@ def _run(tmp_path_factory, *flags):
     return report
 
 
-def _only(request, test: str) -> list[str]:
-    """``--only`` flags for the checks of ``test`` that this run selected (each tier runs
-    its own share of them; none selected: run none)."""
+def _selected(request, test: str, flag: str) -> list[str]:
+    """``flag=NAME`` for the checks of ``test`` that this run selected (each tier runs its
+    own share of them; none selected: run none)."""
     wanted = sorted({item.callspec.params["name"] for item in request.session.items
                      if getattr(item, "originalname", None) == test})
-    return [f"--only={name}" for name in wanted] or ["--only=-none-"]
+    return [f"{flag}={name}" for name in wanted] or [f"{flag}=-none-"]
+
+
+WITHOUT_TEST = "test_without_the_rules_the_values_hold_but_partitioning_fails"
 
 
 @pytest.fixture(scope="module")
-def with_rules(tmp_path_factory, request):
-    return _run(tmp_path_factory, *_only(request, "test_partitioned"))
-
-
-@pytest.fixture(scope="module")
-def without_rules(tmp_path_factory, request):
-    test = "test_without_the_rules_the_values_hold_but_partitioning_fails"
-    return _run(tmp_path_factory, "--no-rules", *_only(request, test))["checks"]
+def report(tmp_path_factory, request):
+    """One run of the script: the selected checks with the rules, then the selected
+    controls without them."""
+    return _run(tmp_path_factory, *_selected(request, "test_partitioned", "--only"),
+                *_selected(request, WITHOUT_TEST, "--without"))
 
 
 # The script's checks run in one process on 4 simulated devices: the exhaustive tier runs
 # it whole (once); the rules' shapes are inspected below in the default tier.
 @pytest.mark.exhaustive
 @pytest.mark.parametrize("name", CHECKS)
-def test_partitioned(with_rules, name):
-    ran = with_rules["checks"]
+def test_partitioned(report, name):
+    ran = report["checks"]
     assert name in ran, f"check {name} did not run; ran: {sorted(ran)}"
     entry = ran[name]
     assert entry["ok"] and entry["partitioned"], entry["detail"]
 
 
 @pytest.mark.exhaustive
-def test_the_script_runs_exactly_these_checks(with_rules):
-    assert sorted(with_rules["defined"]) == sorted(CHECKS)
+def test_the_script_runs_exactly_these_checks(report):
+    assert sorted(report["defined"]) == sorted(CHECKS)
 
 
-# The control, a second run of the script.
+# The control: the partitioned checks again, in the same process, without the rules.
 @pytest.mark.exhaustive
 @pytest.mark.parametrize("name", PARTITIONED)
-def test_without_the_rules_the_values_hold_but_partitioning_fails(without_rules, name):
-    entry = without_rules[name]
+def test_without_the_rules_the_values_hold_but_partitioning_fails(report, name):
+    ran = report["without_rules"]
+    assert name in ran, f"check {name} did not run without the rules; ran: {sorted(ran)}"
+    entry = ran[name]
     assert entry["ok"], entry["detail"]  # unpartitioned calls are gathered: still right
     assert not entry["partitioned"], f"{name} passed its partition assertions without rules"
 
