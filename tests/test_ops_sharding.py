@@ -19,6 +19,7 @@ from pathlib import Path
 import jax
 import jax.numpy as jnp
 import pytest
+from test_ops_processes import MULTIPROCESS_VARIABLES, line
 
 import primforge
 from primforge import ops
@@ -26,6 +27,7 @@ from primforge.kernel import sharding
 
 ROOT = Path(__file__).parent.parent
 SCRIPT = Path(__file__).parent / "sharding_scripts" / "ops_sharding.py"
+PROCESSES_SCRIPT = Path(__file__).parent / "sharding_scripts" / "ops_processes.py"
 N_DEV = 4
 
 # Checks that assert values only: the rule keeps everything whole (or the call is a
@@ -125,7 +127,8 @@ def _run(tmp_path_factory, *flags):
     out = tmp_path_factory.mktemp("ops_sharding") / "report.json"
     env = dict(os.environ)
     env["PYTHONPATH"] = os.pathsep.join([str(ROOT), env.get("PYTHONPATH", "")])
-    env.pop("XLA_FLAGS", None)
+    for name in ("XLA_FLAGS", *MULTIPROCESS_VARIABLES):  # one process of N_DEV devices
+        env.pop(name, None)
     env.setdefault("JAX_PLATFORMS", "cpu")
     proc = subprocess.run([sys.executable, str(SCRIPT), str(out), str(N_DEV), *flags],
                           check=False, cwd=ROOT, env=env, capture_output=True, text=True,
@@ -147,12 +150,17 @@ def _selected(request, test: str, flag: str) -> list[str]:
 WITHOUT_TEST = "test_without_the_rules_the_values_hold_but_partitioning_fails"
 
 
+PROCESSES_TEST = "test_the_ops_processes_script_as_one_process_of_these_devices"
+
+
 @pytest.fixture(scope="module")
 def report(tmp_path_factory, request):
-    """One run of the script: the selected checks with the rules, then the selected
-    controls without them."""
+    """One run of the script: the selected checks with the rules, the ops_processes script
+    when its test is selected, then the selected controls without the rules."""
+    also = [f"--also-run={PROCESSES_SCRIPT}" for item in request.session.items
+            if getattr(item, "originalname", None) == PROCESSES_TEST]
     return _run(tmp_path_factory, *_selected(request, "test_partitioned", "--only"),
-                *_selected(request, WITHOUT_TEST, "--without"))
+                *_selected(request, WITHOUT_TEST, "--without"), *also[:1])
 
 
 # The script's checks run in one process on 4 simulated devices: the exhaustive tier runs
@@ -180,6 +188,16 @@ def test_without_the_rules_the_values_hold_but_partitioning_fails(report, name):
     entry = ran[name]
     assert entry["ok"], entry["detail"]  # unpartitioned calls are gathered: still right
     assert not entry["partitioned"], f"{name} passed its partition assertions without rules"
+
+
+@pytest.mark.exhaustive
+def test_the_ops_processes_script_as_one_process_of_these_devices(report):
+    """Every family that splits across devices (sharding_scripts/ops_processes.py, which
+    tests/test_ops_processes.py runs on 2 processes of 2 devices) as one process of the 4
+    devices, in the script's process after its checks (their Numba builds reused)."""
+    ran = report["scripts"][str(PROCESSES_SCRIPT)]
+    assert ran["ok"], ran["detail"] + ran["stdout"]
+    assert line(0, 1) in ran["stdout"], ran["stdout"]
 
 
 def test_every_ops_kernel_has_a_rule_and_checks():

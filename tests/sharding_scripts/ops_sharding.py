@@ -12,6 +12,10 @@ assertions raise :class:`NotPartitioned`; ``partitioned`` records whether they h
 Then, with ``--without=NAME``, every ops kernel loses its sharding rule and the checks
 named run again in the same process (``"without_rules"``; ``--without=`` runs all): the
 values must stay right while the partition assertions fail, which shows that they can fail.
+``--also-run=SCRIPT`` runs another script written for any number of devices in this
+process too, after the checks and before the rules go (``"scripts"``: its output, and
+whether it exited cleanly): it reuses the kernels' Numba builds instead of compiling them
+in a process of its own.
 """
 
 from __future__ import annotations
@@ -26,6 +30,7 @@ ARGS = [a for a in sys.argv[1:] if not a.startswith("--")]
 N_DEV = int(ARGS[1]) if len(ARGS) > 1 else 4
 ONLY = [a.split("=", 1)[1] for a in sys.argv[1:] if a.startswith("--only=")]
 WITHOUT = [a.split("=", 1)[1] for a in sys.argv[1:] if a.startswith("--without=")]
+ALSO_RUN = [a.split("=", 1)[1] for a in sys.argv[1:] if a.startswith("--also-run=")]
 os.environ["XLA_FLAGS"] = (
     os.environ.get("XLA_FLAGS", "") + f" --xla_force_host_platform_device_count={N_DEV}"
 )
@@ -854,9 +859,29 @@ def other_backends_partitioned():
         expect_collectives(f, args, coll, what)
 
 
+def run_script(path: str) -> dict:
+    """Run the script at ``path`` as ``__main__`` in this process: its output, and whether it
+    ran to its end."""
+    import contextlib
+    import io
+    import runpy
+
+    out = io.StringIO()
+    entry = {"ok": False, "stdout": "", "detail": ""}
+    try:
+        with contextlib.redirect_stdout(out):
+            runpy.run_path(path, run_name="__main__")
+        entry["ok"] = True
+    except BaseException as e:  # noqa: BLE001 - reported to pytest (SystemExit included)
+        entry["detail"] = f"{type(e).__name__}: {e}\n{traceback.format_exc()[-3000:]}"
+    entry["stdout"] = out.getvalue()[-3000:]
+    return entry
+
+
 if __name__ == "__main__":
     report = {"n_devices": jax.device_count(), "defined": list(DEFINED),
               "checks": run_checks(ONLY)}
+    report["scripts"] = {path: run_script(path) for path in ALSO_RUN}
     if WITHOUT:
         # The same process, so the kernels' Numba builds are reused; removing a rule makes
         # every jitted caller lower again.
