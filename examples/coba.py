@@ -216,8 +216,9 @@ def _neuron_pass():
 
 
 @functools.cache
-def _numba_loop(steps: int, propagate):
-    """The fused loop for ``steps`` steps: integrate, detect, propagate, reset.
+def _numba_loop(propagate):
+    """The fused loop for as many steps as ``spike_out`` has rows: integrate, detect,
+    propagate, reset (one compiled loop serves every number of steps).
 
     ``propagate(conn, spikes, acc_e, acc_i) -> ok`` adds the outgoing synapses of the
     neurons that fired to the accumulators, rows in increasing order (the event-driven
@@ -237,7 +238,7 @@ def _numba_loop(steps: int, propagate):
         gi_out[:] = gi
         ref_out[:] = ref
         ok = True
-        for t in range(steps):
+        for t in range(spike_out.shape[0]):
             update(0, n, t > 0, v_out, ge_out, gi_out, ref_out, acc_e, acc_i, spike_out[t])
             ok &= propagate(conn, spike_out[t], acc_e, acc_i)  # into the zeroed accumulators
         finish(0, n, ge_out, gi_out, acc_e, acc_i)
@@ -315,11 +316,11 @@ def _jitc_propagate(prob: float):
 
 
 @functools.cache
-def _numba_jitc_loop_threaded(steps: int, prob: float, threads: int):
-    """The fused loop over just-in-time connectivity on ``threads`` threads: one parallel
-    region per step.
+def _numba_jitc_loop_threaded(prob: float):
+    """The fused loop over just-in-time connectivity on ``T`` threads (an argument, as is
+    the number of steps: the rows of ``spike_out``): one parallel region per step.
 
-    The neurons are split into ``threads`` contiguous ranges, and thread ``t`` owns range
+    The neurons are split into ``T`` contiguous ranges, and thread ``t`` owns range
     ``t``. Thread ``t`` generates the rows of those of its neurons that fired and sorts each
     row's targets into one bucket per owning thread; in the region of the next step thread
     ``t`` adds the targets of the buckets destined to it (every thread's, in thread order),
@@ -335,7 +336,6 @@ def _numba_jitc_loop_threaded(steps: int, prob: float, threads: int):
 
     update, finish = _neuron_pass()
     columns = jitc_numba_columns(prob)
-    T = int(threads)
 
     @numba.njit(inline="always", nogil=True)
     def generate(t, start, hi, ne, n, chunk, seed_e, seed_i, spk, row, buckets, fills):
@@ -367,7 +367,7 @@ def _numba_jitc_loop_threaded(steps: int, prob: float, threads: int):
         return hi
 
     @numba.njit(inline="always", nogil=True)
-    def scatter_own(t, w_e, w_i, acc_e, acc_i, buckets, fills):
+    def scatter_own(t, T, w_e, w_i, acc_e, acc_i, buckets, fills):
         for b in range(T):  # source threads in order: rows increase
             be, bi = buckets[b, 0, t], buckets[b, 1, t]
             for k in range(fills[b, 0, t]):
@@ -376,7 +376,7 @@ def _numba_jitc_loop_threaded(steps: int, prob: float, threads: int):
                 acc_i[bi[k]] += w_i
 
     @numba.njit(nogil=True, parallel=True, fastmath={"contract"})
-    def loop(v, ge, gi, ref, w_e, w_i, seed_e, seed_i, ne,
+    def loop(v, ge, gi, ref, w_e, w_i, seed_e, seed_i, ne, T,
              v_out, ge_out, gi_out, ref_out, spike_out):
         n = v.shape[0]
         acc_e = np.zeros(n, np.float32)
@@ -396,12 +396,13 @@ def _numba_jitc_loop_threaded(steps: int, prob: float, threads: int):
         ge_out[:] = ge
         gi_out[:] = gi
         ref_out[:] = ref
+        steps = spike_out.shape[0]
         for step in range(steps):
             spk = spike_out[step]
             cur, prev = step % 2, 1 - step % 2
             for t in numba.prange(T):
                 lo, hi = min(n, t * chunk), min(n, (t + 1) * chunk)
-                scatter_own(t, w_e, w_i, acc_e, acc_i, buckets[prev], fills[prev])
+                scatter_own(t, T, w_e, w_i, acc_e, acc_i, buckets[prev], fills[prev])
                 # on slices from 0, so that Numba's indexing knows no index is negative (the
                 # loop then vectorizes as the one-thread kernel's does)
                 update(0, hi - lo, step > 0, v_out[lo:hi], ge_out[lo:hi], gi_out[lo:hi],
@@ -413,7 +414,7 @@ def _numba_jitc_loop_threaded(steps: int, prob: float, threads: int):
                 more |= nxt[t] < min(n, (t + 1) * chunk)
             while more:  # rare: more targets than a block: scatter, generate the rest
                 for t in numba.prange(T):
-                    scatter_own(t, w_e, w_i, acc_e, acc_i, buckets[cur], fills[cur])
+                    scatter_own(t, T, w_e, w_i, acc_e, acc_i, buckets[cur], fills[cur])
                 for t in numba.prange(T):
                     hi = min(n, (t + 1) * chunk)
                     nxt[t] = generate(t, nxt[t], hi, ne, n, chunk, seed_e, seed_i, spk,
@@ -424,17 +425,17 @@ def _numba_jitc_loop_threaded(steps: int, prob: float, threads: int):
         last = (steps - 1) % 2
         for t in numba.prange(T):
             lo, hi = min(n, t * chunk), min(n, (t + 1) * chunk)
-            scatter_own(t, w_e, w_i, acc_e, acc_i, buckets[last], fills[last])
+            scatter_own(t, T, w_e, w_i, acc_e, acc_i, buckets[last], fills[last])
             finish(0, hi - lo, ge_out[lo:hi], gi_out[lo:hi], acc_e[lo:hi], acc_i[lo:hi])
 
     return loop
 
 
-def _numba_step(*, steps, **_):
+def _numba_step(**_):
     """The Numba kernel over stored CSR: bad column indices give NaN conductances."""
     import numba
 
-    loop = _numba_loop(int(steps), _csr_propagate())
+    loop = _numba_loop(_csr_propagate())
 
     @numba.njit(nogil=True)
     def step(v, ge, gi, ref, we, e_idx, e_ptr, wi, i_idx, i_ptr,
@@ -466,24 +467,25 @@ def threads_used(n: int, threads: int, min_neurons: int = THREAD_MIN_NEURONS) ->
     return threads if threads > 1 and n >= threads * min_neurons else 1
 
 
-def _numba_jitc_step(*, steps, prob, n_exc, threads=1, min_neurons=THREAD_MIN_NEURONS, **_):
+def _numba_jitc_step(*, prob, n_exc, threads=1, min_neurons=THREAD_MIN_NEURONS, **_):
     """The Numba kernel over just-in-time connectivity: rows regenerated as spikes come,
     on ``threads`` threads when the network is large enough (:func:`threads_used`)."""
     import numba
 
     ne, T, least = int(n_exc), int(threads), int(min_neurons)
     choose = numba.njit(inline="always")(threads_used)
-    loop = _numba_loop(int(steps), _jitc_propagate(float(prob)))
-    threaded = _numba_jitc_loop_threaded(int(steps), float(prob), T) if T > 1 else loop
+    loop = _numba_loop(_jitc_propagate(float(prob)))
+    threaded = _numba_jitc_loop_threaded(float(prob)) if T > 1 else loop
 
     @numba.njit(nogil=True)
     def step(v, ge, gi, ref, we, wi, seeds, v_out, ge_out, gi_out, ref_out, spike_out):
         if choose(v.shape[0], T, least) > 1:
-            threaded(v, ge, gi, ref, we[0], wi[0], seeds[0], seeds[1], ne, v_out, ge_out,
-                     gi_out, ref_out, spike_out)
+            # int64, not the constants: one compiled loop for every network and thread count
+            threaded(v, ge, gi, ref, we[0], wi[0], seeds[0], seeds[1], np.int64(ne),
+                     np.int64(T), v_out, ge_out, gi_out, ref_out, spike_out)
         else:
             buf = np.empty(_BLOCK + v.shape[0], np.int64)  # a block of targets, plus one row
-            conn = (we[0], wi[0], seeds[0], seeds[1], ne, buf)
+            conn = (we[0], wi[0], seeds[0], seeds[1], np.int64(ne), buf)
             loop(v, ge, gi, ref, conn, v_out, ge_out, gi_out, ref_out, spike_out)
 
     return step

@@ -166,8 +166,14 @@ def test_fused_just_in_time_step_gives_the_plain_spike_trains(coba, jitc_net, ji
                           threads=threads, min_neurons=0)  # threads even for few neurons
     for key in ("counts", "per_neuron", "raster"):
         np.testing.assert_array_equal(fused[key], jitc_plain[key])
+    # One compiled loop serves every number of steps per call and of threads (the cases
+    # run in one process: a second compile would add a signature).
+    loop = coba._numba_loop(coba._jitc_propagate(float(PROB)))
+    assert len(loop.signatures) == 1, loop.signatures
     if threads == 1:
         return
+    threaded = coba._numba_jitc_loop_threaded(float(PROB))
+    assert len(threaded.signatures) == 1, threaded.signatures
     args, kw = _busy_jitc_state(coba, jitc_net)
     kw["steps"] = steps_per_call
     one = coba.coba_jitc_step_p(*args, backend="numba", **kw)

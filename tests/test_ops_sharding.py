@@ -1,10 +1,11 @@
 """Sharding rules of the primforge.ops kernels (primforge/ops/_sharding.py).
 
-The multi-device checks run in subprocesses on 4 simulated CPU devices
+The multi-device checks run in a subprocess on 4 simulated CPU devices
 (``sharding_scripts/ops_sharding.py``): each compares with a NumPy reference and then
 asserts that the call ran partitioned (output sharding; collectives in the compiled HLO).
-The same script runs a second time with every ops kernel's rule removed: the values
-must stay right and every partition assertion must fail, so these tests can fail.
+The same process then removes every ops kernel's rule and runs the partitioned checks a
+second time: the values must stay right and every partition assertion must fail, so these
+tests can fail.
 """
 
 from __future__ import annotations
@@ -18,6 +19,7 @@ from pathlib import Path
 import jax
 import jax.numpy as jnp
 import pytest
+from test_ops_processes import MULTIPROCESS_VARIABLES, line
 
 import primforge
 from primforge import ops
@@ -25,6 +27,7 @@ from primforge.kernel import sharding
 
 ROOT = Path(__file__).parent.parent
 SCRIPT = Path(__file__).parent / "sharding_scripts" / "ops_sharding.py"
+PROCESSES_SCRIPT = Path(__file__).parent / "sharding_scripts" / "ops_processes.py"
 N_DEV = 4
 
 # Checks that assert values only: the rule keeps everything whole (or the call is a
@@ -124,7 +127,8 @@ def _run(tmp_path_factory, *flags):
     out = tmp_path_factory.mktemp("ops_sharding") / "report.json"
     env = dict(os.environ)
     env["PYTHONPATH"] = os.pathsep.join([str(ROOT), env.get("PYTHONPATH", "")])
-    env.pop("XLA_FLAGS", None)
+    for name in ("XLA_FLAGS", *MULTIPROCESS_VARIABLES):  # one process of N_DEV devices
+        env.pop(name, None)
     env.setdefault("JAX_PLATFORMS", "cpu")
     proc = subprocess.run([sys.executable, str(SCRIPT), str(out), str(N_DEV), *flags],
                           check=False, cwd=ROOT, env=env, capture_output=True, text=True,
@@ -135,48 +139,65 @@ def _run(tmp_path_factory, *flags):
     return report
 
 
-def _only(request, test: str) -> list[str]:
-    """``--only`` flags for the checks of ``test`` that this run selected (each tier runs
-    its own share of them; none selected: run none)."""
+def _selected(request, test: str, flag: str) -> list[str]:
+    """``flag=NAME`` for the checks of ``test`` that this run selected (each tier runs its
+    own share of them; none selected: run none)."""
     wanted = sorted({item.callspec.params["name"] for item in request.session.items
                      if getattr(item, "originalname", None) == test})
-    return [f"--only={name}" for name in wanted] or ["--only=-none-"]
+    return [f"{flag}={name}" for name in wanted] or [f"{flag}=-none-"]
+
+
+WITHOUT_TEST = "test_without_the_rules_the_values_hold_but_partitioning_fails"
+
+
+PROCESSES_TEST = "test_the_ops_processes_script_as_one_process_of_these_devices"
 
 
 @pytest.fixture(scope="module")
-def with_rules(tmp_path_factory, request):
-    return _run(tmp_path_factory, *_only(request, "test_partitioned"))
-
-
-@pytest.fixture(scope="module")
-def without_rules(tmp_path_factory, request):
-    test = "test_without_the_rules_the_values_hold_but_partitioning_fails"
-    return _run(tmp_path_factory, "--no-rules", *_only(request, test))["checks"]
+def report(tmp_path_factory, request):
+    """One run of the script: the selected checks with the rules, the ops_processes script
+    when its test is selected, then the selected controls without the rules."""
+    also = [f"--also-run={PROCESSES_SCRIPT}" for item in request.session.items
+            if getattr(item, "originalname", None) == PROCESSES_TEST]
+    return _run(tmp_path_factory, *_selected(request, "test_partitioned", "--only"),
+                *_selected(request, WITHOUT_TEST, "--without"), *also[:1])
 
 
 # The script's checks run in one process on 4 simulated devices: the exhaustive tier runs
 # it whole (once); the rules' shapes are inspected below in the default tier.
 @pytest.mark.exhaustive
 @pytest.mark.parametrize("name", CHECKS)
-def test_partitioned(with_rules, name):
-    ran = with_rules["checks"]
+def test_partitioned(report, name):
+    ran = report["checks"]
     assert name in ran, f"check {name} did not run; ran: {sorted(ran)}"
     entry = ran[name]
     assert entry["ok"] and entry["partitioned"], entry["detail"]
 
 
 @pytest.mark.exhaustive
-def test_the_script_runs_exactly_these_checks(with_rules):
-    assert sorted(with_rules["defined"]) == sorted(CHECKS)
+def test_the_script_runs_exactly_these_checks(report):
+    assert sorted(report["defined"]) == sorted(CHECKS)
 
 
-# The control, a second run of the script.
+# The control: the partitioned checks again, in the same process, without the rules.
 @pytest.mark.exhaustive
 @pytest.mark.parametrize("name", PARTITIONED)
-def test_without_the_rules_the_values_hold_but_partitioning_fails(without_rules, name):
-    entry = without_rules[name]
+def test_without_the_rules_the_values_hold_but_partitioning_fails(report, name):
+    ran = report["without_rules"]
+    assert name in ran, f"check {name} did not run without the rules; ran: {sorted(ran)}"
+    entry = ran[name]
     assert entry["ok"], entry["detail"]  # unpartitioned calls are gathered: still right
     assert not entry["partitioned"], f"{name} passed its partition assertions without rules"
+
+
+@pytest.mark.exhaustive
+def test_the_ops_processes_script_as_one_process_of_these_devices(report):
+    """Every family that splits across devices (sharding_scripts/ops_processes.py, which
+    tests/test_ops_processes.py runs on 2 processes of 2 devices) as one process of the 4
+    devices, in the script's process after its checks (their Numba builds reused)."""
+    ran = report["scripts"][str(PROCESSES_SCRIPT)]
+    assert ran["ok"], ran["detail"] + ran["stdout"]
+    assert line(0, 1) in ran["stdout"], ran["stdout"]
 
 
 def test_every_ops_kernel_has_a_rule_and_checks():

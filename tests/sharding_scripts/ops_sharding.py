@@ -1,16 +1,21 @@
 """Every primforge.ops kernel under jit with sharded inputs, on simulated CPU devices.
 
-Usage: python ops_sharding.py OUT.json [NUM_DEVICES] [--no-rules]. Sets XLA_FLAGS before
-JAX starts, runs every check (``--only=NAME`` picks some) and writes
-{name: {"ok", "partitioned", "detail"}}.
+Usage: python ops_sharding.py OUT.json [NUM_DEVICES] [--only=NAME ...] [--without=NAME ...].
+Sets XLA_FLAGS before JAX starts, runs every check (``--only=NAME`` picks those whose name
+contains NAME) and writes {"checks": {name: {"ok", "partitioned", "detail"}}, ...}.
 
 Each check first compares the result with a NumPy reference (dense matrices built here,
 never by the code under test), then asserts that the call ran partitioned: the output's
 sharding, and the collectives in the compiled HLO (no all-gather of the big operand; an
 all-reduce exactly where a reduction factor sums partial results). The partition
 assertions raise :class:`NotPartitioned`; ``partitioned`` records whether they held.
-With ``--no-rules`` every ops kernel loses its sharding rule first: the values must stay
-right while the partition assertions fail, which shows that they can fail.
+Then, with ``--without=NAME``, every ops kernel loses its sharding rule and the checks
+named run again in the same process (``"without_rules"``; ``--without=`` runs all): the
+values must stay right while the partition assertions fail, which shows that they can fail.
+``--also-run=SCRIPT`` runs another script written for any number of devices in this
+process too, after the checks and before the rules go (``"scripts"``: its output, and
+whether it exited cleanly): it reuses the kernels' Numba builds instead of compiling them
+in a process of its own.
 """
 
 from __future__ import annotations
@@ -23,8 +28,9 @@ import traceback
 
 ARGS = [a for a in sys.argv[1:] if not a.startswith("--")]
 N_DEV = int(ARGS[1]) if len(ARGS) > 1 else 4
-NO_RULES = "--no-rules" in sys.argv
-ONLY = [a.split("=", 1)[1] for a in sys.argv[1:] if a.startswith("--only=")]  # debugging
+ONLY = [a.split("=", 1)[1] for a in sys.argv[1:] if a.startswith("--only=")]
+WITHOUT = [a.split("=", 1)[1] for a in sys.argv[1:] if a.startswith("--without=")]
+ALSO_RUN = [a.split("=", 1)[1] for a in sys.argv[1:] if a.startswith("--also-run=")]
 os.environ["XLA_FLAGS"] = (
     os.environ.get("XLA_FLAGS", "") + f" --xla_force_host_platform_device_count={N_DEV}"
 )
@@ -44,11 +50,7 @@ from primforge._compat import JAX_VERSION
 warnings.simplefilter("error", primforge.BackendUnavailableWarning)  # no silent fallback
 
 KERNELS = [k for k in primforge.registry.list_kernels() if k.name.startswith("primforge.ops.")]
-if NO_RULES:
-    for _k in KERNELS:
-        _k.def_sharding_rule(None)
 
-RESULTS: dict[str, dict] = {}
 MESH = jax.make_mesh((N_DEV,), ("x",), axis_types=(jax.sharding.AxisType.Auto,))
 MESH2 = jax.make_mesh((2, N_DEV // 2), ("a", "b"), axis_types=(jax.sharding.AxisType.Auto,) * 2)
 M, N, K, C, B = 4 * N_DEV, 3 * N_DEV, 3, 2 * N_DEV, 2 * N_DEV  # W (M, N), k, columns, batch
@@ -59,24 +61,31 @@ class NotPartitioned(AssertionError):
     """The call gave the right values but did not run partitioned as its rule allows."""
 
 
-DEFINED: list[str] = []  # every check of this script, run or not
+DEFINED: dict[str, object] = {}  # every check of this script, in order
 
 
 def check(fn):
-    DEFINED.append(fn.__name__)
-    if ONLY and not any(o in fn.__name__ for o in ONLY):
-        return fn
-    entry = {"ok": False, "partitioned": False, "detail": ""}
-    try:
-        entry["detail"] = str(fn() or "")
-        entry["ok"] = entry["partitioned"] = True
-    except NotPartitioned as e:
-        entry["ok"] = True  # the values were right: they are asserted before partitioning
-        entry["detail"] = f"not partitioned: {e}"
-    except Exception as e:  # noqa: BLE001 - reported to pytest, which fails the check
-        entry["detail"] = f"{type(e).__name__}: {e}\n{traceback.format_exc()[-3000:]}"
-    RESULTS[fn.__name__] = entry
+    DEFINED[fn.__name__] = fn
     return fn
+
+
+def run_checks(names: list[str]) -> dict[str, dict]:
+    """The checks whose name contains one of ``names`` (all when it is empty), in order."""
+    results = {}
+    for name, fn in DEFINED.items():
+        if names and not any(o in name for o in names):
+            continue
+        entry = {"ok": False, "partitioned": False, "detail": ""}
+        try:
+            entry["detail"] = str(fn() or "")
+            entry["ok"] = entry["partitioned"] = True
+        except NotPartitioned as e:
+            entry["ok"] = True  # the values were right: they are asserted before partitioning
+            entry["detail"] = f"not partitioned: {e}"
+        except Exception as e:  # noqa: BLE001 - reported to pytest, which fails the check
+            entry["detail"] = f"{type(e).__name__}: {e}\n{traceback.format_exc()[-3000:]}"
+        results[name] = entry
+    return results
 
 
 # ----------------------------------------------------------------------------- helpers
@@ -221,11 +230,12 @@ def csr_grad_columns_sharded():
         return jnp.sum(jnp.sin(ops.csrmm(data, CSR_W.indices, CSR_W.indptr, x, shape=(M, N))))
 
     args = (put(CSR_W.data), put(x, None, "x"))
-    g_data, g_x = jax.jit(jax.grad(loss, argnums=(0, 1)))(*args)
+    grad = jax.grad(loss, argnums=(0, 1))  # one function: its compiled HLO is reused below
+    g_data, g_x = jax.jit(grad)(*args)
     close(g_data, np.einsum("ec,ec->e", ct[rows], x[cols]), "d/d data")
     close(g_x, CSR_DENSE.T @ ct, "d/d x")
     expect_spec(g_x, (None, "x"), "the input's cotangent")
-    expect_collectives(jax.grad(loss, argnums=(0, 1)), args, {"all-reduce"},
+    expect_collectives(grad, args, {"all-reduce"},
                        "grad of csrmm with sharded columns")
 
 
@@ -318,11 +328,12 @@ def fixed_num_grad_rows_sharded():
         return jnp.sum(jnp.sin(ops.fixed_num_mv(w, indices, x, shape=(M, N))))
 
     args = (put(FN_W, "x"), put(x))
-    g_w, g_x = jax.jit(jax.grad(loss, argnums=(0, 1)))(*args)
+    grad = jax.grad(loss, argnums=(0, 1))  # one function: its compiled HLO is reused below
+    g_w, g_x = jax.jit(grad)(*args)
     close(g_w, ct[:, None] * x[FN_IND], "d/d weights")
     close(g_x, fn_dense(FN_W, FN_IND).T @ ct, "d/d x")
     expect_spec(g_w, ("x",), "the weights' cotangent")
-    expect_collectives(jax.grad(loss, argnums=(0, 1)), args, {"all-reduce"},
+    expect_collectives(grad, args, {"all-reduce"},
                        "grad of the row-sharded gather")
 
 
@@ -339,10 +350,11 @@ def fixed_num_weight_grad_of_the_scatter_matmat():
         return jnp.sum(jnp.sin(ops.fixed_num_mm(w, indices, x, shape=(M, N), transpose=True)))
 
     args = (put(FN_W, "x"), put(x, "x"))
-    g_w = jax.jit(jax.grad(loss))(*args)
+    grad = jax.grad(loss)  # one function: its compiled HLO is reused below
+    g_w = jax.jit(grad)(*args)
     close(g_w, np.einsum("mc,mkc->mk", x, ct[FN_IND]), "d/d weights")
     expect_spec(g_w, ("x",), "the weights' cotangent")
-    expect_collectives(jax.grad(loss), args, {"all-reduce"},
+    expect_collectives(grad, args, {"all-reduce"},
                        "weight grad of the row-sharded scatter matmat")
 
 
@@ -551,11 +563,12 @@ def dense_grad_rows_sharded():
     ct = np.cos(D_W.astype(np.float64) @ x)  # d loss / d y for loss = sum(sin(y))
     loss = lambda w, x: jnp.sum(jnp.sin(ops.densemv(w, x)))
     args = (put(D_W, "x"), put(x))
-    g_w, g_x = jax.jit(jax.grad(loss, argnums=(0, 1)))(*args)
+    grad = jax.grad(loss, argnums=(0, 1))  # one function: its compiled HLO is reused below
+    g_w, g_x = jax.jit(grad)(*args)
     close(g_w, np.outer(ct, x), "d/dW")
     close(g_x, D_W.T @ ct, "d/dx")
     expect_spec(g_w, ("x",), "the weights' cotangent")
-    expect_collectives(jax.grad(loss, argnums=(0, 1)), args, {"all-reduce"},
+    expect_collectives(grad, args, {"all-reduce"},
                        "grad of the row-sharded densemv")
 
 
@@ -850,8 +863,35 @@ def other_backends_partitioned():
         expect_collectives(f, args, coll, what)
 
 
+def run_script(path: str) -> dict:
+    """Run the script at ``path`` as ``__main__`` in this process: its output, and whether it
+    ran to its end."""
+    import contextlib
+    import io
+    import runpy
+
+    out = io.StringIO()
+    entry = {"ok": False, "stdout": "", "detail": ""}
+    try:
+        with contextlib.redirect_stdout(out):
+            runpy.run_path(path, run_name="__main__")
+        entry["ok"] = True
+    except BaseException as e:  # noqa: BLE001 - reported to pytest (SystemExit included)
+        entry["detail"] = f"{type(e).__name__}: {e}\n{traceback.format_exc()[-3000:]}"
+    entry["stdout"] = out.getvalue()[-3000:]
+    return entry
+
+
 if __name__ == "__main__":
+    report = {"n_devices": jax.device_count(), "defined": list(DEFINED),
+              "checks": run_checks(ONLY)}
+    report["scripts"] = {path: run_script(path) for path in ALSO_RUN}
+    if WITHOUT:
+        # The same process, so the kernels' Numba builds are reused; removing a rule makes
+        # every jitted caller lower again.
+        for _k in KERNELS:
+            _k.def_sharding_rule(None)
+        assert all(k.sharding_rule is None for k in KERNELS)
+        report["without_rules"] = run_checks(WITHOUT)
     with open(ARGS[0], "w") as fh:
-        json.dump({"n_devices": jax.device_count(), "rules": not NO_RULES, "checks": RESULTS,
-                   "defined": DEFINED},
-                  fh, indent=1)
+        json.dump(report, fh, indent=1)
