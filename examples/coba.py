@@ -239,7 +239,12 @@ def _numba_loop(propagate):
         ref_out[:] = ref
         ok = True
         for t in range(spike_out.shape[0]):
-            update(0, n, t > 0, v_out, ge_out, gi_out, ref_out, acc_e, acc_i, spike_out[t])
+            # The first step apart, so that each inlined neuron pass has its own constant
+            # 'pending' (the pass then vectorizes as with a constant number of steps).
+            if t == 0:
+                update(0, n, False, v_out, ge_out, gi_out, ref_out, acc_e, acc_i, spike_out[t])
+            else:
+                update(0, n, True, v_out, ge_out, gi_out, ref_out, acc_e, acc_i, spike_out[t])
             ok &= propagate(conn, spike_out[t], acc_e, acc_i)  # into the zeroed accumulators
         finish(0, n, ge_out, gi_out, acc_e, acc_i)
         return ok
