@@ -8,11 +8,10 @@ per population over stored CSR) is timed whole and in parts, each part a jitted
   what one iteration of XLA's CPU loop costs;
 * ``neurons``: the Euler step, spike detection, reset and the conductances' decay, no
   input (the arithmetic of every step, whatever fires);
-* ``products``: the two products alone (``spikes[:ne] @ W_exc``, ``spikes[ne:] @ W_inh``)
-  on spike vectors recorded from the full run (64 of its steps, each its own array, taken
-  in turn), accumulated into the conductances; ``silent products``: the same with no spike
-  (what a product costs whatever fires: finding the spiking rows, the output vector, the
-  sum);
+* ``silent step``: the plain step with its products' events masked off at run time (an
+  all-false mask XLA cannot fold): the same computation, no row visited. Minus
+  ``neurons``, what the products cost whatever fires (the output vector, finding the
+  spiking rows, the sum); ``step`` minus it, what the spikes' rows cost;
 * ``step``: the whole plain step, no recording;
 * ``simulate``: ``examples/coba.py``'s simulator recording what ``benchmarks/coba.py``
   records: the step plus the spike count of each neuron.
@@ -49,7 +48,6 @@ import jax.numpy as jnp
 import numpy as np
 
 RESULTS = ROOT / "benchmarks" / "results"
-POOL = 64  # recorded spike vectors the products variant cycles through
 
 
 def _example():
@@ -81,26 +79,18 @@ def variants(coba, net, n_steps: int):
                     ref)
         return scan(body, state)
 
-    # Spike vectors of the real run: the products see the network's own activity.
-    record = coba.simulator(net, POOL, raster=net.n)(net.v0, net.ge0, net.gi0,
-                                                     net.w_exc, net.w_inh)
-    pool = jnp.asarray(np.asarray(record["raster"]).astype(bool))  # (POOL, n)
-
-    # The pool's vectors are separate arguments, and one scan iteration takes every one of
-    # them in turn: picking a row of one pool array inside the loop would be an XLA dynamic
-    # slice, which on a CPU costs more than the products themselves.
-    pool_e = [pool[k, :ne] for k in range(POOL)]
-    pool_i = [pool[k, ne:] for k in range(POOL)]
-
     @jax.jit
-    def products(ge, gi, w_exc, w_inh, pool_e, pool_i):
-        def body(c, _):
-            ge, gi = c
-            for k in range(POOL):
-                ge, gi = ge + pool_e[k] @ w_exc, gi + pool_i[k] @ w_inh
-            return ge, gi
-        return jax.lax.scan(lambda c, x: (body(c, x), None), (ge, gi), None,
-                            length=n_steps // POOL)[0]
+    def silent_step(state, w_exc, w_inh, mask):
+        # The plain step whose products get its spikes masked off by an all-false vector
+        # known only at run time: the same computation, except that no row is visited.
+        def body(s, _):
+            v, ge, gi, ref = s
+            v, spike, ref = coba._integrate(v, ge, gi, ref)
+            quiet = spike & mask
+            ge = ge * coba.DECAY_E + quiet[:ne] @ w_exc
+            gi = gi * coba.DECAY_I + quiet[ne:] @ w_inh
+            return jnp.where(spike, f32(coba.VR), v), ge, gi, ref
+        return scan(body, state)
 
     @jax.jit
     def step(state, w_exc, w_inh):
@@ -109,16 +99,14 @@ def variants(coba, net, n_steps: int):
 
     simulate = coba.simulator(net, n_steps, raster=0, counts=False)  # as benchmarks/coba.py
     w = (net.w_exc, net.w_inh)
+    record = simulate(net.v0, net.ge0, net.gi0, *w)
     return {
         "loop": (loop, (state0,)),
         "neurons": (neurons, (state0,)),
-        "products": (products, (net.ge0, net.gi0, *w, pool_e, pool_i)),
-        "silent products": (products, (net.ge0, net.gi0, *w,
-                                       [jnp.zeros_like(p) for p in pool_e],
-                                       [jnp.zeros_like(p) for p in pool_i])),
+        "silent step": (silent_step, (state0, *w, jnp.zeros(net.n, bool))),
         "step": (step, (state0, *w)),
         "simulate": (simulate, (net.v0, net.ge0, net.gi0, *w)),
-    }, float(np.asarray(record["counts"]).sum() / (POOL * net.n))
+    }, float(np.asarray(record["per_neuron"]).sum() / (n_steps * net.n))
 
 
 def _cpu() -> float:
@@ -159,7 +147,7 @@ def main() -> None:
 
         primforge.set_cpu_threads(args.xla_threads)
     coba = _example()
-    n_steps = POOL * max(1, round(args.duration * 1000.0 / coba.DT / POOL))
+    n_steps = round(args.duration * 1000.0 / coba.DT)
     rows = []
     print(f"{n_steps} steps a run, {args.reps} runs a variant, medians; "
           f"{jax.devices()[0].platform}, XLA CPU threads {args.xla_threads or 'default'}, "

@@ -341,3 +341,36 @@ def test_opt_in_check_under_jit_raises_with_the_problem():
     assert f(indices).shape == (M,)
     with pytest.raises(Exception, match=r"indices\[0\] = 99"):
         jax.block_until_ready(f(bad))
+
+
+@pytest.mark.parametrize("dtype", ["bool", "int8", "int16", "float32", "float64"])
+def test_events_at_word_boundaries_are_each_found(dtype):
+    # The numba kernel of `events @ W` skips 8 bytes of zero events at a time: events on
+    # both sides of every word boundary, past the last whole word, -0.0 (not all bits zero)
+    # and NaN (no zero bits) each count as they do one by one (dense NumPy reference).
+    rs = np.random.RandomState(11)
+    for m in (1, 3, 8, 9, 15, 17, 33):
+        dense = np.where(rs.random_sample((m, 6)) < 0.6, rs.uniform(0.5, 1.5, (m, 6)),
+                         0).astype(np.float32)
+        W = CSR.from_dense(dense)
+        for active in ([0], [m - 1], list(range(0, m, 7)), list(range(m))):
+            x = np.zeros(m, dtype)
+            x[active] = 2 if dtype.startswith("int") else 1
+            if dtype.startswith("float") and m > 2:
+                x[1] = -0.0
+                if m // 2 not in active:
+                    x[m // 2] = np.nan
+            binary = dtype in ("bool", "int8", "int16")
+            got = np.asarray(ops.binary_csrmv(W.data, W.indices, W.indptr, jnp.asarray(x),
+                                              shape=W.shape, transpose=True)
+                             if binary else
+                             ops.csrmv(W.data, W.indices, W.indptr, jnp.asarray(x),
+                                       shape=W.shape, transpose=True))
+            xs = (x != 0).astype(np.float64) if binary else x.astype(np.float64)
+            want = np.nansum(xs[:, None] * dense, axis=0) if not np.isnan(xs).any() else None
+            if want is None:  # a NaN event reaches exactly its row's targets
+                hit = dense[m // 2] != 0
+                assert np.isnan(got[hit]).all() and not np.isnan(got[~hit]).any()
+                continue
+            np.testing.assert_allclose(got, want, rtol=1e-6, atol=1e-6,
+                                       err_msg=f"m={m}, active {active}")

@@ -13,6 +13,8 @@ import os
 
 import numpy as np
 
+from primforge.ops._prefetch import event_words
+
 
 @functools.cache
 def _indptr_checker():
@@ -80,6 +82,7 @@ def mv_kernel(binary: bool, transpose: bool, homo: bool, wide: bool = False):
 
     if transpose:
         scatter = _row_scatter(binary, homo, wide)
+        words = event_words()
 
         @numba.njit(nogil=True)
         def csr_t_mv(data, indices, indptr, x, out):
@@ -90,11 +93,18 @@ def mv_kernel(binary: bool, transpose: bool, homo: bool, wide: bool = False):
                 out[:] = np.nan
                 return
             w0 = data[0] if HOMO else 1.0  # a per-synapse data may be empty
-            for i in range(m):
-                xi = x[i]
-                if xi != 0 and not scatter(out, data, indices, indptr[i], indptr[i + 1], w0, xi):
-                    out[:] = np.nan
-                    return
+            x_words, n_words = words(x)  # a zero word: 8 bytes of silent events skipped
+            size = x.itemsize
+            for b in range(n_words + 1):
+                if b < n_words and x_words[b] == 0:
+                    continue
+                hi = 8 * (b + 1) // size if b < n_words else m
+                for i in range(8 * b // size, hi):
+                    xi = x[i]
+                    if xi != 0 and not scatter(out, data, indices, indptr[i], indptr[i + 1],
+                                               w0, xi):
+                        out[:] = np.nan
+                        return
 
         return csr_t_mv
 
