@@ -305,7 +305,7 @@ def test_every_event_is_found_whatever_its_dtype_and_place(dtype):
                 x[n_pre // 2] = np.nan if n_pre // 2 not in active else x[n_pre // 2]
             got = np.asarray(delayed_matvec(W, jnp.asarray(x), d, delay_buffer(2, 5), 1))
             want = np.zeros((3, 5))
-            vals = x.astype(float) if dtype != "bool" else x.astype(float)
+            vals = x.astype(float)
             for i, j, wk, dk in zip(pre, indices, np.asarray(W.data), d, strict=True):
                 if vals[i] != 0:
                     want[(1 + dk) % 3, j] += wk * (1.0 if dtype in ("bool", "int8", "int16")
