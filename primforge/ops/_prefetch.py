@@ -4,8 +4,8 @@ A delayed product adds each synapse's weight into a ring buffer far larger than 
 caches, at a target and slot that change from one synapse to the next: each addition
 misses the cache, and a kernel that reads, adds and writes one target after another waits
 for each miss in turn. The delayed kernels compute a chunk of targets first, asking for
-each of them as it is computed (:func:`prefetcher`), then do the chunk's additions, in the
-same order as before: the misses overlap. A prefetch is a hint: it never faults (an
+each of them as it is computed (:func:`prefetcher`), then do the chunk's additions in the
+order they were computed: the misses overlap. A prefetch is a hint: it never faults (an
 address outside the array included) and never changes a value.
 """
 
@@ -37,12 +37,15 @@ def prefetcher():
             view = context.make_array(signature.args[0])(context, builder, args[0])
             address = builder.gep(view.data, [args[1]])
             byte_ptr, i32 = ir.IntType(8).as_pointer(), ir.IntType(32)
+            # The intrinsic's name carries its pointer type: "p0" where LLVM's pointers are
+            # opaque (llvmlite prints them "ptr"), "p0i8" where they are typed.
+            name = "llvm.prefetch." + ("p0" if str(byte_ptr) == "ptr" else "p0i8")
             module = builder.module
-            fn = module.globals.get("llvm.prefetch")
+            fn = module.globals.get(name)
             if fn is None:  # (address, rw: 1 = write, locality: 3 = every level, 1 = data)
                 fn = ir.Function(module, ir.FunctionType(ir.VoidType(),
                                                          [byte_ptr, i32, i32, i32]),
-                                 name="llvm.prefetch")
+                                 name=name)
             builder.call(fn, [builder.bitcast(address, byte_ptr), i32(1), i32(3), i32(1)])
             return context.get_dummy_value()
 
