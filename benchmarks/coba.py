@@ -86,7 +86,7 @@ BRIAN = ("brian2 numpy", "brian2 cython", "brian2 cpp_standalone",
          "brian2 cpp_standalone 2t")
 PINNED = tuple(f"{name} pinned" for name in (*PF[:3], "primforge fused x10 stored",
                                              "brainevent"))
-XLA1 = tuple(f"{name} xla1" for name in (*PF[:3], "brainevent"))
+XLA1 = tuple(f"{name} xla1" for name in (*PF[:5], "brainevent"))
 ALL = (*PF, "brainevent", *BRIAN, *PINNED, *XLA1)
 
 

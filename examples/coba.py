@@ -279,6 +279,9 @@ def _csr_propagate():
 
 # Targets generated ahead of their scatter: a block at least this long (plus one row).
 _BLOCK = 1 << 15
+# The same for a part of the threaded kernel, whose targets wait for the next step: a step's
+# targets at 100x (about 60,000) fit, and rows past a full block are generated again.
+_THREAD_BLOCK = 1 << 18
 
 
 @functools.cache
@@ -322,116 +325,154 @@ def _jitc_propagate(prob: float):
 
 @functools.cache
 def _numba_jitc_loop_threaded(prob: float):
-    """The fused loop over just-in-time connectivity on ``T`` threads (an argument, as is
-    the number of steps: the rows of ``spike_out``): one parallel region per step.
+    """The fused loop over just-in-time connectivity on ``T`` parts (an argument, as is the
+    number of steps: the rows of ``spike_out``), in one parallel region for every step.
 
-    The neurons are split into ``T`` contiguous ranges, and thread ``t`` owns range
-    ``t``. Thread ``t`` generates the rows of those of its neurons that fired and sorts each
-    row's targets into one bucket per owning thread; in the region of the next step thread
-    ``t`` adds the targets of the buckets destined to it (every thread's, in thread order),
-    then updates its neurons and generates their rows. Each thread thus scatters only into
-    its own range, and the scatter work is divided among the threads. Two sets of buckets
-    alternate with the step, so no thread writes a bucket that another still reads. A step
-    whose rows do not fit a block of ``_BLOCK`` targets per thread takes extra rounds
-    (scatter, then generate the rest). Each accumulator gets its additions in the serial
-    kernel's order (rows increasing) and all weights of a population are equal, so each sum
-    is the serial kernel's, bit for bit, whatever the number of threads.
+    The neurons are split into ``T`` contiguous ranges, part ``t`` owning range ``t``. Step
+    ``s`` is a phase of :func:`primforge.ops.numba_team`: its part ``t`` adds to the
+    neurons of range ``t`` the targets that every part generated for them at step ``s - 1``
+    (in part order), updates those neurons, then generates the rows of those that fired
+    into its buffer, noting where each row's targets pass from one owner's range to the
+    next (a row's targets increase). Each part thus scatters only into its own range, with
+    the scatter work divided among the parts. Two sets of buffers alternate with the step,
+    so no part writes a buffer that another still reads; a phase after the last step adds
+    the last targets. A part stops generating when its buffer holds ``block`` targets (an
+    argument); the rows it left are then generated again by every owner, each keeping its
+    own range's targets. Each accumulator gets its additions in the serial kernel's order (rows
+    increasing), so each sum is the serial kernel's, bit for bit, whatever the number of
+    parts or threads.
     """
     import numba
 
     update, finish = _neuron_pass()
     columns = jitc_numba_columns(prob)
+    counters, draw, wait, done = primforge.ops.numba_team()
 
     @numba.njit(inline="always", nogil=True)
-    def generate(t, start, hi, ne, n, chunk, seed_e, seed_i, spk, row, buckets, fills):
-        """Rows of the neurons ``start .. hi - 1`` that fired into thread ``t``'s buckets
-        (``buckets[t, pop, owner]``), until a block is full; returns the next row."""
-        fe, fi = 0, 0
-        fills[t, :, :] = 0
+    def row_of(i, ne, n, seed_e, seed_i, row):
+        """The targets of neuron ``i``'s row into ``row``: their count."""
+        if i < ne:
+            return columns(seed_e, i, n, row)
+        return columns(seed_i, i - ne, n, row)
+
+    @numba.njit(inline="always", nogil=True)
+    def first_at_least(row, a, b, edge):
+        """The first position in ``row[a:b]`` (increasing) whose target is ``edge`` or more."""
+        while a < b:
+            mid = (a + b) >> 1
+            if row[mid] < edge:
+                a = mid + 1
+            else:
+                b = mid
+        return a
+
+    @numba.njit(inline="always", nogil=True)
+    def generate(start, hi, ne, n, chunk, T, block, seed_e, seed_i, spk, buf, cuts, meta):
+        """Rows of the neurons ``start .. hi - 1`` that fired into ``buf``, until it holds
+        ``block`` targets or more: row ``r``'s targets in owner ``o``'s range are
+        ``buf[cuts[r, o]:cuts[r, o + 1]]``; ``meta``: rows, excitatory rows (those first),
+        first row left."""
+        fill, r, exc, left = 0, 0, 0, hi
         fired = spk[start:hi]  # indexed from 0: Numba then knows no index is negative
         for k in range(hi - start):
-            if fe >= _BLOCK or fi >= _BLOCK:
-                return start + k
+            if fill >= block:
+                left = start + k
+                break
             if fired[k]:
                 i = start + k
-                pop = 0 if i < ne else 1
-                count = columns(seed_e if pop == 0 else seed_i, i if pop == 0 else i - ne,
-                                n, row)
-                o, edge = 0, chunk  # the row is sorted: its owners increase
-                for c in range(count):
-                    j = row[c]
-                    while j >= edge:
-                        o += 1
-                        edge += chunk
-                    buckets[t, pop, o, fills[t, pop, o]] = j
-                    fills[t, pop, o] += 1
-                if pop == 0:
-                    fe += count
-                else:
-                    fi += count
-        return hi
+                count = row_of(i, ne, n, seed_e, seed_i, buf[fill:])
+                exc += i < ne
+                cuts[r, 0] = fill
+                end = fill + count
+                for o in range(1, T):
+                    cuts[r, o] = first_at_least(buf, cuts[r, o - 1], end, o * chunk)
+                cuts[r, T] = end
+                fill = end
+                r += 1
+        meta[0], meta[1], meta[2] = r, exc, left
 
     @numba.njit(inline="always", nogil=True)
-    def scatter_own(t, T, w_e, w_i, acc_e, acc_i, buckets, fills):
-        for b in range(T):  # source threads in order: rows increase
-            be, bi = buckets[b, 0, t], buckets[b, 1, t]
-            for k in range(fills[b, 0, t]):
-                acc_e[be[k]] += w_e
-            for k in range(fills[b, 1, t]):
-                acc_i[bi[k]] += w_i
+    def add_rows(acc, w, buf, cuts, r0, r1, t):
+        for r in range(r0, r1):
+            for k in range(cuts[r, t], cuts[r, t + 1]):
+                acc[buf[k]] += w
 
-    @numba.njit(nogil=True, parallel=True, fastmath={"contract"})
-    def loop(v, ge, gi, ref, w_e, w_i, seed_e, seed_i, ne, T,
+    @numba.njit(inline="always", nogil=True)
+    def scatter_own(t, T, lo, hi, chunk, ne, seed_e, seed_i, w_e, w_i, acc_e, acc_i,
+                    bufs, cuts, meta, spk, row):
+        """Part ``t``'s targets of the step before: each part's rows' targets in range
+        ``lo .. hi - 1``, then the rows that part left, generated again."""
+        n = acc_e.shape[0]
+        for b in range(T):  # source parts in order: rows increase
+            rows, exc = meta[b, 0], meta[b, 1]
+            add_rows(acc_e, w_e, bufs[b], cuts[b], 0, exc, t)
+            add_rows(acc_i, w_i, bufs[b], cuts[b], exc, rows, t)
+            for i in range(meta[b, 2], min(n, (b + 1) * chunk)):  # rare: a full block
+                if spk[i]:
+                    count = row_of(i, ne, n, seed_e, seed_i, row)
+                    acc, w = (acc_e, w_e) if i < ne else (acc_i, w_i)
+                    for c in range(count):
+                        if lo <= row[c] < hi:
+                            acc[row[c]] += w
+
+    # One parallel region, the prange's: array expressions and initializations stay serial
+    # (each would be a region of its own, and each region wakes the other threads).
+    only_prange = {"prange": True, "numpy": False, "setitem": False, "reduction": False,
+                   "comprehension": False, "stencil": False, "fusion": False}
+
+    @numba.njit(nogil=True, parallel=only_prange, fastmath={"contract"})
+    def loop(v, ge, gi, ref, w_e, w_i, seed_e, seed_i, ne, T, block,
              v_out, ge_out, gi_out, ref_out, spike_out):
         n = v.shape[0]
         acc_e = np.zeros(n, np.float32)
         acc_i = np.zeros(n, np.float32)
         chunk = (n + T - 1) // T
-        # buckets[p, s, pop, d]: targets in thread d's range that thread s generated for
-        # population pop (0 excitatory, 1 inhibitory), set p = step % 2. A block stops at
-        # _BLOCK targets, so a bucket holds at most _BLOCK - 1 plus one row's part in range.
-        # Unsigned, so that indexing with them needs no check for negative indices.
-        buckets = np.empty((2, T, 2, T, _BLOCK + chunk), np.uint32)
-        # fills[p, s, pop, d]: the targets in bucket [p, s, pop, d]; padded so that no two
-        # threads' counters share a cache line
-        fills = np.zeros((2, T, 2, T + 8), np.int64)
-        rows = np.empty((T, n), np.int64)  # each thread's row being generated
-        nxt = np.zeros(T, np.int64)  # next row of each thread's range to generate
+        # Set p = step % 2 of part s: bufs[p, s], a block of targets plus one row; the row
+        # cuts of its rows, cuts[p, s] (a row per neuron of the range at most); meta[p, s]:
+        # its rows, excitatory rows, first row left, padded so that no two parts' counters
+        # share a cache line.
+        bufs = np.empty((2, T, block + n), np.int64)
+        cuts = np.empty((2, T, chunk, T + 1), np.int64)
+        meta = np.zeros((2, T, 8), np.int64)
+        rows = np.empty((T, n), np.int64)  # each part's row generated again
         v_out[:] = v
         ge_out[:] = ge
         gi_out[:] = gi
         ref_out[:] = ref
         steps = spike_out.shape[0]
-        for step in range(steps):
-            spk = spike_out[step]
-            cur, prev = step % 2, 1 - step % 2
-            for t in numba.prange(T):
+        sync = counters()
+        for _ in numba.prange(T):
+            while True:
+                k = draw(sync)
+                phase, t = k // T, k % T
+                if phase > steps:
+                    break
+                wait(sync, phase * T)  # every part of the phases before is done
                 lo, hi = min(n, t * chunk), min(n, (t + 1) * chunk)
-                scatter_own(t, T, w_e, w_i, acc_e, acc_i, buckets[prev], fills[prev])
-                # on slices from 0, so that Numba's indexing knows no index is negative (the
-                # loop then vectorizes as the one-thread kernel's does)
-                update(0, hi - lo, step > 0, v_out[lo:hi], ge_out[lo:hi], gi_out[lo:hi],
-                       ref_out[lo:hi], acc_e[lo:hi], acc_i[lo:hi], spk[lo:hi])
-                nxt[t] = generate(t, lo, hi, ne, n, chunk, seed_e, seed_i, spk, rows[t],
-                                  buckets[cur], fills[cur])
-            more = False
-            for t in range(T):
-                more |= nxt[t] < min(n, (t + 1) * chunk)
-            while more:  # rare: more targets than a block: scatter, generate the rest
-                for t in numba.prange(T):
-                    scatter_own(t, T, w_e, w_i, acc_e, acc_i, buckets[cur], fills[cur])
-                for t in numba.prange(T):
-                    hi = min(n, (t + 1) * chunk)
-                    nxt[t] = generate(t, nxt[t], hi, ne, n, chunk, seed_e, seed_i, spk,
-                                      rows[t], buckets[cur], fills[cur])
-                more = False
-                for t in range(T):
-                    more |= nxt[t] < min(n, (t + 1) * chunk)
-        last = (steps - 1) % 2
-        for t in numba.prange(T):
-            lo, hi = min(n, t * chunk), min(n, (t + 1) * chunk)
-            scatter_own(t, T, w_e, w_i, acc_e, acc_i, buckets[last], fills[last])
-            finish(0, hi - lo, ge_out[lo:hi], gi_out[lo:hi], acc_e[lo:hi], acc_i[lo:hi])
+                prev = 1 - phase % 2
+                if phase > 0:
+                    scatter_own(t, T, lo, hi, chunk, ne, seed_e, seed_i, w_e, w_i, acc_e,
+                                acc_i, bufs[prev], cuts[prev], meta[prev],
+                                spike_out[phase - 1], rows[t])
+                if phase == steps:
+                    finish(0, hi - lo, ge_out[lo:hi], gi_out[lo:hi], acc_e[lo:hi],
+                           acc_i[lo:hi])
+                else:
+                    spk = spike_out[phase]
+                    # on slices from 0, so that Numba's indexing knows no index is negative,
+                    # and a constant 'pending' in each inlined pass: the loop then vectorizes
+                    # as the one-thread kernel's does
+                    if phase > 0:
+                        update(0, hi - lo, True, v_out[lo:hi], ge_out[lo:hi], gi_out[lo:hi],
+                               ref_out[lo:hi], acc_e[lo:hi], acc_i[lo:hi], spk[lo:hi])
+                    else:
+                        update(0, hi - lo, False, v_out[lo:hi], ge_out[lo:hi],
+                               gi_out[lo:hi], ref_out[lo:hi], acc_e[lo:hi], acc_i[lo:hi],
+                               spk[lo:hi])
+                    cur = phase % 2
+                    generate(lo, hi, ne, n, chunk, T, block, seed_e, seed_i, spk,
+                             bufs[cur, t], cuts[cur, t], meta[cur, t])
+                done(sync)
 
     return loop
 
@@ -487,7 +528,8 @@ def _numba_jitc_step(*, prob, n_exc, threads=1, min_neurons=THREAD_MIN_NEURONS, 
         if choose(v.shape[0], T, least) > 1:
             # int64, not the constants: one compiled loop for every network and thread count
             threaded(v, ge, gi, ref, we[0], wi[0], seeds[0], seeds[1], np.int64(ne),
-                     np.int64(T), v_out, ge_out, gi_out, ref_out, spike_out)
+                     np.int64(T), np.int64(_THREAD_BLOCK), v_out, ge_out, gi_out, ref_out,
+                     spike_out)
         else:
             buf = np.empty(_BLOCK + v.shape[0], np.int64)  # a block of targets, plus one row
             conn = (we[0], wi[0], seeds[0], seeds[1], np.int64(ne), buf)

@@ -182,6 +182,14 @@ def test_fused_just_in_time_step_gives_the_plain_spike_trains(coba, jitc_net, ji
                                     **kw)
     for g, w in zip(several, one):  # the same sums as one thread, bit for bit
         np.testing.assert_array_equal(np.asarray(g), np.asarray(w))
+    # Blocks far smaller than a step's targets: each part leaves rows that every owner
+    # generates again; still the same sums
+    state = [np.array(a) for a in args[:4]]  # writable copies: the kernel's types
+    outs = [np.empty_like(a) for a in state] + [np.empty((steps_per_call, N), np.bool_)]
+    threaded(*state, np.float32(args[4][0]), np.float32(args[5][0]), *np.asarray(args[6]),
+             np.int64(kw["n_exc"]), np.int64(threads), np.int64(500), *outs)
+    for g, w in zip(outs, one):
+        np.testing.assert_array_equal(g, np.asarray(w))
 
 
 def test_fused_just_in_time_kernel_backends_agree(coba, jitc_net):

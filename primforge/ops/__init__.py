@@ -134,6 +134,11 @@ from primforge.ops.jitconn import jitc_numba_columns
 
 __all__ += ["jitc_numba_columns"]
 
+# Many phases (steps) on the threads of one Numba parallel region, for fused kernels.
+from primforge.ops.team import NumbaTeam, numba_team
+
+__all__ += ["NumbaTeam", "numba_team"]
+
 # Index conversions, row slices and blocks, diagonal updates, the sampled dense-dense product.
 from primforge.ops.csr import (
     CSRRowBlocks,

@@ -1,0 +1,202 @@
+"""Phases on a team of threads inside one Numba parallel region (Numba imported on first use).
+
+A simulation kernel that runs many steps per call pays a parallel region per step if each
+step is a ``prange``: tens of microseconds each, more than a small network's step. This
+module lets the threads of one region run every step instead. The work is a sequence of
+phases (one per step, say), each cut into the same number of parts; phase ``q`` may read
+what any part of phase ``q - 1`` wrote. Tickets, drawn from one shared counter, hand out
+the parts in order: ticket ``k`` is part ``k % parts`` of phase ``k // parts``. A thread
+draws a ticket, waits until every part of the phases before it is done (a second counter,
+read with acquire ordering and written with release ordering), does its part, counts it
+done and draws again, until its ticket lies past the last phase.
+
+No thread waits for a thread that has no work: the parts are claimed, not assigned, so
+one thread alone (Numba's pool set to one, or iterations run one after the other) does
+every part in order, and a thread that lags behind finds its phases taken. The results
+must not depend on which thread does a part: a part's work is a function of its phase
+and index only.
+"""
+
+from __future__ import annotations
+
+import collections
+import functools
+import os
+import platform
+
+import numpy as np
+
+
+class NumbaTeam(collections.namedtuple("NumbaTeam", "counters draw wait done")):
+    """The njit helpers :func:`numba_team` returns, by name or unpacked in that order.
+
+    >>> numba_team()._fields
+    ('counters', 'draw', 'wait', 'done')
+    """
+
+    __slots__ = ()
+
+
+# The two counters, a cache line (64 bytes) apart so that drawing and finishing do not
+# contend for one line: tickets drawn at [0], parts done at [_DONE].
+_DONE = 8
+# LLVM's intrinsic for the CPU's spin-wait hint (x86 ``pause``; Arm ``hint #1``, ``yield``).
+_SPIN_HINT = {"x86_64": ("llvm.x86.sse2.pause", ()), "amd64": ("llvm.x86.sse2.pause", ()),
+              "aarch64": ("llvm.aarch64.hint", (1,)), "arm64": ("llvm.aarch64.hint", (1,))}
+
+
+# Spins before a waiting thread starts to give its core away (``sched_yield``) at each
+# look: a few tens of microseconds, more than a balanced phase's wait, far less than the
+# time slice of a thread descheduled while holding a part.
+_SPINS = 1024
+
+
+def _spin_hint() -> tuple[str, tuple[int, ...]] | None:
+    return _SPIN_HINT.get(platform.machine().lower())
+
+
+@functools.cache
+def _intrinsics():
+    from llvmlite import ir
+    from numba.core import types
+    from numba.extending import intrinsic
+
+    def _counter(context, builder, signature, args):
+        view = context.make_array(signature.args[0])(context, builder, args[0])
+        index = context.cast(builder, args[1], signature.args[1], types.intp)
+        return builder.gep(view.data, [index])
+
+    def _is_counters(array, index):
+        return (isinstance(array, types.Array) and array.ndim == 1
+                and array.dtype == types.int64 and isinstance(index, types.Integer))
+
+    @intrinsic
+    def fetch_add(typingctx, array, index):
+        """``array[index] += 1`` atomically (sequentially consistent); the old value."""
+        if not _is_counters(array, index):
+            return None
+
+        def codegen(context, builder, signature, args):
+            pointer = _counter(context, builder, signature, args)
+            return builder.atomic_rmw("add", pointer, ir.IntType(64)(1), "seq_cst")
+
+        return types.int64(array, index), codegen
+
+    @intrinsic
+    def load_acquire(typingctx, array, index):
+        """``array[index]``, read with acquire ordering."""
+        if not _is_counters(array, index):
+            return None
+
+        def codegen(context, builder, signature, args):
+            pointer = _counter(context, builder, signature, args)
+            return builder.load_atomic(pointer, "acquire", 8)
+
+        return types.int64(array, index), codegen
+
+    hint = _spin_hint()
+
+    @intrinsic
+    def spin_hint(typingctx):
+        """The CPU's hint that this thread spins (x86 ``pause``, Arm ``yield``), or none."""
+
+        def codegen(context, builder, signature, args):
+            if hint is not None:
+                name, operands = hint
+                i32, module = ir.IntType(32), builder.module
+                fn = module.globals.get(name) or ir.Function(
+                    module, ir.FunctionType(ir.VoidType(), [i32] * len(operands)), name=name)
+                builder.call(fn, [i32(x) for x in operands])
+            return context.get_dummy_value()
+
+        return types.void(), codegen
+
+    # POSIX's sched_yield, resolved by name when the kernel is linked (no address is built
+    # into the code); where the C library has none, a waiting thread only spins.
+    can_yield = hasattr(os, "sched_yield")
+
+    @intrinsic
+    def yield_core(typingctx):
+        """Give this thread's core to another runnable thread (``sched_yield``)."""
+
+        def codegen(context, builder, signature, args):
+            if can_yield:
+                module = builder.module
+                fn = module.globals.get("sched_yield") or ir.Function(
+                    module, ir.FunctionType(ir.IntType(32), []), name="sched_yield")
+                builder.call(fn, [])
+            return context.get_dummy_value()
+
+        return types.void(), codegen
+
+    return fetch_add, load_acquire, spin_hint, yield_core
+
+
+@functools.cache
+def numba_team() -> NumbaTeam:
+    """Njit helpers to run a sequence of phases on the threads of one parallel region.
+
+    * ``counters()``: a new pair of counters (an int64 array; one per region's run);
+    * ``draw(c) -> k``: the next ticket, part ``k % parts`` of phase ``k // parts``;
+    * ``wait(c, n)``: spin until ``n`` parts are done (``k // parts * parts`` before a
+      part of phase ``k // parts``), so that what they wrote is visible; after some
+      microseconds of spinning, the waiting thread yields its core at each look;
+    * ``done(c)``: count a part done, publishing what it wrote.
+
+    Each of the region's threads loops: draw, stop when the phase is past the last, wait,
+    work, done. Threads wait only for parts another thread holds, so the loop ends whatever
+    the number of threads that run it.
+
+    >>> import numba, numpy as np
+    >>> counters, draw, wait, done = numba_team()
+    >>> @numba.njit(parallel=True)
+    ... def neighbours(x, parts):  # phase 0 squares each part; phase 1 adds its neighbour's
+    ...     c, n = counters(), x.shape[0]
+    ...     sq, out = np.empty(n), np.empty(n)
+    ...     size = (n + parts - 1) // parts
+    ...     for _ in numba.prange(parts):
+    ...         while True:
+    ...             k = draw(c)
+    ...             phase, part = k // parts, k % parts
+    ...             if phase >= 2:
+    ...                 break
+    ...             wait(c, phase * parts)
+    ...             lo, hi = min(n, part * size), min(n, (part + 1) * size)
+    ...             for i in range(lo, hi):
+    ...                 if phase == 0:
+    ...                     sq[i] = x[i] * x[i]
+    ...                 else:
+    ...                     out[i] = sq[i] + sq[(i + size) % n]
+    ...             done(c)
+    ...     return out
+    >>> x = np.arange(6.0)
+    >>> bool(np.array_equal(neighbours(x, 3), x ** 2 + np.roll(x ** 2, -2)))
+    True
+    """
+    import numba
+
+    fetch_add, load_acquire, spin_hint, yield_core = _intrinsics()
+
+    @numba.njit(inline="always", nogil=True)
+    def counters():
+        return np.zeros(2 * _DONE, np.int64)
+
+    @numba.njit(inline="always", nogil=True)
+    def draw(c):
+        return fetch_add(c, 0)
+
+    @numba.njit(inline="always", nogil=True)
+    def wait(c, n):
+        spins = 0
+        while load_acquire(c, _DONE) < n:
+            if spins < _SPINS:
+                spin_hint()
+                spins += 1
+            else:  # the part waited for is held by a thread without a core
+                yield_core()
+
+    @numba.njit(inline="always", nogil=True)
+    def done(c):
+        fetch_add(c, _DONE)
+
+    return NumbaTeam(counters, draw, wait, done)

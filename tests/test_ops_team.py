@@ -1,0 +1,79 @@
+"""primforge.ops.numba_team: many phases on the threads of one Numba parallel region."""
+
+from __future__ import annotations
+
+import numpy as np
+import pytest
+
+numba = pytest.importorskip("numba")
+
+from primforge.ops import numba_team
+
+
+@pytest.fixture(scope="module")
+def relax():
+    """``phases`` Jacobi sweeps of a ring, ``parts`` ranges a phase, in one region: each
+    sweep reads the neighbours the sweep before wrote (two buffers), so a part done before
+    the phase before it has ended reads stale values and the result differs."""
+    counters, draw, wait, done = numba_team()
+
+    @numba.njit(parallel=True)
+    def run(x, phases, parts, workers):
+        n = x.shape[0]
+        buf = np.empty((2, n))
+        buf[0] = x
+        who = np.full((phases, parts), -1, np.int64)  # the ticket that did each part
+        c = counters()
+        size = (n + parts - 1) // parts
+        for _ in numba.prange(workers):
+            while True:
+                k = draw(c)
+                q, part = k // parts, k % parts
+                if q >= phases:
+                    break
+                wait(c, q * parts)
+                src, dst = buf[q % 2], buf[1 - q % 2]
+                for i in range(min(n, part * size), min(n, (part + 1) * size)):
+                    dst[i] = 0.25 * src[i - 1] + 0.5 * src[i] + 0.25 * src[(i + 1) % n]
+                who[q, part] = k
+                done(c)
+        return buf[phases % 2], who, c[0], c[8]
+
+    return run
+
+
+def _numpy_relax(x, phases):
+    for _ in range(phases):
+        x = 0.25 * np.roll(x, 1) + 0.5 * x + 0.25 * np.roll(x, -1)
+    return x
+
+
+@pytest.mark.parametrize("threads,parts,workers", [(2, 2, 2), (2, 7, 2), (2, 3, 5), (1, 4, 2)])
+def test_every_phase_sees_the_phase_before_whatever_the_threads(relax, threads, parts,
+                                                                 workers):
+    """Parts more or fewer than the workers, and one thread running every worker (a pool of
+    one: a worker that waited for another would never return)."""
+    x = np.random.default_rng(0).standard_normal(100_003)
+    phases = 100
+    before = numba.get_num_threads()
+    numba.set_num_threads(min(threads, numba.config.NUMBA_NUM_THREADS))
+    try:
+        got, who, drawn, finished = relax(x, phases, parts, workers)
+    finally:
+        numba.set_num_threads(before)
+    np.testing.assert_allclose(got, _numpy_relax(x, phases), rtol=1e-12, atol=1e-12)
+    # every part of every phase done exactly once, by the ticket that names it
+    np.testing.assert_array_equal(who, np.arange(phases * parts).reshape(phases, parts))
+    assert finished == phases * parts
+    assert drawn == phases * parts + workers  # and one ticket past the end per worker
+
+
+def test_counters_must_be_int64_vectors():
+    draw = numba_team().draw
+
+    @numba.njit
+    def bad(c):
+        return draw(c)
+
+    with pytest.raises(numba.core.errors.TypingError):
+        bad(np.zeros(16, np.int32))
