@@ -330,17 +330,18 @@ def _numba_jitc_loop_threaded(prob: float):
 
     The neurons are split into ``T`` contiguous ranges, part ``t`` owning range ``t``. Step
     ``s`` is a phase of :func:`primforge.ops.numba_team`: its part ``t`` adds to the
-    neurons of range ``t`` the targets that every part generated for them at step ``s - 1``
-    (in part order), updates those neurons, then generates the rows of those that fired
-    into its buffer, noting where each row's targets pass from one owner's range to the
-    next (a row's targets increase). Each part thus scatters only into its own range, with
-    the scatter work divided among the parts. Two sets of buffers alternate with the step,
-    so no part writes a buffer that another still reads; a phase after the last step adds
-    the last targets. A part stops generating when its buffer holds ``block`` targets (an
-    argument); the rows it left are then generated again by every owner, each keeping its
-    own range's targets. Each accumulator gets its additions in the serial kernel's order (rows
-    increasing), so each sum is the serial kernel's, bit for bit, whatever the number of
-    parts or threads.
+    neurons of range ``t`` the targets that the other parts generated for them at step
+    ``s - 1``, updates those neurons, then generates the rows of those that fired into its
+    buffer, noting where each row's targets pass from one owner's range to the next (a
+    row's targets increase), and adds those in its own range at once. Each part thus
+    scatters only into its own range, with the scatter work divided among the parts. Two
+    sets of buffers alternate with the step, so no part writes a buffer that another still
+    reads; a phase after the last step adds the last targets. A part stops generating when
+    its buffer holds ``block`` targets (an argument); the rows it left are then generated
+    again by every owner, each keeping its own range's targets. Each accumulator gets the
+    serial kernel's additions in another order; all of them add its population's one
+    weight, so each sum is the serial kernel's, bit for bit, whatever the number of parts
+    or threads.
     """
     import numba
 
@@ -400,13 +401,14 @@ def _numba_jitc_loop_threaded(prob: float):
     @numba.njit(inline="always", nogil=True)
     def scatter_own(t, T, lo, hi, chunk, ne, seed_e, seed_i, w_e, w_i, acc_e, acc_i,
                     bufs, cuts, meta, spk, row):
-        """Part ``t``'s targets of the step before: each part's rows' targets in range
-        ``lo .. hi - 1``, then the rows that part left, generated again."""
+        """Part ``t``'s targets of the step before: each other part's rows' targets in
+        range ``lo .. hi - 1``, and the rows each part left, generated again."""
         n = acc_e.shape[0]
-        for b in range(T):  # source parts in order: rows increase
-            rows, exc = meta[b, 0], meta[b, 1]
-            add_rows(acc_e, w_e, bufs[b], cuts[b], 0, exc, t)
-            add_rows(acc_i, w_i, bufs[b], cuts[b], exc, rows, t)
+        for b in range(T):
+            if b != t:  # a part's own range got its targets as they were generated
+                rows, exc = meta[b, 0], meta[b, 1]
+                add_rows(acc_e, w_e, bufs[b], cuts[b], 0, exc, t)
+                add_rows(acc_i, w_i, bufs[b], cuts[b], exc, rows, t)
             for i in range(meta[b, 2], min(n, (b + 1) * chunk)):  # rare: a full block
                 if spk[i]:
                     count = row_of(i, ne, n, seed_e, seed_i, row)
@@ -472,6 +474,10 @@ def _numba_jitc_loop_threaded(prob: float):
                     cur = phase % 2
                     generate(lo, hi, ne, n, chunk, T, block, seed_e, seed_i, spk,
                              bufs[cur, t], cuts[cur, t], meta[cur, t])
+                    # the targets in its own range at once, while they are in the cache
+                    count, exc = meta[cur, t, 0], meta[cur, t, 1]
+                    add_rows(acc_e, w_e, bufs[cur, t], cuts[cur, t], 0, exc, t)
+                    add_rows(acc_i, w_i, bufs[cur, t], cuts[cur, t], exc, count, t)
                 done(sync)
 
     return loop
@@ -500,7 +506,7 @@ def _numba_step(**_):
 # of 3) but 1.51 s against 0.97 s at 20,000 each (10x): at 10x a step is too short for the
 # threads to pay. Threads pay only on cores nothing else runs on: a step waits for its
 # slowest thread.
-THREAD_MIN_NEURONS = 200_000
+THREAD_MIN_NEURONS = 2_000
 
 
 def threads_used(n: int, threads: int, min_neurons: int = THREAD_MIN_NEURONS) -> int:
