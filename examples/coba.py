@@ -513,7 +513,7 @@ def threads_used(n: int, threads: int, min_neurons: int = THREAD_MIN_NEURONS) ->
     """Threads the fused kernel runs ``n`` neurons on when given ``threads``: all of them
     when each gets at least ``min_neurons`` neurons, else one.
 
-    >>> threads_used(4_000, 2), threads_used(2_000_000, 2), threads_used(4_000, 2, 0)
+    >>> threads_used(3_000, 2), threads_used(40_000, 2), threads_used(3_000, 2, 0)
     (1, 2, 2)
     """
     return threads if threads > 1 and n >= threads * min_neurons else 1
