@@ -146,14 +146,15 @@ DOCTESTS_NEED = {"warp.py": "warp", "triton.py": "triton", "_triton_ir.py": "tri
 
 
 def _skip_doctests_of_missing_backends(items):
+    backends = _HERE.parent / "primforge" / "kernel" / "backends"
+    found = [(item, DOCTESTS_NEED[item.path.name]) for item in items
+             if item.path.name in DOCTESTS_NEED and type(item).__name__ == "DoctestItem"
+             and item.path.parent == backends]
+    if not found:  # no import of primforge (and JAX) for a run that has none of them
+        return
     from primforge.kernel.backends._common import package_installed
 
-    backends = _HERE.parent / "primforge" / "kernel" / "backends"
-    for item in items:
-        package = DOCTESTS_NEED.get(item.path.name)
-        if (package is None or type(item).__name__ != "DoctestItem"
-                or item.path.parent != backends):
-            continue
+    for item, package in found:
         if not package_installed(package):
             item.add_marker(pytest.mark.skip(
                 reason=f"optional backend: its package {package!r} is not installed"))
