@@ -1,6 +1,5 @@
 """Test-suite configuration."""
 
-import ast
 import itertools
 import pathlib
 import re
@@ -27,41 +26,21 @@ def pytest_terminal_summary(terminalreporter):
         terminalreporter.write_line(f"{backend:12s}{row}")
 
 
-# --- pytest-xdist: a module-scoped fixture is built once, not once per worker -------------
+# --- pytest-xdist: each test file on one worker ------------------------------------------
 # xdist's default distribution spreads a file's tests over the workers, and every worker
 # that runs one of them builds the file's module-scoped fixtures again (a subprocess, a
-# simulation, a site build). With -n, each file that defines such a fixture goes to one
-# worker as a whole; the other tests are handed out one by one as before.
-_HERE = pathlib.Path(__file__).resolve().parent
-
-
-def _defines_a_module_fixture(path: pathlib.Path) -> bool:
-    """Whether the file defines a fixture with ``scope="module"`` (or "session")."""
-    for node in ast.walk(ast.parse(path.read_text(encoding="utf-8"))):
-        for deco in getattr(node, "decorator_list", ()):
-            if isinstance(deco, ast.Call) and any(
-                    k.arg == "scope" and isinstance(k.value, ast.Constant)
-                    and k.value.value in ("module", "session") for k in deco.keywords):
-                return True
-    return False
+# simulation, a site build) and compiles again the Numba kernels its tests share (each
+# variant is compiled once per process). With -n, each file goes to one worker as a whole;
+# xdist hands out the files with the most tests first, so the run ends on small ones.
 
 
 @pytest.hookimpl(tryfirst=True, optionalhook=True)
 def pytest_xdist_make_scheduler(config, log):
     if config.getvalue("dist") != "load":  # what -n N chooses unless told otherwise
         return None
-    from xdist.scheduler import LoadScopeScheduling
+    from xdist.scheduler import LoadFileScheduling
 
-    root = config.rootpath
-    shared = {p.relative_to(root).as_posix() for p in _HERE.glob("test_*.py")
-              if p.is_relative_to(root) and _defines_a_module_fixture(p)}
-
-    class FilesWithModuleFixtures(LoadScopeScheduling):
-        def _split_scope(self, nodeid):
-            path = nodeid.split("::", 1)[0]
-            return path if path in shared else nodeid
-
-    return FilesWithModuleFixtures(config, log)
+    return LoadFileScheduling(config, log)
 
 
 # --- Two tiers: the default run and the exhaustive one -----------------------------------
@@ -140,20 +119,23 @@ def _pair_cover(cases, kept):
     return _greedy_cover(cases, _pairs, frozenset().union(*(_pairs(i) for i in kept)))
 
 
+_HERE = pathlib.Path(__file__).resolve().parent
+
 #: The doctests of an optional backend's modules run where its package is installed.
 DOCTESTS_NEED = {"warp.py": "warp", "triton.py": "triton", "_triton_ir.py": "triton",
                  "numba_cuda.py": "numba_cuda"}
 
 
 def _skip_doctests_of_missing_backends(items):
+    backends = _HERE.parent / "primforge" / "kernel" / "backends"
+    found = [(item, DOCTESTS_NEED[item.path.name]) for item in items
+             if item.path.name in DOCTESTS_NEED and type(item).__name__ == "DoctestItem"
+             and item.path.parent == backends]
+    if not found:  # no import of primforge (and JAX) for a run that has none of them
+        return
     from primforge.kernel.backends._common import package_installed
 
-    backends = _HERE.parent / "primforge" / "kernel" / "backends"
-    for item in items:
-        package = DOCTESTS_NEED.get(item.path.name)
-        if (package is None or type(item).__name__ != "DoctestItem"
-                or item.path.parent != backends):
-            continue
+    for item, package in found:
         if not package_installed(package):
             item.add_marker(pytest.mark.skip(
                 reason=f"optional backend: its package {package!r} is not installed"))

@@ -117,9 +117,10 @@ def test_cases_whose_pairs_other_cases_run_are_marked_beyond_pairs(tmp_path):
         assert len({(r[a], r[b]) for r in ran}) == 4, (a, b)
 
 
-def test_with_workers_a_module_fixture_is_built_once_and_other_tests_spread(tmp_path):
+def test_with_workers_each_file_runs_on_one_worker_and_files_spread(tmp_path):
     """xdist's default distribution hands a file's tests to both workers, and each built
-    the file's module-scoped fixture; the conftest's scheduler keeps such a file on one."""
+    the file's module-scoped fixture (and compiled the kernels the tests share); the
+    conftest's scheduler keeps each file on one worker, and the files on both."""
     (tmp_path / "conftest.py").write_text(Path(conftest.__file__).read_text())
     record = textwrap.dedent("""
         import os, pathlib, pytest
@@ -134,12 +135,10 @@ def test_with_workers_a_module_fixture_is_built_once_and_other_tests_spread(tmp_
         @pytest.mark.parametrize("i", range(6))
         def test_uses_it(built, i): pass
     """))
-    (tmp_path / "test_spread.py").write_text(record + textwrap.dedent("""
-        import time
+    (tmp_path / "test_plain.py").write_text(record + textwrap.dedent("""
         @pytest.mark.parametrize("i", range(6))
-        def test_spread(i):
-            time.sleep(0.2)
-            record("spread")
+        def test_plain(i):
+            record("plain")
     """))
     records = tmp_path / "records"
     records.mkdir()
@@ -148,7 +147,9 @@ def test_with_workers_a_module_fixture_is_built_once_and_other_tests_spread(tmp_
                           timeout=120, check=False, env={**os.environ, "RECORDS": str(records)})
     assert proc.stdout.strip().splitlines()[-1].startswith("12 passed"), proc.stdout
     assert len((records / "builds").read_text().split()) == 1  # one worker built it
-    assert set((records / "spread").read_text().split()) == {"gw0", "gw1"}
+    plain = set((records / "plain").read_text().split())
+    assert len(plain) == 1  # a parametrized test without a fixture: one worker too
+    assert plain | set((records / "builds").read_text().split()) == {"gw0", "gw1"}
 
 
 def test_an_installed_benchmark_plugin_does_not_stop_a_run_with_workers(tmp_path):
