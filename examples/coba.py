@@ -500,20 +500,20 @@ def _numba_step(**_):
     return step
 
 
-# Below this many neurons per thread the kernel runs on one thread. Through the example's
-# command line (``--fused --steps-per-call 10 --conn jitc``, 2 cores), two threads took
-# 8.3 s per simulated second against 12.8 s for one at 200,000 neurons each (100x, medians
-# of 3) but 1.51 s against 0.97 s at 20,000 each (10x): at 10x a step is too short for the
-# threads to pay. Threads pay only on cores nothing else runs on: a step waits for its
-# slowest thread.
-THREAD_MIN_NEURONS = 2_000
+# Below this many neurons per thread the kernel runs on one thread. With XLA's CPU pool at
+# one thread (benchmarks/coba.py, "primforge fused x10 2t xla1" against "... jitc xla1",
+# 2 cores, nothing else running), two threads took 0.62-0.71x the one-thread time at 10x
+# (20,000 neurons each) in most runs (docs/performance.md has every run), but 0.94-1.05x
+# at 1x (2,000 each): a step of 4,000 neurons is too short for the second thread to pay.
+# Threads pay only on cores nothing else runs on: a step waits for its slowest thread.
+THREAD_MIN_NEURONS = 10_000
 
 
 def threads_used(n: int, threads: int, min_neurons: int = THREAD_MIN_NEURONS) -> int:
     """Threads the fused kernel runs ``n`` neurons on when given ``threads``: all of them
     when each gets at least ``min_neurons`` neurons, else one.
 
-    >>> threads_used(3_000, 2), threads_used(40_000, 2), threads_used(3_000, 2, 0)
+    >>> threads_used(4_000, 2), threads_used(40_000, 2), threads_used(4_000, 2, 0)
     (1, 2, 2)
     """
     return threads if threads > 1 and n >= threads * min_neurons else 1
