@@ -139,8 +139,8 @@ def test_just_in_time_connectivity_matches_numpy(jitc_net, jitc_plain):
 
 def _busy_jitc_state(coba, jitc_net):
     """A state in which most neurons fire at once: more targets in the first step than one
-    block of the two-phase propagation holds (the threaded kernel then needs several rounds
-    a step); the arguments of ``coba_jitc_step_p`` and its parameters but ``steps``."""
+    block of the one-thread kernel's two-phase propagation holds (several blocks a step);
+    the arguments of ``coba_jitc_step_p`` and its parameters but ``steps``."""
     import jax.numpy as jnp
 
     rs = np.random.default_rng(4)
@@ -160,8 +160,8 @@ def test_fused_just_in_time_step_gives_the_plain_spike_trains(coba, jitc_net, ji
                                                               steps_per_call, threads):
     """The fused kernel regenerates the rows inside the kernel: the plain step's trains,
     on one thread or several. On several, the threaded kernel (the one compiled for the
-    simulation) also gives the one-thread sums bit for bit when a step's targets fill
-    several blocks."""
+    simulation) also gives the one-thread sums bit for bit from a busy state, and when its
+    parts' targets overflow their blocks (the loop called with small ones)."""
     fused = coba.simulate(jitc_net, DURATION, fused=True, steps_per_call=steps_per_call,
                           threads=threads, min_neurons=0)  # threads even for few neurons
     for key in ("counts", "per_neuron", "raster"):
