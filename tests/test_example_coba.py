@@ -243,6 +243,49 @@ def test_several_steps_per_kernel_call_give_the_same_spike_trains(coba, net, pla
         coba.simulator(net, 15, fused=True, steps_per_call=10)
 
 
+def test_next_fired_finds_every_spike_of_any_range(coba):
+    """The kernels' scan for neurons that fired, word by word, against ``np.flatnonzero``:
+    rows of every length mod 8, ranges starting and ending anywhere, dense and sparse."""
+    import numba
+
+    next_fired = coba._next_fired()
+    words = numba.njit(coba._words)
+
+    @numba.njit
+    def fired(row, lo, hi):
+        wds, out, k = words(row), np.empty(hi - lo, np.int64), 0
+        i = next_fired(row, wds, lo, hi)
+        while i < hi:
+            out[k] = i
+            k += 1
+            i = next_fired(row, wds, i + 1, hi)
+        return out[:k]
+
+    rs = np.random.default_rng(5)
+    for n in (1, 7, 8, 9, 63, 64, 100, 1001):
+        for rate in (0.0, 0.02, 0.5, 1.0):
+            spk = np.zeros((3, n), np.bool_)  # a row of a 2-D array, as the kernels read
+            spk[1] = rs.random(n) < rate
+            spk[0] = spk[2] = True  # neighbours that must never be read
+            for lo, hi in [(0, n), *(sorted(rs.integers(0, n + 1, 2)) for _ in range(6))]:
+                want = lo + np.flatnonzero(spk[1, lo:hi])
+                np.testing.assert_array_equal(fired(spk[1], lo, hi), want,
+                                              err_msg=f"n={n} rate={rate} {lo}:{hi}")
+
+
+@pytest.mark.parametrize("conn", ["csr", "jitc"])
+def test_fused_step_on_a_network_of_odd_size(coba, conn):
+    """Neither the neurons nor the excitatory ones a multiple of the scan's 8-byte words:
+    the fused kernel still gives the plain step's trains."""
+    odd = coba.build(1003, 0.08, seed=2, conn=conn)
+    assert odd.n % 8 and odd.n_exc % 8
+    plain = coba.simulate(odd, 0.05)
+    fused = coba.simulate(odd, 0.05, fused=True, steps_per_call=10)
+    assert plain["counts"].sum() > 50
+    for key in ("counts", "per_neuron", "raster"):
+        np.testing.assert_array_equal(fused[key], plain[key])
+
+
 def test_fused_kernel_backends_agree_on_one_step(coba, net):
     """The numba kernel against its jax reference (scatter-add propagation), three steps."""
     import jax.numpy as jnp
