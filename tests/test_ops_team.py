@@ -77,3 +77,45 @@ def test_counters_must_be_int64_vectors():
 
     with pytest.raises(numba.core.errors.TypingError):
         bad(np.zeros(16, np.int32))
+
+
+_POLICY = """
+import os
+import numba
+import numpy as np
+from primforge.ops import numba_team
+counters, draw, wait, done = numba_team()
+
+@numba.njit(parallel=True)
+def count(parts):
+    c, hit = counters(), np.zeros(parts, np.int64)
+    for _ in numba.prange(2):
+        while True:
+            k = draw(c)
+            if k >= parts:
+                break
+            hit[k] += 1
+            done(c)
+    return hit
+
+assert (count(5) == 1).all()
+print("policy", os.environ.get("OMP_WAIT_POLICY"))
+"""
+
+
+@pytest.mark.parametrize("preset,want", [(None, "PASSIVE"), ("ACTIVE", "ACTIVE")])
+def test_a_team_makes_idle_openmp_workers_sleep_unless_told(preset, want):
+    """Workers spinning between two regions take the cores the code between them needs:
+    unless the environment says otherwise, OpenMP starts with the passive policy."""
+    import os
+    import subprocess
+    import sys
+
+    env = {k: v for k, v in os.environ.items() if k != "OMP_WAIT_POLICY"}
+    env.update(NUMBA_NUM_THREADS="2", NUMBA_THREADING_LAYER="omp")
+    if preset is not None:
+        env["OMP_WAIT_POLICY"] = preset
+    res = subprocess.run([sys.executable, "-c", _POLICY], capture_output=True, text=True,
+                         env=env, timeout=600, check=False)
+    assert res.returncode == 0, res.stderr[-3000:]
+    assert f"policy {want}" in res.stdout, res.stdout

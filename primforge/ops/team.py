@@ -133,6 +133,21 @@ def _intrinsics():
 
 
 @functools.cache
+def _idle_workers_sleep() -> None:
+    """Unless the environment chose a policy, let OpenMP's idle workers sleep when a
+    parallel region ends instead of spinning for the next one (``OMP_WAIT_POLICY=PASSIVE``).
+
+    Between two regions the thread that ran one has serial work to do (XLA's own ops, the
+    loop around the kernel); workers spinning beside it take the cores it needs. libgomp
+    reads the policy when it starts, at Numba's first parallel launch: after that, this
+    changes nothing.
+    """
+    from numba.np.ufunc import parallel as numba_parallel
+
+    if not numba_parallel._is_initialized:
+        os.environ.setdefault("OMP_WAIT_POLICY", "PASSIVE")
+
+
 def numba_team() -> NumbaTeam:
     """Njit helpers to run a sequence of phases on the threads of one parallel region.
 
@@ -145,7 +160,11 @@ def numba_team() -> NumbaTeam:
 
     Each of the region's threads loops: draw, stop when the phase is past the last, wait,
     work, done. Threads wait only for parts another thread holds, so the loop ends whatever
-    the number of threads that run it.
+    the number of threads that run it. The counters are for these helpers alone: Numba
+    does not see their atomic updates, so a direct read of them after the region may give
+    a value from before it. Unless ``OMP_WAIT_POLICY`` is set, the first call
+    sets it to ``PASSIVE`` (before Numba starts OpenMP): the region's workers then sleep
+    between regions instead of spinning beside the thread that runs the code between them.
 
     >>> import numba, numpy as np
     >>> counters, draw, wait, done = numba_team()
@@ -175,6 +194,7 @@ def numba_team() -> NumbaTeam:
     """
     import numba
 
+    _idle_workers_sleep()
     fetch_add, load_acquire, spin_hint, yield_core = _intrinsics()
 
     @numba.njit(inline="always", nogil=True)

@@ -9,11 +9,11 @@ malformed structure fills ``out`` with NaN. :func:`parallel_generator` builds th
 from __future__ import annotations
 
 import functools
-import os
 
 import numpy as np
 
 from primforge.ops._prefetch import event_words
+from primforge.ops.team import _idle_workers_sleep
 
 
 @functools.cache
@@ -574,12 +574,7 @@ def parallel_threading_layer() -> str:
     import numba
     from numba.np.ufunc import parallel as numba_parallel
 
-    if not numba_parallel._is_initialized:
-        # Idle OpenMP workers sleep instead of spinning after a region (unless the user
-        # chose otherwise): spinning workers steal the cores that serial code and XLA's own
-        # threads need between two products. Read when libgomp starts, i.e. at Numba's
-        # first parallel launch, which comes after this.
-        os.environ.setdefault("OMP_WAIT_POLICY", "PASSIVE")
+    _idle_workers_sleep()  # before Numba's first parallel launch, which comes after this
     if numba_parallel._is_initialized:  # chosen already: it must be tbb or omp
         layer = numba.threading_layer()
         if layer in ("tbb", "omp"):
