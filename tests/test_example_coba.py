@@ -266,7 +266,7 @@ def test_next_fired_finds_every_spike_of_any_range(coba):
         for rate in (0.0, 0.02, 0.5, 1.0):
             spk = np.zeros((3, n), np.bool_)  # a row of a 2-D array, as the kernels read
             spk[1] = rs.random(n) < rate
-            spk[0] = spk[2] = True  # neighbours that must never be read
+            spk[0] = spk[2] = True  # neighbours that fired: no word may cross the row's edges
             for lo, hi in [(0, n), *(sorted(rs.integers(0, n + 1, 2)) for _ in range(6))]:
                 want = lo + np.flatnonzero(spk[1, lo:hi])
                 np.testing.assert_array_equal(fired(spk[1], lo, hi), want,

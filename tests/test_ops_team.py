@@ -68,6 +68,11 @@ def test_every_phase_sees_the_phase_before_whatever_the_threads(relax, threads, 
     assert drawn == phases * parts + workers  # and one ticket past the end per worker
 
 
+def test_one_set_of_helpers_per_process():
+    """Kernels built at different times share the helpers (compiled once)."""
+    assert numba_team() is numba_team()
+
+
 def test_counters_must_be_int64_vectors():
     draw = numba_team().draw
 

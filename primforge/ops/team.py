@@ -132,7 +132,6 @@ def _intrinsics():
     return fetch_add, load_acquire, spin_hint, yield_core
 
 
-@functools.cache
 def _idle_workers_sleep() -> None:
     """Unless the environment chose a policy, let OpenMP's idle workers sleep when a
     parallel region ends instead of spinning for the next one (``OMP_WAIT_POLICY=PASSIVE``).
@@ -148,6 +147,7 @@ def _idle_workers_sleep() -> None:
         os.environ.setdefault("OMP_WAIT_POLICY", "PASSIVE")
 
 
+@functools.cache
 def numba_team() -> NumbaTeam:
     """Njit helpers to run a sequence of phases on the threads of one parallel region.
 
