@@ -70,29 +70,29 @@ def _intrinsics():
         return (isinstance(array, types.Array) and array.ndim == 1
                 and array.dtype == types.int64 and isinstance(index, types.Integer))
 
-    @intrinsic
-    def fetch_add(typingctx, array, index):
-        """``array[index] += 1`` atomically (sequentially consistent); the old value."""
-        if not _is_counters(array, index):
-            return None
+    def counter_op(emit):
+        """An intrinsic ``op(array, index) -> int64`` that ``emit(builder, pointer)`` builds
+        on ``&array[index]`` of an int64 vector of counters."""
 
-        def codegen(context, builder, signature, args):
-            pointer = _counter(context, builder, signature, args)
-            return builder.atomic_rmw("add", pointer, ir.IntType(64)(1), "seq_cst")
+        @intrinsic
+        def op(typingctx, array, index):
+            if not _is_counters(array, index):
+                return None
 
-        return types.int64(array, index), codegen
+            def codegen(context, builder, signature, args):
+                return emit(builder, _counter(context, builder, signature, args))
 
-    @intrinsic
-    def load_acquire(typingctx, array, index):
-        """``array[index]``, read with acquire ordering."""
-        if not _is_counters(array, index):
-            return None
+            return types.int64(array, index), codegen
 
-        def codegen(context, builder, signature, args):
-            pointer = _counter(context, builder, signature, args)
-            return builder.load_atomic(pointer, "acquire", 8)
+        return op
 
-        return types.int64(array, index), codegen
+    # array[index] += 1 atomically (sequentially consistent), giving the old value; and
+    # array[index] read with acquire ordering.
+    fetch_add = counter_op(
+        lambda builder, pointer: builder.atomic_rmw("add", pointer, ir.IntType(64)(1),
+                                                    "seq_cst"))
+    load_acquire = counter_op(
+        lambda builder, pointer: builder.load_atomic(pointer, "acquire", 8))
 
     hint = _spin_hint()
 
