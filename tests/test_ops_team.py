@@ -18,16 +18,16 @@ def relax():
     counters, draw, wait, done = numba_team()
 
     @numba.njit(parallel=True)
-    def run(x, phases, parts, workers):
+    def run(x, phases, parts, workers, claimed, room):
         n = x.shape[0]
         buf = np.empty((2, n))
         buf[0] = x
         who = np.full((phases, parts), -1, np.int64)  # the ticket that did each part
-        c = counters()
+        c = counters(room)
         size = (n + parts - 1) // parts
         for _ in numba.prange(workers):
             while True:
-                k = draw(c)
+                k = draw(c, parts) if claimed else draw(c)
                 q, part = k // parts, k % parts
                 if q >= phases:
                     break
@@ -37,7 +37,7 @@ def relax():
                     dst[i] = 0.25 * src[i - 1] + 0.5 * src[i] + 0.25 * src[(i + 1) % n]
                 who[q, part] = k
                 done(c)
-        return buf[phases % 2], who, c[0], c[8]
+        return buf[phases % 2], who, c
 
     return run
 
@@ -48,24 +48,31 @@ def _numpy_relax(x, phases):
     return x
 
 
+@pytest.mark.parametrize("draws", ["in order", "claimed", "claimed, no room"])
 @pytest.mark.parametrize("threads,parts,workers", [(2, 2, 2), (2, 7, 2), (2, 3, 5), (1, 4, 2)])
 def test_every_phase_sees_the_phase_before_whatever_the_threads(relax, threads, parts,
-                                                                 workers):
+                                                                 workers, draws):
     """Parts more or fewer than the workers, and one thread running every worker (a pool of
-    one: a worker that waited for another would never return)."""
+    one: a worker that waited for another would never return); tickets in order, claimed
+    part by part, or asked to be claimed from counters without a counter per part."""
     x = np.random.default_rng(0).standard_normal(100_003)
     phases = 100
+    claimed = draws != "in order"
+    room = parts if draws == "claimed" else 0
     before = numba.get_num_threads()
     numba.set_num_threads(min(threads, numba.config.NUMBA_NUM_THREADS))
     try:
-        got, who, drawn, finished = relax(x, phases, parts, workers)
+        got, who, c = relax(x, phases, parts, workers, claimed, room)
     finally:
         numba.set_num_threads(before)
     np.testing.assert_allclose(got, _numpy_relax(x, phases), rtol=1e-12, atol=1e-12)
     # every part of every phase done exactly once, by the ticket that names it
     np.testing.assert_array_equal(who, np.arange(phases * parts).reshape(phases, parts))
-    assert finished == phases * parts
-    assert drawn == phases * parts + workers  # and one ticket past the end per worker
+    assert c[8] == phases * parts
+    # and one ticket past the end per worker: from the shared counter, or claimed
+    drawn = c[16::8].sum() if room else c[0]
+    assert drawn == phases * parts + workers
+    assert c.shape == (16 + 8 * room,)
 
 
 def test_one_set_of_helpers_per_process():

@@ -4,17 +4,25 @@ A simulation kernel that runs many steps per call pays a parallel region per ste
 step is a ``prange``: tens of microseconds each, more than a small network's step. This
 module lets the threads of one region run every step instead. The work is a sequence of
 phases (one per step, say), each cut into the same number of parts; phase ``q`` may read
-what any part of phase ``q - 1`` wrote. Tickets, drawn from one shared counter, hand out
-the parts in order: ticket ``k`` is part ``k % parts`` of phase ``k // parts``. A thread
-draws a ticket, waits until every part of the phases before it is done (a second counter,
-read with acquire ordering and written with release ordering), does its part, counts it
-done and draws again, until its ticket lies past the last phase.
+what any part of phase ``q - 1`` wrote. A thread draws a ticket, ``k``: part ``k % parts``
+of phase ``k // parts``; waits until every part of the phases before it is done (a
+counter read with acquire ordering and written with release ordering), does its part,
+counts it done and draws again, until its ticket lies past the last phase.
+
+Tickets come two ways. Drawn from one shared counter, they hand out the parts in order,
+to whichever thread comes first. Claimed part by part (one counter per part: the next
+phase of that part), a thread takes a part of the earliest phase that has one left,
+preferring the part with its own thread number (modulo the parts): with balanced work
+each thread then keeps its part from phase to phase, and the part's data stays in its
+core's cache, where tickets in order would move it between cores whenever the threads
+arrive in another order. A claim is a compare-and-swap on the part's counter.
 
 No thread waits for a thread that has no work: the parts are claimed, not assigned, so
 one thread alone (Numba's pool set to one, or iterations run one after the other) does
-every part in order, and a thread that lags behind finds its phases taken. The results
-must not depend on which thread does a part: a part's work is a function of its phase
-and index only.
+every part in order, and a thread that lags behind finds its phases taken. A thread
+takes a part only of the earliest phase with one left, so every part of the phases it
+waits for is held by a thread that does not wait for it. The results must not depend on
+which thread does a part: a part's work is a function of its phase and index only.
 """
 
 from __future__ import annotations
@@ -37,9 +45,11 @@ class NumbaTeam(collections.namedtuple("NumbaTeam", "counters draw wait done")):
     __slots__ = ()
 
 
-# The two counters, a cache line (64 bytes) apart so that drawing and finishing do not
-# contend for one line: tickets drawn at [0], parts done at [_DONE].
+# The counters, each on a cache line (64 bytes) of its own so that drawing, claiming and
+# finishing do not contend for one line: tickets drawn at [0], parts done at [_DONE], and
+# the next phase of part t at [_CLAIMS + t * _DONE] (as many as the parts counters() got).
 _DONE = 8
+_CLAIMS = 2 * _DONE
 # LLVM's intrinsic for the CPU's spin-wait hint (x86 ``pause``; Arm ``hint #1``, ``yield``).
 _SPIN_HINT = {"x86_64": ("llvm.x86.sse2.pause", ()), "amd64": ("llvm.x86.sse2.pause", ()),
               "aarch64": ("llvm.aarch64.hint", (1,)), "arm64": ("llvm.aarch64.hint", (1,))}
@@ -94,6 +104,23 @@ def _intrinsics():
     load_acquire = counter_op(
         lambda builder, pointer: builder.load_atomic(pointer, "acquire", 8))
 
+    @intrinsic
+    def claim_next(typingctx, array, index, expected):
+        """``array[index] = expected + 1`` if it holds ``expected`` (one compare-and-swap,
+        sequentially consistent): whether it did."""
+        if not (_is_counters(array, index) and isinstance(expected, types.Integer)):
+            return None
+
+        def codegen(context, builder, signature, args):
+            pointer = _counter(context, builder, signature, args)
+            i64 = ir.IntType(64)
+            old = context.cast(builder, args[2], signature.args[2], types.int64)
+            pair = builder.cmpxchg(pointer, old, builder.add(old, i64(1)), "seq_cst",
+                                   "seq_cst")
+            return builder.extract_value(pair, 1)
+
+        return types.boolean(array, index, expected), codegen
+
     hint = _spin_hint()
 
     @intrinsic
@@ -129,7 +156,7 @@ def _intrinsics():
 
         return types.void(), codegen
 
-    return fetch_add, load_acquire, spin_hint, yield_core
+    return fetch_add, load_acquire, claim_next, spin_hint, yield_core
 
 
 def _idle_workers_sleep() -> None:
@@ -151,31 +178,39 @@ def _idle_workers_sleep() -> None:
 def numba_team() -> NumbaTeam:
     """Njit helpers to run a sequence of phases on the threads of one parallel region.
 
-    * ``counters()``: a new pair of counters (an int64 array; one per region's run);
+    * ``counters(parts=0)``: a new set of counters (an int64 array; one per region's
+      run), with one counter per part for claimed tickets;
     * ``draw(c) -> k``: the next ticket, part ``k % parts`` of phase ``k // parts``;
+      ``draw(c, parts) -> k``: a ticket claimed, a part of the earliest phase that has
+      one left, this thread's own part (its Numba thread number modulo ``parts``) first
+      (counters made for fewer parts give the next ticket instead); one run of a region
+      draws one way only;
     * ``wait(c, n)``: spin until ``n`` parts are done (``k // parts * parts`` before a
       part of phase ``k // parts``), so that what they wrote is visible; after some
       microseconds of spinning, the waiting thread yields its core at each look;
     * ``done(c)``: count a part done, publishing what it wrote.
 
     Each of the region's threads loops: draw, stop when the phase is past the last, wait,
-    work, done. Threads wait only for parts another thread holds, so the loop ends whatever
-    the number of threads that run it. The counters are for these helpers alone: Numba
-    does not see their atomic updates, so a direct read of them after the region may give
-    a value from before it. Unless ``OMP_WAIT_POLICY`` is set, the first call
-    sets it to ``PASSIVE`` (before Numba starts OpenMP): the region's workers then sleep
-    between regions instead of spinning beside the thread that runs the code between them.
+    work, done. Claimed tickets keep each part on one thread while the work is balanced,
+    and with it the part's data in that thread's cache. Threads wait only for parts
+    another thread holds, so the loop ends whatever the number of threads that run it. The
+    counters are for these helpers alone: Numba does not see their atomic updates, so a
+    direct read of them, in the region or after it, may give an older value (Numba may
+    move a read of an array it sees no write to out of the loop). Unless
+    ``OMP_WAIT_POLICY`` is set, the first call sets it to ``PASSIVE`` (before Numba starts
+    OpenMP): the region's workers then sleep between regions instead of spinning beside
+    the thread that runs the code between them.
 
     >>> import numba, numpy as np
     >>> counters, draw, wait, done = numba_team()
     >>> @numba.njit(parallel=True)
     ... def neighbours(x, parts):  # phase 0 squares each part; phase 1 adds its neighbour's
-    ...     c, n = counters(), x.shape[0]
+    ...     c, n = counters(parts), x.shape[0]
     ...     sq, out = np.empty(n), np.empty(n)
     ...     size = (n + parts - 1) // parts
     ...     for _ in numba.prange(parts):
     ...         while True:
-    ...             k = draw(c)
+    ...             k = draw(c, parts)
     ...             phase, part = k // parts, k % parts
     ...             if phase >= 2:
     ...                 break
@@ -195,15 +230,26 @@ def numba_team() -> NumbaTeam:
     import numba
 
     _idle_workers_sleep()
-    fetch_add, load_acquire, spin_hint, yield_core = _intrinsics()
+    fetch_add, load_acquire, claim_next, spin_hint, yield_core = _intrinsics()
 
     @numba.njit(inline="always", nogil=True)
-    def counters():
-        return np.zeros(2 * _DONE, np.int64)
+    def counters(parts=0):
+        return np.zeros(_CLAIMS + max(parts, 0) * _DONE, np.int64)
 
     @numba.njit(inline="always", nogil=True)
-    def draw(c):
-        return fetch_add(c, 0)
+    def draw(c, parts=0):
+        if parts <= 0 or c.shape[0] < _CLAIMS + parts * _DONE:  # no counter per part
+            return fetch_add(c, 0)
+        own = numba.get_thread_id() % parts
+        while True:
+            # the part whose next phase is earliest, this thread's own first among equals
+            part, phase = own, load_acquire(c, _CLAIMS + own * _DONE)
+            for t in range(parts):
+                q = load_acquire(c, _CLAIMS + t * _DONE)
+                if q < phase:
+                    part, phase = t, q
+            if claim_next(c, _CLAIMS + part * _DONE, phase):
+                return phase * parts + part
 
     @numba.njit(inline="always", nogil=True)
     def wait(c, n):
