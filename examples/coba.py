@@ -312,6 +312,8 @@ _BLOCK = 1 << 15
 # The same for a part of the threaded kernel, whose targets wait for the next step: a step's
 # targets at 100x (about 60,000) fit, and rows past a full block are generated again.
 _THREAD_BLOCK = 1 << 18
+# Rows a part of the threaded kernel takes at a time from the neurons that fired.
+_ROWS_A_CLAIM = 4
 
 
 @functools.cache
@@ -362,20 +364,23 @@ def _numba_jitc_loop_threaded(prob: float):
     """The fused loop over just-in-time connectivity on ``T`` parts (an argument, as is the
     number of steps: the rows of ``spike_out``), in one parallel region for every step.
 
-    The neurons are split into ``T`` contiguous ranges, part ``t`` owning range ``t``. Step
-    ``s`` is a phase of :func:`primforge.ops.numba_team`: its part ``t`` adds to the
-    neurons of range ``t`` the targets that the other parts generated for them at step
-    ``s - 1``, updates those neurons, then generates the rows of those that fired into its
-    buffer, noting where each row's targets pass from one owner's range to the next (a
-    row's targets increase), and adds those in its own range at once. Each part thus
-    scatters only into its own range, with the scatter work divided among the parts. Two
-    sets of buffers alternate with the step, so no part writes a buffer that another still
-    reads; a phase after the last step adds the last targets. A part stops generating when
-    its buffer holds ``block`` targets (an argument); the rows it left are then generated
-    again by every owner, each keeping its own range's targets. Each accumulator gets the
-    serial kernel's additions in another order; all of them add its population's one
-    weight, so each sum is the serial kernel's, bit for bit, whatever the number of parts
-    or threads.
+    The neurons are split into ``T`` contiguous ranges, part ``t`` owning range ``t``. Each
+    step is two phases of :func:`primforge.ops.numba_team`. In the first, part ``t`` adds
+    to the neurons of range ``t`` the targets that the other parts generated for them in
+    the step before, updates those neurons and lists the ones that fired. In the second,
+    the parts generate the rows of the neurons that fired, taking them from the lists
+    ``_ROWS_A_CLAIM`` at a time from a shared counter (a part on a core that runs slower
+    takes fewer), into buffers, noting where each row's targets pass from one owner's
+    range to the next (a row's targets increase); part ``t`` adds the targets in range
+    ``t`` at once. Each part thus scatters only into its own range. The parts are claimed,
+    so that each thread keeps its range, and the range's neurons stay in its core's cache,
+    from step to step while the threads keep pace. Two sets of buffers and lists alternate
+    with the step, so no part writes what another still reads; a phase after the last
+    step adds the last targets. A part stops taking rows when its buffer holds ``block``
+    targets (an argument); the rows that no part generated are then generated again by
+    every owner, each keeping its own range's targets. Each accumulator gets the serial
+    kernel's additions in another order; all of them add its population's one weight, so
+    each sum is the serial kernel's, bit for bit, whatever the number of parts or threads.
     """
     import numba
 
@@ -383,6 +388,7 @@ def _numba_jitc_loop_threaded(prob: float):
     columns = jitc_numba_columns(prob)
     counters, draw, wait, done = primforge.ops.numba_team()
     next_fired, words = _next_fired(), numba.njit(inline="always")(_words)
+    per_claim = _ROWS_A_CLAIM
 
     @numba.njit(inline="always", nogil=True)
     def row_of(i, ne, n, seed_e, seed_i, row):
@@ -403,54 +409,106 @@ def _numba_jitc_loop_threaded(prob: float):
         return a
 
     @numba.njit(inline="always", nogil=True)
-    def generate(start, hi, ne, n, chunk, T, block, seed_e, seed_i, spk, buf, cuts, meta):
-        """Rows of the neurons ``start .. hi - 1`` that fired into ``buf``, until it holds
-        ``block`` targets or more: row ``r``'s targets in owner ``o``'s range are
-        ``buf[cuts[r, o]:cuts[r, o + 1]]``; ``meta``: rows, excitatory rows (those first),
-        first row left."""
-        fill, r, exc, left = 0, 0, 0, hi
-        wds = words(spk)
-        i = next_fired(spk, wds, start, hi)
-        while i < hi:
-            if fill >= block:
-                left = i
-                break
-            count = row_of(i, ne, n, seed_e, seed_i, buf[fill:])
-            exc += i < ne
-            cuts[r, 0] = fill
-            end = fill + count
-            for o in range(1, T):
-                cuts[r, o] = first_at_least(buf, cuts[r, o - 1], end, o * chunk)
-            cuts[r, T] = end
-            fill = end
-            r += 1
-            i = next_fired(spk, wds, i + 1, hi)
-        meta[0], meta[1], meta[2] = r, exc, left
+    def fired_at(fired, counts, j):
+        """The neuron at position ``j`` of the ranges' lists of those that fired, in turn."""
+        t = 0
+        while j >= counts[t]:
+            j -= counts[t]
+            t += 1
+        return fired[t, j]
 
     @numba.njit(inline="always", nogil=True)
-    def add_rows(acc, w, buf, cuts, r0, r1, t):
-        for r in range(r0, r1):
+    def list_fired(lo, spk, out):
+        """The neurons ``lo + i`` with ``spk[i]`` into ``out``, increasing: their count."""
+        wds, m, count = words(spk), spk.shape[0], 0
+        i = next_fired(spk, wds, 0, m)
+        while i < m:
+            out[count] = lo + i
+            count += 1
+            i = next_fired(spk, wds, i + 1, m)
+        return count
+
+    @numba.njit(inline="always", nogil=True)
+    def generate(p, T, chunk, ne, n, block, seed_e, seed_i, fired, counts, first, rows,
+                 buf, cuts, ids, meta):
+        """Part ``p``'s rows: claimed ``per_claim`` list positions at a time (ticket ``k``
+        of ``rows`` names positions from ``(k - first) * per_claim``) until none is left
+        or ``buf`` holds ``block`` targets. Row ``r`` is neuron ``ids[r]``'s; its targets in
+        owner ``o``'s range are ``buf[cuts[r, o]:cuts[r, o + 1]]``. ``meta``: rows, the
+        positions of a claim left unfinished (none: equal), the last ticket drawn."""
+        total = counts[:T].sum()
+        fill, r, stop_lo, stop_hi = 0, 0, 0, 0
+        while fill < block:
+            ticket = draw(rows)
+            j0 = (ticket - first) * per_claim
+            if j0 >= total:
+                break
+            j1 = min(j0 + per_claim, total)
+            for j in range(j0, j1):
+                if fill >= block:
+                    stop_lo, stop_hi = j, j1
+                    break
+                i = fired_at(fired, counts, j)
+                count = row_of(i, ne, n, seed_e, seed_i, buf[fill:])
+                ids[r] = i
+                cuts[r, 0] = fill
+                end = fill + count
+                for o in range(1, T):
+                    cuts[r, o] = first_at_least(buf, cuts[r, o - 1], end, o * chunk)
+                cuts[r, T] = end
+                fill = end
+                r += 1
+            if stop_hi > stop_lo:
+                break
+        meta[0], meta[1], meta[2], meta[3] = r, stop_lo, stop_hi, ticket
+
+    @numba.njit(inline="always", nogil=True)
+    def first_ticket(meta, s):
+        """The first ticket of step ``s``'s claims: one past the last of the step before
+        (every part draws at least one). Read from what the parts wrote, not from the
+        counter, whose atomic updates Numba does not see."""
+        if s == 0:
+            return 0
+        last = meta[(s - 1) % 2, 0, 3]
+        for b in range(1, meta.shape[1]):
+            last = max(last, meta[(s - 1) % 2, b, 3])
+        return last + 1
+
+    @numba.njit(inline="always", nogil=True)
+    def add_rows(acc_e, acc_i, w_e, w_i, ne, buf, cuts, ids, rows, t):
+        """The targets in owner ``t``'s range of a buffer's ``rows`` rows."""
+        for r in range(rows):
+            acc, w = (acc_e, w_e) if ids[r] < ne else (acc_i, w_i)
             for k in range(cuts[r, t], cuts[r, t + 1]):
                 acc[buf[k]] += w
 
     @numba.njit(inline="always", nogil=True)
-    def scatter_own(t, T, lo, hi, chunk, ne, seed_e, seed_i, w_e, w_i, acc_e, acc_i,
-                    bufs, cuts, meta, spk, row):
+    def add_again(lo, hi, ne, n, seed_e, seed_i, w_e, w_i, acc_e, acc_i, fired, counts,
+                  j0, j1, row):
+        """Rows at list positions ``j0 .. j1 - 1``, generated again: their targets in
+        ``lo .. hi - 1``."""
+        for j in range(j0, j1):
+            i = fired_at(fired, counts, j)
+            count = row_of(i, ne, n, seed_e, seed_i, row)
+            acc, w = (acc_e, w_e) if i < ne else (acc_i, w_i)
+            for c in range(count):
+                if lo <= row[c] < hi:
+                    acc[row[c]] += w
+
+    @numba.njit(inline="always", nogil=True)
+    def scatter_own(t, T, lo, hi, ne, seed_e, seed_i, w_e, w_i, acc_e, acc_i, bufs, cuts,
+                    ids, meta, fired, counts, left, row):
         """Part ``t``'s targets of the step before: each other part's rows' targets in
-        range ``lo .. hi - 1``, and the rows each part left, generated again."""
+        range ``lo .. hi - 1``, and the rows no part generated (a claim a part left
+        unfinished; from list position ``left`` on), generated again."""
         n = acc_e.shape[0]
         for b in range(T):
             if b != t:  # a part's own range got its targets as they were generated
-                rows, exc = meta[b, 0], meta[b, 1]
-                add_rows(acc_e, w_e, bufs[b], cuts[b], 0, exc, t)
-                add_rows(acc_i, w_i, bufs[b], cuts[b], exc, rows, t)
-            for i in range(meta[b, 2], min(n, (b + 1) * chunk)):  # rare: a full block
-                if spk[i]:
-                    count = row_of(i, ne, n, seed_e, seed_i, row)
-                    acc, w = (acc_e, w_e) if i < ne else (acc_i, w_i)
-                    for c in range(count):
-                        if lo <= row[c] < hi:
-                            acc[row[c]] += w
+                add_rows(acc_e, acc_i, w_e, w_i, ne, bufs[b], cuts[b], ids[b], meta[b, 0], t)
+            add_again(lo, hi, ne, n, seed_e, seed_i, w_e, w_i, acc_e, acc_i, fired, counts,
+                      meta[b, 1], meta[b, 2], row)
+        add_again(lo, hi, ne, n, seed_e, seed_i, w_e, w_i, acc_e, acc_i, fired, counts,
+                  left, counts[:T].sum(), row)
 
     # One parallel region, the prange's: array expressions and initializations stay serial
     # (each would be a region of its own, and each region wakes the other threads).
@@ -464,55 +522,63 @@ def _numba_jitc_loop_threaded(prob: float):
         acc_e = np.zeros(n, np.float32)
         acc_i = np.zeros(n, np.float32)
         chunk = (n + T - 1) // T
-        # Set p = step % 2 of part s: bufs[p, s], a block of targets plus one row; the row
-        # cuts of its rows, cuts[p, s] (a row per neuron of the range at most); meta[p, s]:
-        # its rows, excitatory rows, first row left, padded so that no two parts' counters
-        # share a cache line.
-        bufs = np.empty((2, T, block + n), np.int64)
-        cuts = np.empty((2, T, chunk, T + 1), np.int64)
+        # Set p = step % 2: of part s, bufs[p, s], a block of targets plus one claim's rows;
+        # cuts[p, s] and ids[p, s], the row cuts and neurons of its rows; meta[p, s], its
+        # rows, unfinished claim and last ticket (padded so that no two parts' share a
+        # cache line); of range t, fired[p, t] and counts[p, t], the neurons that fired.
+        bufs = np.empty((2, T, block + per_claim * n), np.int64)
+        cuts = np.empty((2, T, n, T + 1), np.int64)
+        ids = np.empty((2, T, n), np.int64)
         meta = np.zeros((2, T, 8), np.int64)
-        rows = np.empty((T, n), np.int64)  # each part's row generated again
+        fired = np.empty((2, T, chunk), np.int64)
+        counts = np.zeros((2, T + 1), np.int64)
+        row = np.empty((T, n), np.int64)  # each part's row generated again
         v_out[:] = v
         ge_out[:] = ge
         gi_out[:] = gi
         ref_out[:] = ref
         steps = spike_out.shape[0]
-        sync = counters()
+        sync, claims = counters(T), counters()
         for _ in numba.prange(T):
             while True:
-                k = draw(sync)
+                k = draw(sync, T)  # claimed: a thread keeps its range while it can
                 phase, t = k // T, k % T
-                if phase > steps:
+                if phase > 2 * steps:
                     break
                 wait(sync, phase * T)  # every part of the phases before is done
+                s, cur = phase // 2, phase // 2 % 2
                 lo, hi = min(n, t * chunk), min(n, (t + 1) * chunk)
-                prev = 1 - phase % 2
-                if phase > 0:
-                    scatter_own(t, T, lo, hi, chunk, ne, seed_e, seed_i, w_e, w_i, acc_e,
-                                acc_i, bufs[prev], cuts[prev], meta[prev],
-                                spike_out[phase - 1], rows[t])
-                if phase == steps:
+                if phase % 2 == 1:  # the rows of the neurons that fired at step s
+                    generate(t, T, chunk, ne, n, block, seed_e, seed_i, fired[cur],
+                             counts[cur], first_ticket(meta, s), claims, bufs[cur, t],
+                             cuts[cur, t], ids[cur, t], meta[cur, t])
+                    # the targets in its own range at once, while they are in the cache
+                    add_rows(acc_e, acc_i, w_e, w_i, ne, bufs[cur, t], cuts[cur, t],
+                             ids[cur, t], meta[cur, t, 0], t)
+                    done(sync)
+                    continue
+                if s > 0:  # step s - 1's claims: its first ticket up to this step's first
+                    prev = 1 - cur
+                    left = (first_ticket(meta, s) - first_ticket(meta, s - 1)) * per_claim
+                    scatter_own(t, T, lo, hi, ne, seed_e, seed_i, w_e, w_i, acc_e, acc_i,
+                                bufs[prev], cuts[prev], ids[prev], meta[prev], fired[prev],
+                                counts[prev], left, row[t])
+                if s == steps:
                     finish(0, hi - lo, ge_out[lo:hi], gi_out[lo:hi], acc_e[lo:hi],
                            acc_i[lo:hi])
                 else:
-                    spk = spike_out[phase]
+                    spk = spike_out[s]
                     # on slices from 0, so that Numba's indexing knows no index is negative,
                     # and a constant 'pending' in each inlined pass: the loop then vectorizes
                     # as the one-thread kernel's does
-                    if phase > 0:
+                    if s > 0:
                         update(0, hi - lo, True, v_out[lo:hi], ge_out[lo:hi], gi_out[lo:hi],
                                ref_out[lo:hi], acc_e[lo:hi], acc_i[lo:hi], spk[lo:hi])
                     else:
                         update(0, hi - lo, False, v_out[lo:hi], ge_out[lo:hi],
                                gi_out[lo:hi], ref_out[lo:hi], acc_e[lo:hi], acc_i[lo:hi],
                                spk[lo:hi])
-                    cur = phase % 2
-                    generate(lo, hi, ne, n, chunk, T, block, seed_e, seed_i, spk,
-                             bufs[cur, t], cuts[cur, t], meta[cur, t])
-                    # the targets in its own range at once, while they are in the cache
-                    count, exc = meta[cur, t, 0], meta[cur, t, 1]
-                    add_rows(acc_e, w_e, bufs[cur, t], cuts[cur, t], 0, exc, t)
-                    add_rows(acc_i, w_i, bufs[cur, t], cuts[cur, t], exc, count, t)
+                    counts[cur, t] = list_fired(lo, spk[lo:hi], fired[cur, t])
                 done(sync)
 
     return loop
