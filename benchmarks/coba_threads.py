@@ -1,0 +1,202 @@
+"""The fused COBA kernel on one thread and on two, side by side in one process.
+
+For the network of ``examples/coba.py`` over just-in-time connectivity at each scale, from
+a settled state (the network run ``--settle`` steps first), the same ``--steps`` steps are
+run three ways, interleaved (rotating which goes first), ``--reps`` times each:
+
+* ``one thread``: the one-thread fused kernel;
+* ``parts on one thread``: the two-thread kernel with Numba's pool at one thread, which
+  then does both parts of every phase in turn: what cutting the work in two costs;
+* ``two threads``: the two-thread kernel on two threads.
+
+The three give the same spike trains, bit for bit (checked at every run). The table gives
+the median and quartiles of the wall time per step, and the medians' ratios to one thread.
+
+``--probe S`` first runs one single-thread loop on each core at once for ``S`` seconds
+(a process pinned to each, a fixed floating-point loop over 240 KB) and gives each core's
+time per pass, second by second: a step on two threads waits for the slower core, so a
+core that runs slower for a while slows every step of that while.
+
+    python benchmarks/coba_threads.py                       # 10x, 1,000 steps, 15 reps
+    python benchmarks/coba_threads.py --scales 10,100 --steps 2000,200 --probe 30
+"""
+
+from __future__ import annotations
+
+import argparse
+import importlib.util
+import json
+import os
+import statistics
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+ROOT = Path(__file__).resolve().parents[1]
+sys.path.insert(0, str(ROOT))
+os.environ.setdefault("JAX_PLATFORMS", "cpu")
+
+import numpy as np
+
+RESULTS = ROOT / "benchmarks" / "results"
+WAYS = ("one thread", "parts on one thread", "two threads")
+
+_PROBE = """
+import os, sys, time
+import numpy as np
+import numba
+
+@numba.njit(fastmath=True)
+def passes(a, b, reps):
+    for _ in range(reps):
+        for i in range(a.shape[0]):
+            b[i] = a[i] * 1.0001 + b[i] * 0.5
+
+os.sched_setaffinity(0, {int(sys.argv[1])})
+a = np.random.default_rng(0).random(30_000).astype(np.float32)
+b = a.copy()
+passes(a, b, 1)
+start, seconds = float(sys.argv[2]), float(sys.argv[3])
+while time.time() < start:
+    pass
+times = []
+while time.time() < start + seconds:
+    t0 = time.perf_counter()
+    passes(a, b, 200)
+    times.append((time.time() - start, (time.perf_counter() - t0) / 200 * 1e6))
+per_second = [float(np.median([t for s, t in times if k <= s < k + 1]))
+              for k in range(int(seconds))]
+print(" ".join(f"{x:.3f}" for x in per_second))
+"""
+
+
+def _example():
+    spec = importlib.util.spec_from_file_location("coba_example", ROOT / "examples" / "coba.py")
+    module = importlib.util.module_from_spec(spec)
+    sys.modules[spec.name] = module  # its dataclasses look their module up
+    spec.loader.exec_module(module)
+    return module
+
+
+def probe_cores(seconds: float) -> dict:
+    """Each core's time per pass of one loop, second by second, all cores at once."""
+    cores = sorted(os.sched_getaffinity(0))
+    start = time.time() + 10.0  # after every process has compiled its loop
+    procs = [subprocess.Popen([sys.executable, "-c", _PROBE, str(c), str(start), str(seconds)],
+                              stdout=subprocess.PIPE, text=True) for c in cores]
+    out = {}
+    for c, p in zip(cores, procs):
+        text, _ = p.communicate()
+        if p.returncode != 0:
+            raise RuntimeError(f"the probe on core {c} failed")
+        out[c] = [float(x) for x in text.split()]
+    return out
+
+
+def runners(coba, scale: int, settle: int):
+    """The three ways to run steps from a settled state of the network at ``scale``."""
+    import numba
+
+    net = coba.scaled(scale, conn="jitc")
+    n, ne, prob = net.n, net.n_exc, net.w_exc.prob
+    w_e, w_i = np.float32(net.w_exc.weight), np.float32(net.w_inh.weight)
+    seeds = (np.int64(net.w_exc.seed), np.int64(net.w_inh.seed))
+    serial = coba._numba_loop(coba._jitc_propagate(prob))
+    threaded = coba._numba_jitc_loop_threaded(prob)
+
+    def outputs(steps):
+        return ([np.empty(n, np.float32) for _ in range(3)] + [np.empty(n, np.int32)]
+                + [np.zeros((steps, n), np.bool_)])
+
+    def one(state, out):
+        buf = np.empty(coba._BLOCK + n, np.int64)
+        serial(*state, (w_e, w_i, *seeds, np.int64(ne), buf), *out)
+
+    def parts(threads):
+        def run(state, out):
+            before = numba.get_num_threads()
+            numba.set_num_threads(threads)
+            try:
+                threaded(*state, w_e, w_i, *seeds, np.int64(ne), np.int64(2),
+                         np.int64(coba._THREAD_BLOCK), *out)
+            finally:
+                numba.set_num_threads(before)
+        return run
+
+    start = [np.array(x) for x in (net.v0, net.ge0, net.gi0)] + [np.zeros(n, np.int32)]
+    out = outputs(max(settle, 1))
+    one(start, out)
+    settled = out[:4]
+    return settled, outputs, dict(zip(WAYS, (one, parts(1), parts(2))))
+
+
+def measure(coba, scale: int, steps: int, reps: int, settle: int) -> dict:
+    settled, outputs, ways = runners(coba, scale, settle)
+    times = {way: [] for way in WAYS}
+    reference = None
+    for rep in range(reps + 1):  # the first round compiles
+        order = WAYS[rep % 3:] + WAYS[:rep % 3]
+        for way in order:
+            out = outputs(steps)
+            t0 = time.perf_counter()
+            ways[way]([x.copy() for x in settled], out)
+            elapsed = time.perf_counter() - t0
+            if reference is None:
+                reference = [x.copy() for x in out]
+            for got, want in zip(out, reference):
+                if not np.array_equal(got, want):
+                    raise AssertionError(f"{way} at {scale}x differs from the first run")
+            if rep:
+                times[way].append(elapsed / steps * 1e6)
+    spikes = float(reference[4].mean())
+    row = {"scale": scale, "neurons": int(reference[0].shape[0]), "steps": steps,
+           "reps": reps, "fired_per_step": spikes * reference[0].shape[0]}
+    one = statistics.median(times["one thread"])
+    for way in WAYS:
+        q1, med, q3 = np.percentile(times[way], [25, 50, 75])
+        row[way] = {"us_per_step": float(med), "q1": float(q1), "q3": float(q3),
+                    "ratio": float(med / one), "all": times[way]}
+    return row
+
+
+def main(argv=None) -> dict:
+    ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    ap.add_argument("--scales", default="10")
+    ap.add_argument("--steps", default="1000", help="steps a run (one, or one per scale)")
+    ap.add_argument("--reps", type=int, default=15)
+    ap.add_argument("--settle", type=int, default=2000, help="steps run before timing")
+    ap.add_argument("--probe", type=float, default=0.0,
+                    help="seconds of the cores' speed probe first (0: none)")
+    ap.add_argument("--out", default=str(RESULTS / "coba_threads.json"))
+    args = ap.parse_args(argv)
+    scales = [int(s) for s in args.scales.split(",")]
+    steps = [int(s) for s in args.steps.split(",")]
+    steps = steps * len(scales) if len(steps) == 1 else steps
+    if len(steps) != len(scales):
+        ap.error("--steps: give one number, or one per scale")
+    result = {"argv": sys.argv[1:] if argv is None else list(argv), "cpus": os.cpu_count()}
+    if args.probe > 0:
+        result["probe_us_per_pass"] = probe_cores(args.probe)
+        print("core speed probe, microseconds per pass, second by second:")
+        for core, series in result["probe_us_per_pass"].items():
+            print(f"  core {core}: " + " ".join(f"{x:.1f}" for x in series))
+    coba = _example()
+    rows = [measure(coba, scale, n, args.reps, args.settle) for scale, n in zip(scales, steps)]
+    result["rows"] = rows
+    print("| scale | fired per step | " + " | ".join(f"{w}, us/step (q1-q3)" for w in WAYS)
+          + " | parts on one / one | two / one |")
+    print("|---" * (len(WAYS) + 4) + "|")
+    for row in rows:
+        cells = [f"{row[w]['us_per_step']:.1f} ({row[w]['q1']:.1f}-{row[w]['q3']:.1f})"
+                 for w in WAYS]
+        print(f"| {row['scale']}x | {row['fired_per_step']:.0f} | " + " | ".join(cells)
+              + f" | {row['parts on one thread']['ratio']:.2f}"
+              f" | {row['two threads']['ratio']:.2f} |")
+    Path(args.out).parent.mkdir(parents=True, exist_ok=True)
+    Path(args.out).write_text(json.dumps(result, indent=1))
+    return result
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,58 @@
+"""benchmarks/coba_threads.py: the three ways it times run the same steps, and it says so."""
+
+import importlib.util
+import pathlib
+
+import numpy as np
+import pytest
+
+pytest.importorskip("numba")
+ROOT = pathlib.Path(__file__).resolve().parents[1]
+pytestmark = pytest.mark.exhaustive  # compiles both fused kernels
+
+
+def _load():
+    spec = importlib.util.spec_from_file_location("coba_threads",
+                                                  ROOT / "benchmarks" / "coba_threads.py")
+    mod = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(mod)
+    return mod
+
+
+def test_the_three_ways_run_the_same_steps_and_a_difference_is_caught(monkeypatch):
+    bench = _load()
+    coba = bench._example()
+    settled, outputs, ways = bench.runners(coba, 1, 300)
+    assert tuple(ways) == bench.WAYS
+    results = []
+    for way in bench.WAYS:
+        out = outputs(40)
+        ways[way]([x.copy() for x in settled], out)
+        results.append(out)
+    assert results[0][4].any()  # neurons fire in these steps
+    for other in results[1:]:
+        for got, want in zip(other, results[0]):
+            np.testing.assert_array_equal(got, want)
+
+    row = bench.measure(coba, 1, 40, 2, 300)
+    assert row["one thread"]["ratio"] == 1.0 and row["fired_per_step"] > 0
+    for way in bench.WAYS:
+        assert len(row[way]["all"]) == 2
+        assert row[way]["q1"] <= row[way]["us_per_step"] <= row[way]["q3"]
+
+    # a way whose spikes differ from the first run's stops the benchmark
+    real = bench.runners
+
+    def flipped(*args):
+        settled, outputs, ways = real(*args)
+        two = ways["two threads"]
+
+        def wrong(state, out):
+            two(state, out)
+            out[4][-1, 0] = ~out[4][-1, 0]
+
+        return settled, outputs, {**ways, "two threads": wrong}
+
+    monkeypatch.setattr(bench, "runners", flipped)
+    with pytest.raises(AssertionError, match="two threads at 1x differs"):
+        bench.measure(coba, 1, 40, 1, 300)
