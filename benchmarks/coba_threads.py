@@ -7,10 +7,15 @@ run three ways, interleaved (rotating which goes first), ``--reps`` times each:
 * ``one thread``: the one-thread fused kernel;
 * ``parts on one thread``: the two-thread kernel with Numba's pool at one thread, which
   then does both parts of every phase in turn: what cutting the work in two costs;
-* ``two threads``: the two-thread kernel on two threads.
+* ``two threads``: the two-thread kernel on two threads;
+* ``two threads at REV`` (with ``--against REV``): the two-thread kernel of
+  ``examples/coba.py`` as it is at the git revision ``REV`` of this repository, on two
+  threads, to compare two forms of the kernel side by side.
 
-The three give the same spike trains, bit for bit (checked at every run). The table gives
-the median and quartiles of the wall time per step, and the medians' ratios to one thread.
+The three give the same spike trains, bit for bit (checked at every run). Each way writes
+into output arrays of its own, allocated and touched once and then reused, as XLA reuses
+its buffers from call to call: a run does not pay for fresh pages. The table gives the
+median and quartiles of the wall time per step, and the medians' ratios to one thread.
 
 ``--probe S`` first runs one single-thread loop on each core at once for ``S`` seconds
 (a process pinned to each, a fixed floating-point loop over 240 KB) and gives each core's
@@ -19,6 +24,7 @@ core that runs slower for a while slows every step of that while.
 
     python benchmarks/coba_threads.py                       # 10x, 1,000 steps, 15 reps
     python benchmarks/coba_threads.py --scales 10,100 --steps 2000,200 --probe 30
+    python benchmarks/coba_threads.py --against HEAD~1
 """
 
 from __future__ import annotations
@@ -30,6 +36,7 @@ import os
 import statistics
 import subprocess
 import sys
+import tempfile
 import time
 from pathlib import Path
 
@@ -71,8 +78,8 @@ print(" ".join(f"{x:.3f}" for x in per_second))
 """
 
 
-def _example():
-    spec = importlib.util.spec_from_file_location("coba_example", ROOT / "examples" / "coba.py")
+def _example(path: Path = ROOT / "examples" / "coba.py", name: str = "coba_example"):
+    spec = importlib.util.spec_from_file_location(name, path)
     module = importlib.util.module_from_spec(spec)
     sys.modules[spec.name] = module  # its dataclasses look their module up
     spec.loader.exec_module(module)
@@ -94,8 +101,18 @@ def probe_cores(seconds: float) -> dict:
     return out
 
 
-def runners(coba, scale: int, settle: int):
-    """The three ways to run steps from a settled state of the network at ``scale``."""
+def example_at(rev: str, folder: Path):
+    """``examples/coba.py`` as it is at the git revision ``rev``, loaded as a module."""
+    text = subprocess.run(["git", "-C", str(ROOT), "show", f"{rev}:examples/coba.py"],
+                          capture_output=True, text=True, check=True).stdout
+    path = folder / "coba_at_rev.py"
+    path.write_text(text)
+    return _example(path, "coba_example_at_rev")
+
+
+def runners(coba, scale: int, settle: int, other=None):
+    """The ways to run steps from a settled state of the network at ``scale``: the three of
+    ``WAYS``, and ``two threads at REV`` with ``other``'s two-thread kernel."""
     import numba
 
     net = coba.scaled(scale, conn="jitc")
@@ -106,8 +123,9 @@ def runners(coba, scale: int, settle: int):
     threaded = coba._numba_jitc_loop_threaded(prob)
 
     def outputs(steps):
-        return ([np.empty(n, np.float32) for _ in range(3)] + [np.empty(n, np.int32)]
-                + [np.zeros((steps, n), np.bool_)])
+        """Output arrays for ``steps`` steps, every page touched."""
+        return ([np.ones(n, np.float32) for _ in range(3)] + [np.ones(n, np.int32)]
+                + [np.ones((steps, n), np.bool_)])
 
     def one(state, out):
         buf = np.empty(coba._BLOCK + n, np.int64)
@@ -128,17 +146,28 @@ def runners(coba, scale: int, settle: int):
     out = outputs(max(settle, 1))
     one(start, out)
     settled = out[:4]
-    return settled, outputs, dict(zip(WAYS, (one, parts(1), parts(2))))
+    ways = dict(zip(WAYS, (one, parts(1), parts(2))))
+    if other is not None:
+        earlier = other._numba_jitc_loop_threaded(prob)
+
+        def at_rev(state, out):
+            earlier(*state, w_e, w_i, *seeds, np.int64(ne), np.int64(2),
+                    np.int64(other._THREAD_BLOCK), *out)
+
+        ways["two threads at REV"] = at_rev
+    return settled, outputs, ways
 
 
-def measure(coba, scale: int, steps: int, reps: int, settle: int) -> dict:
-    settled, outputs, ways = runners(coba, scale, settle)
-    times = {way: [] for way in WAYS}
+def measure(coba, scale: int, steps: int, reps: int, settle: int, other=None) -> dict:
+    settled, outputs, ways = runners(coba, scale, settle, other)
+    names = tuple(ways)
+    times = {way: [] for way in names}
+    outs = {way: outputs(steps) for way in names}
     reference = None
     for rep in range(reps + 1):  # the first round compiles
-        order = WAYS[rep % 3:] + WAYS[:rep % 3]
+        order = names[rep % len(names):] + names[:rep % len(names)]
         for way in order:
-            out = outputs(steps)
+            out = outs[way]
             t0 = time.perf_counter()
             ways[way]([x.copy() for x in settled], out)
             elapsed = time.perf_counter() - t0
@@ -153,7 +182,7 @@ def measure(coba, scale: int, steps: int, reps: int, settle: int) -> dict:
     row = {"scale": scale, "neurons": int(reference[0].shape[0]), "steps": steps,
            "reps": reps, "fired_per_step": spikes * reference[0].shape[0]}
     one = statistics.median(times["one thread"])
-    for way in WAYS:
+    for way in names:
         q1, med, q3 = np.percentile(times[way], [25, 50, 75])
         row[way] = {"us_per_step": float(med), "q1": float(q1), "q3": float(q3),
                     "ratio": float(med / one), "all": times[way]}
@@ -168,6 +197,8 @@ def main(argv=None) -> dict:
     ap.add_argument("--settle", type=int, default=2000, help="steps run before timing")
     ap.add_argument("--probe", type=float, default=0.0,
                     help="seconds of the cores' speed probe first (0: none)")
+    ap.add_argument("--against", default=None, metavar="REV",
+                    help="also time the two-thread kernel of this git revision")
     ap.add_argument("--out", default=str(RESULTS / "coba_threads.json"))
     args = ap.parse_args(argv)
     scales = [int(s) for s in args.scales.split(",")]
@@ -182,17 +213,25 @@ def main(argv=None) -> dict:
         for core, series in result["probe_us_per_pass"].items():
             print(f"  core {core}: " + " ".join(f"{x:.1f}" for x in series))
     coba = _example()
-    rows = [measure(coba, scale, n, args.reps, args.settle) for scale, n in zip(scales, steps)]
+    with tempfile.TemporaryDirectory() as folder:
+        other = example_at(args.against, Path(folder)) if args.against else None
+        rows = [measure(coba, scale, n, args.reps, args.settle, other)
+                for scale, n in zip(scales, steps)]
+    if args.against:
+        result["against"] = subprocess.run(
+            ["git", "-C", str(ROOT), "rev-parse", args.against], capture_output=True,
+            text=True, check=True).stdout.strip()
     result["rows"] = rows
-    print("| scale | fired per step | " + " | ".join(f"{w}, us/step (q1-q3)" for w in WAYS)
-          + " | parts on one / one | two / one |")
-    print("|---" * (len(WAYS) + 4) + "|")
+    names = [w for w in rows[0] if isinstance(rows[0][w], dict)]
+    print("| scale | fired per step | " + " | ".join(f"{w}, us/step (q1-q3)" for w in names)
+          + " | " + " | ".join(f"{w} / one" for w in names[1:]) + " |")
+    print("|---" * (2 * len(names) + 1) + "|")
     for row in rows:
         cells = [f"{row[w]['us_per_step']:.1f} ({row[w]['q1']:.1f}-{row[w]['q3']:.1f})"
-                 for w in WAYS]
+                 for w in names]
+        ratios = [f"{row[w]['ratio']:.2f}" for w in names[1:]]
         print(f"| {row['scale']}x | {row['fired_per_step']:.0f} | " + " | ".join(cells)
-              + f" | {row['parts on one thread']['ratio']:.2f}"
-              f" | {row['two threads']['ratio']:.2f} |")
+              + " | " + " | ".join(ratios) + " |")
     Path(args.out).parent.mkdir(parents=True, exist_ok=True)
     Path(args.out).write_text(json.dumps(result, indent=1))
     return result

@@ -56,3 +56,21 @@ def test_the_three_ways_run_the_same_steps_and_a_difference_is_caught(monkeypatc
     monkeypatch.setattr(bench, "runners", flipped)
     with pytest.raises(AssertionError, match="two threads at 1x differs"):
         bench.measure(coba, 1, 40, 1, 300)
+
+
+def test_against_a_revision_runs_that_revision_s_kernel(tmp_path):
+    """``--against REV``: the two-thread kernel of examples/coba.py as the git revision has
+    it (here the checked-out one), the same spike trains."""
+    if not (ROOT / ".git").exists():
+        pytest.skip("needs the repository's git history (a copy of the files has none)")
+    bench = _load()
+    coba = bench._example()
+    other = bench.example_at("HEAD", tmp_path)
+    assert other.__file__ != coba.__file__
+    settled, outputs, ways = bench.runners(coba, 1, 300, other)
+    assert tuple(ways) == bench.WAYS + ("two threads at REV",)
+    one, earlier = outputs(30), outputs(30)
+    ways["one thread"]([x.copy() for x in settled], one)
+    ways["two threads at REV"]([x.copy() for x in settled], earlier)
+    for got, want in zip(earlier, one):
+        np.testing.assert_array_equal(got, want)
