@@ -436,7 +436,7 @@ def _numba_jitc_loop_threaded(prob: float):
         or ``buf`` holds ``block`` targets. Row ``r`` is neuron ``ids[r]``'s; its targets in
         owner ``o``'s range are ``buf[cuts[r, o]:cuts[r, o + 1]]``. ``meta``: rows, the
         positions of a claim left unfinished (none: equal), the last ticket drawn."""
-        total = counts[:T].sum()
+        total = counts.sum()
         fill, r, stop_lo, stop_hi = 0, 0, 0, 0
         while fill < block:
             ticket = draw(rows)
@@ -508,7 +508,7 @@ def _numba_jitc_loop_threaded(prob: float):
             add_again(lo, hi, ne, n, seed_e, seed_i, w_e, w_i, acc_e, acc_i, fired, counts,
                       meta[b, 1], meta[b, 2], row)
         add_again(lo, hi, ne, n, seed_e, seed_i, w_e, w_i, acc_e, acc_i, fired, counts,
-                  left, counts[:T].sum(), row)
+                  left, counts.sum(), row)
 
     # One parallel region, the prange's: array expressions and initializations stay serial
     # (each would be a region of its own, and each region wakes the other threads).
@@ -522,16 +522,17 @@ def _numba_jitc_loop_threaded(prob: float):
         acc_e = np.zeros(n, np.float32)
         acc_i = np.zeros(n, np.float32)
         chunk = (n + T - 1) // T
-        # Set p = step % 2: of part s, bufs[p, s], a block of targets plus one claim's rows;
-        # cuts[p, s] and ids[p, s], the row cuts and neurons of its rows; meta[p, s], its
-        # rows, unfinished claim and last ticket (padded so that no two parts' share a
-        # cache line); of range t, fired[p, t] and counts[p, t], the neurons that fired.
-        bufs = np.empty((2, T, block + per_claim * n), np.int64)
+        # Set p = step % 2: of part s, bufs[p, s], a block of targets plus one row (a row
+        # starts only below the block); cuts[p, s] and ids[p, s], the row cuts and neurons
+        # of its rows; meta[p, s], its rows, unfinished claim and last ticket (padded so
+        # that no two parts' meta share a cache line); of range t, fired[p, t] and
+        # counts[p, t], the neurons that fired.
+        bufs = np.empty((2, T, block + n), np.int64)
         cuts = np.empty((2, T, n, T + 1), np.int64)
         ids = np.empty((2, T, n), np.int64)
         meta = np.zeros((2, T, 8), np.int64)
         fired = np.empty((2, T, chunk), np.int64)
-        counts = np.zeros((2, T + 1), np.int64)
+        counts = np.zeros((2, T), np.int64)
         row = np.empty((T, n), np.int64)  # each part's row generated again
         v_out[:] = v
         ge_out[:] = ge
