@@ -12,7 +12,10 @@ run three ways, interleaved (rotating which goes first), ``--reps`` times each:
   ``examples/coba.py`` as it is at the git revision ``REV`` of this repository, on two
   threads, to compare two forms of the kernel side by side.
 
-The three give the same spike trains, bit for bit (checked at every run). Each way writes
+A run is one kernel call, or with ``--steps-per-call K`` calls of ``K`` steps, each from
+the state the one before ended in (each call of the two-thread kernel opens a parallel
+region and wakes Numba's sleeping worker, as in a simulation of ``K`` steps a call).
+The ways give the same spike trains, bit for bit (checked at every run). Each way writes
 into output arrays of its own, allocated and touched once and then reused, as XLA reuses
 its buffers from call to call: a run does not pay for fresh pages. The table gives the
 median and quartiles of the wall time per step, and the medians' ratios to one thread.
@@ -25,6 +28,7 @@ core that runs slower for a while slows every step of that while.
     python benchmarks/coba_threads.py                       # 10x, 1,000 steps, 15 reps
     python benchmarks/coba_threads.py --scales 10,100 --steps 2000,200 --probe 30
     python benchmarks/coba_threads.py --against HEAD~1
+    python benchmarks/coba_threads.py --steps 2000 --steps-per-call 10
 """
 
 from __future__ import annotations
@@ -158,18 +162,28 @@ def runners(coba, scale: int, settle: int, other=None):
     return settled, outputs, ways
 
 
-def measure(coba, scale: int, steps: int, reps: int, settle: int, other=None) -> dict:
+def measure(coba, scale: int, steps: int, reps: int, settle: int, other=None,
+            per_call: int = 0) -> dict:
+    """Each way's runs of ``steps`` steps, in calls of ``per_call`` steps (all in one call
+    when 0), each call starting from the state the one before ended in."""
+    per_call = per_call or steps
+    if steps % per_call:
+        raise ValueError(f"steps ({steps}) must be a multiple of the steps a call ({per_call})")
+    calls = steps // per_call
     settled, outputs, ways = runners(coba, scale, settle, other)
     names = tuple(ways)
     times = {way: [] for way in names}
-    outs = {way: outputs(steps) for way in names}
+    outs = {way: (outputs(per_call), outputs(per_call)) for way in names}  # alternate
     reference = None
     for rep in range(reps + 1):  # the first round compiles
         order = names[rep % len(names):] + names[:rep % len(names)]
         for way in order:
-            out = outs[way]
+            state = [x.copy() for x in settled]
             t0 = time.perf_counter()
-            ways[way]([x.copy() for x in settled], out)
+            for call in range(calls):
+                out = outs[way][call % 2]
+                ways[way](state, out)
+                state = out[:4]
             elapsed = time.perf_counter() - t0
             if reference is None:
                 reference = [x.copy() for x in out]
@@ -180,7 +194,8 @@ def measure(coba, scale: int, steps: int, reps: int, settle: int, other=None) ->
                 times[way].append(elapsed / steps * 1e6)
     spikes = float(reference[4].mean())
     row = {"scale": scale, "neurons": int(reference[0].shape[0]), "steps": steps,
-           "reps": reps, "fired_per_step": spikes * reference[0].shape[0]}
+           "steps_per_call": per_call, "reps": reps,
+           "fired_per_step": spikes * reference[0].shape[0]}
     one = statistics.median(times["one thread"])
     for way in names:
         q1, med, q3 = np.percentile(times[way], [25, 50, 75])
@@ -194,6 +209,9 @@ def main(argv=None) -> dict:
     ap.add_argument("--scales", default="10")
     ap.add_argument("--steps", default="1000", help="steps a run (one, or one per scale)")
     ap.add_argument("--reps", type=int, default=15)
+    ap.add_argument("--steps-per-call", type=int, default=0,
+                    help="steps a kernel call, a run being calls from the state the one "
+                         "before ended in (0: a run is one call)")
     ap.add_argument("--settle", type=int, default=2000, help="steps run before timing")
     ap.add_argument("--probe", type=float, default=0.0,
                     help="seconds of the cores' speed probe first (0: none)")
@@ -215,7 +233,7 @@ def main(argv=None) -> dict:
     coba = _example()
     with tempfile.TemporaryDirectory() as folder:
         other = example_at(args.against, Path(folder)) if args.against else None
-        rows = [measure(coba, scale, n, args.reps, args.settle, other)
+        rows = [measure(coba, scale, n, args.reps, args.settle, other, args.steps_per_call)
                 for scale, n in zip(scales, steps)]
     if args.against:
         result["against"] = subprocess.run(

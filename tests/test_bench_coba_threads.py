@@ -40,6 +40,19 @@ def test_the_three_ways_run_the_same_steps_and_a_difference_is_caught(monkeypatc
         assert len(row[way]["all"]) == 2
         assert row[way]["q1"] <= row[way]["us_per_step"] <= row[way]["q3"]
 
+    # calls of 10 steps, each from where the one before ended: where one call of 40 ends
+    state = [x.copy() for x in settled]
+    for call in range(4):
+        out = outputs(10)
+        ways["two threads"](state, out)
+        state = out[:4]
+    for got, want in zip(out, results[0]):
+        np.testing.assert_array_equal(got, want[-10:] if got.ndim == 2 else want)
+    row = bench.measure(coba, 1, 40, 1, 300, per_call=10)
+    assert row["steps_per_call"] == 10 and len(row["two threads"]["all"]) == 1
+    with pytest.raises(ValueError, match="multiple"):
+        bench.measure(coba, 1, 40, 1, 300, per_call=15)
+
     # a way whose spikes differ from the first run's stops the benchmark
     real = bench.runners
 
