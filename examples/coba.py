@@ -429,9 +429,9 @@ def _numba_jitc_loop_threaded(prob: float):
         return count
 
     @numba.njit(inline="always", nogil=True)
-    def generate(p, T, chunk, ne, n, block, seed_e, seed_i, fired, counts, first, rows,
-                 buf, cuts, ids, meta):
-        """Part ``p``'s rows: claimed ``per_claim`` list positions at a time (ticket ``k``
+    def generate(T, chunk, ne, n, block, seed_e, seed_i, fired, counts, first, rows, buf,
+                 cuts, ids, meta):
+        """A part's rows: claimed ``per_claim`` list positions at a time (ticket ``k``
         of ``rows`` names positions from ``(k - first) * per_claim``) until none is left
         or ``buf`` holds ``block`` targets. Row ``r`` is neuron ``ids[r]``'s; its targets in
         owner ``o``'s range are ``buf[cuts[r, o]:cuts[r, o + 1]]``. ``meta``: rows, the
@@ -550,7 +550,7 @@ def _numba_jitc_loop_threaded(prob: float):
                 s, cur = phase // 2, phase // 2 % 2
                 lo, hi = min(n, t * chunk), min(n, (t + 1) * chunk)
                 if phase % 2 == 1:  # the rows of the neurons that fired at step s
-                    generate(t, T, chunk, ne, n, block, seed_e, seed_i, fired[cur],
+                    generate(T, chunk, ne, n, block, seed_e, seed_i, fired[cur],
                              counts[cur], first_ticket(meta, s), claims, bufs[cur, t],
                              cuts[cur, t], ids[cur, t], meta[cur, t])
                     # the targets in its own range at once, while they are in the cache
