@@ -153,15 +153,7 @@ def _busy_jitc_state(coba, jitc_net):
     return args, {"prob": we.prob, "n_exc": jitc_net.n_exc}
 
 
-@pytest.mark.parametrize("steps_per_call,threads", [
-    (1, 1), (10, 1), pytest.param(10, 2, marks=pytest.mark.exhaustive),
-    pytest.param(5, 3, marks=pytest.mark.exhaustive)])
-def test_fused_just_in_time_step_gives_the_plain_spike_trains(coba, jitc_net, jitc_plain,
-                                                              steps_per_call, threads):
-    """The fused kernel regenerates the rows inside the kernel: the plain step's trains,
-    on one thread or several. On several, the threaded kernel (the one compiled for the
-    simulation) also gives the one-thread sums bit for bit from a busy state, and when its
-    parts' targets overflow their blocks (the loop called with small ones)."""
+def _fused_jitc_gives_the_plain_trains(coba, jitc_net, jitc_plain, steps_per_call, threads):
     fused = coba.simulate(jitc_net, DURATION, fused=True, steps_per_call=steps_per_call,
                           threads=threads, min_neurons=0)  # threads even for few neurons
     for key in ("counts", "per_neuron", "raster"):
@@ -190,6 +182,24 @@ def test_fused_just_in_time_step_gives_the_plain_spike_trains(coba, jitc_net, ji
              np.int64(kw["n_exc"]), np.int64(threads), np.int64(500), *outs)
     for g, w in zip(outs, one):
         np.testing.assert_array_equal(g, np.asarray(w))
+
+
+@pytest.mark.parametrize("steps_per_call", [1, 10])
+def test_fused_just_in_time_step_gives_the_plain_spike_trains(coba, jitc_net, jitc_plain,
+                                                              steps_per_call):
+    """The fused kernel regenerates the rows inside the kernel: the plain step's trains."""
+    _fused_jitc_gives_the_plain_trains(coba, jitc_net, jitc_plain, steps_per_call, 1)
+
+
+@pytest.mark.exhaustive  # compiles the threaded kernel (about a minute)
+def test_fused_just_in_time_step_on_several_threads_gives_the_plain_spike_trains(
+        coba, jitc_net, jitc_plain):
+    """The same on two and three threads (one test: one compile of the threaded kernel);
+    the threaded kernel (the one compiled for the simulation) also gives the one-thread
+    sums bit for bit from a busy state, and when its parts' targets overflow their blocks
+    (the loop called with small ones)."""
+    for steps_per_call, threads in ((10, 2), (5, 3)):
+        _fused_jitc_gives_the_plain_trains(coba, jitc_net, jitc_plain, steps_per_call, threads)
 
 
 def test_fused_just_in_time_kernel_backends_agree(coba, jitc_net):
