@@ -1,19 +1,12 @@
 """benchmarks/coba.py: how runs are summarized and how disturbance is computed."""
 
-import importlib.util
-import pathlib
-
 import pytest
-
-ROOT = pathlib.Path(__file__).resolve().parents[1]
+from _scripts import load_script
 
 
 @pytest.fixture(scope="module")
 def bench():
-    spec = importlib.util.spec_from_file_location("coba_bench", ROOT / "benchmarks" / "coba.py")
-    mod = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(mod)
-    return mod
+    return load_script("benchmarks/coba.py", "coba_bench")
 
 
 def _row(name, seed, wall, cpu, other, attempt=0, rate=18.0):

@@ -1,19 +1,11 @@
 """benchmarks/coba_anatomy.py: each part it times computes what its name says (NumPy)."""
 
-import importlib.util
-import pathlib
-
 import numpy as np
-
-ROOT = pathlib.Path(__file__).resolve().parents[1]
+from _scripts import load_script
 
 
 def _load():
-    spec = importlib.util.spec_from_file_location("coba_anatomy",
-                                                  ROOT / "benchmarks" / "coba_anatomy.py")
-    mod = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(mod)
-    return mod
+    return load_script("benchmarks/coba_anatomy.py", "coba_anatomy")
 
 
 def test_the_parts_compute_the_plain_step_and_its_pieces():

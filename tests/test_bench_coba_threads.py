@@ -1,10 +1,10 @@
 """benchmarks/coba_threads.py: the three ways it times run the same steps, and it says so."""
 
-import importlib.util
 import pathlib
 
 import numpy as np
 import pytest
+from _scripts import load_script
 
 pytest.importorskip("numba")
 ROOT = pathlib.Path(__file__).resolve().parents[1]
@@ -12,11 +12,7 @@ pytestmark = pytest.mark.exhaustive  # compiles both fused kernels
 
 
 def _load():
-    spec = importlib.util.spec_from_file_location("coba_threads",
-                                                  ROOT / "benchmarks" / "coba_threads.py")
-    mod = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(mod)
-    return mod
+    return load_script("benchmarks/coba_threads.py", "coba_threads")
 
 
 def test_the_three_ways_run_the_same_steps_and_a_difference_is_caught(monkeypatch):

@@ -7,30 +7,20 @@ numba_cuda kernels are included when their packages are installed.
 
 from __future__ import annotations
 
-import importlib.util
-import pathlib
-import sys
-
 import jax
 import jax.numpy as jnp
 import pytest
+from _scripts import load_script
 from gpu_utils import compile_for_targets, requires_gpu_compiler
 
 import primforge
 
 pytestmark = requires_gpu_compiler
 
-PATH = pathlib.Path(__file__).resolve().parents[1] / "benchmarks" / "backends.py"
-
 
 def _benchmark():
-    name = "primforge_bench_backends"
-    if name not in sys.modules:
-        spec = importlib.util.spec_from_file_location(name, PATH)
-        module = importlib.util.module_from_spec(spec)
-        sys.modules[name] = module  # numba-cuda kernels need their module importable
-        spec.loader.exec_module(module)
-    return sys.modules[name]
+    # registered: numba-cuda kernels need their module importable
+    return load_script("benchmarks/backends.py", "primforge_bench_backends", register=True)
 
 
 ALL = ("affine", "rowsum", "gather", "scatter_add")

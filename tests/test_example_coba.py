@@ -5,7 +5,6 @@ rule, propagation by summing the rows of SciPy's dense copy of each connectivity
 shares only the connectivity and the initial state with the example.
 """
 
-import importlib.util
 import json
 import os
 import pathlib
@@ -15,19 +14,15 @@ import sys
 import numpy as np
 import pytest
 import scipy.sparse as sp
+from _scripts import load_script
 
 ROOT = pathlib.Path(__file__).resolve().parents[1]
 N, PROB, DURATION = 2000, 0.04, 0.2  # 80 inputs per neuron, as in the full network
 
 
 def coba_module():
-    if "coba_example" not in sys.modules:
-        spec = importlib.util.spec_from_file_location("coba_example",
-                                                      ROOT / "examples" / "coba.py")
-        mod = importlib.util.module_from_spec(spec)
-        sys.modules[spec.name] = mod  # its dataclasses resolve annotations through it
-        spec.loader.exec_module(mod)
-    return sys.modules["coba_example"]
+    # registered: its dataclasses resolve annotations through it
+    return load_script("examples/coba.py", "coba_example", register=True)
 
 
 @pytest.fixture(scope="module")

@@ -30,14 +30,10 @@ def test_readme_commands_match_ci():
 def test_coba_delayed_matches_a_numpy_simulation_with_delays():
     """examples/coba_delayed.py against a float64 NumPy twin written from the model: arrivals
     by absolute step (no ring buffer), the example's connectivity, delays and initial state."""
-    import importlib.util
-
     import numpy as np
+    from _scripts import load_script
 
-    spec = importlib.util.spec_from_file_location("coba_delayed_example",
-                                                  ROOT / "examples" / "coba_delayed.py")
-    mod = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(mod)
+    mod = load_script("examples/coba_delayed.py", "coba_delayed_example")
     n, prob, duration = 1000, 0.08, 0.1  # 80 inputs per neuron, as in the full network
     net, d_exc, d_inh = mod.build(n, prob, seed=3)
     got = mod.simulate(net, d_exc, d_inh, duration)["counts"]
