@@ -83,11 +83,6 @@ print(" ".join(f"{x:.3f}" for x in per_second))
 
 
 def _example(path: Path = ROOT / "examples" / "coba.py", name: str = "coba_example"):
-    """The example module at ``path`` (the one loaded already under ``name``, if it came
-    from there: its compiled kernels are reused)."""
-    known = sys.modules.get(name)
-    if known is not None and Path(getattr(known, "__file__", "") or "") == Path(path):
-        return known
     spec = importlib.util.spec_from_file_location(name, path)
     module = importlib.util.module_from_spec(spec)
     sys.modules[spec.name] = module  # its dataclasses look their module up
