@@ -66,6 +66,7 @@ import argparse
 import json
 import os
 import pathlib
+import platform
 import statistics
 import subprocess
 import sys
@@ -327,6 +328,18 @@ def run_one(contender: str, scale: int, seed: int, duration: float, brian: str |
     return _child([*prefix, python, "-c", code], env)
 
 
+def _cpu_model() -> str:
+    """The CPU's model name (``/proc/cpuinfo`` where there is one), for the run's record."""
+    try:
+        with open("/proc/cpuinfo") as f:
+            for line in f:
+                if line.startswith("model name"):
+                    return line.split(":", 1)[1].strip()
+    except OSError:
+        pass
+    return platform.processor() or platform.machine()
+
+
 def _loadavg() -> float:
     with open("/proc/loadavg") as f:
         return float(f.read().split()[0])
@@ -439,6 +452,7 @@ def main(argv=None):
     seeds = _per_scale(args.seeds, scales, int)
     durations = _per_scale(args.duration, scales, float)
     meta = {"durations_s": durations, "seeds": seeds, "cpus": os.cpu_count(),
+            "cpu_model": _cpu_model(),
             "python": sys.version.split()[0], "max_other_cores": args.max_other,
             "retries": args.retries, "min_time_s": args.min_time,
             "argv": sys.argv[1:] if argv is None else list(argv)}
