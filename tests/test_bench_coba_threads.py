@@ -1,6 +1,7 @@
 """benchmarks/coba_threads.py: the three ways it times run the same steps, and it says so."""
 
 import pathlib
+import subprocess
 
 import numpy as np
 import pytest
@@ -11,13 +12,20 @@ ROOT = pathlib.Path(__file__).resolve().parents[1]
 pytestmark = pytest.mark.exhaustive  # compiles both fused kernels
 
 
-def _load():
+@pytest.fixture(scope="module")
+def bench():
     return load_script("benchmarks/coba_threads.py", "coba_threads")
 
 
-def test_the_three_ways_run_the_same_steps_and_a_difference_is_caught(monkeypatch):
-    bench = _load()
-    coba = bench._example()
+@pytest.fixture(scope="module")
+def coba(bench):
+    """The example, loaded once for the file: its kernels compile once (a minute for the
+    threaded one)."""
+    return bench._example()
+
+
+def test_the_three_ways_run_the_same_steps_and_a_difference_is_caught(monkeypatch, bench,
+                                                                      coba):
     settled, outputs, ways = bench.runners(coba, 1, 300)
     assert tuple(ways) == bench.WAYS
     results = []
@@ -67,19 +75,36 @@ def test_the_three_ways_run_the_same_steps_and_a_difference_is_caught(monkeypatc
         bench.measure(coba, 1, 40, 1, 300)
 
 
-def test_against_a_revision_runs_that_revision_s_kernel(tmp_path):
-    """``--against REV``: the two-thread kernel of examples/coba.py as the git revision has
-    it (here the checked-out one), the same spike trains."""
+def test_against_a_revision_loads_that_revision_s_example_and_runs_its_kernel(tmp_path, bench,
+                                                                             coba):
+    """``--against REV``: examples/coba.py as the git revision has it (here the checked-out
+    one), loaded as a module of its own, and its two-thread kernel run as a fifth way."""
     if not (ROOT / ".git").exists():
         pytest.skip("needs the repository's git history (a copy of the files has none)")
-    bench = _load()
-    coba = bench._example()
     other = bench.example_at("HEAD", tmp_path)
-    assert other.__file__ != coba.__file__
-    settled, outputs, ways = bench.runners(coba, 1, 300, other)
+    assert other.__file__ != coba.__file__ and other is not coba
+    committed = subprocess.run(["git", "-C", str(ROOT), "show", "HEAD:examples/coba.py"],
+                               capture_output=True, text=True, check=True).stdout
+    assert pathlib.Path(other.__file__).read_text() == committed
+    assert other._THREAD_BLOCK == coba._THREAD_BLOCK
+    # Compiling the revision's threaded kernel takes as long as the present one's (about a
+    # minute): the fifth way is checked with the present module's kernel, the one the first
+    # test compiled when both run in this process, passed in as the revision's.
+    ran = []
+
+    class Revision:
+        _THREAD_BLOCK = other._THREAD_BLOCK
+
+        @staticmethod
+        def _numba_jitc_loop_threaded(prob):
+            ran.append(prob)
+            return coba._numba_jitc_loop_threaded(prob)
+
+    settled, outputs, ways = bench.runners(coba, 1, 300, Revision)
     assert tuple(ways) == bench.WAYS + ("two threads at REV",)
     one, earlier = outputs(30), outputs(30)
     ways["one thread"]([x.copy() for x in settled], one)
     ways["two threads at REV"]([x.copy() for x in settled], earlier)
+    assert ran == [coba.scaled(1, conn="jitc").w_exc.prob]
     for got, want in zip(earlier, one):
         np.testing.assert_array_equal(got, want)
