@@ -122,7 +122,7 @@ def runners(coba, scale: int, settle: int, other=None):
     net = coba.scaled(scale, conn="jitc")
     n, ne, prob = net.n, net.n_exc, net.w_exc.prob
     w_e, w_i = np.float32(net.w_exc.weight), np.float32(net.w_inh.weight)
-    seeds = (np.int64(net.w_exc.seed), np.int64(net.w_inh.seed))
+    seeds = (np.uint32(net.w_exc.seed), np.uint32(net.w_inh.seed))  # as the simulation passes them
     serial = coba._numba_loop(coba._jitc_propagate(prob))
     threaded = coba._numba_jitc_loop_threaded(prob)
 
