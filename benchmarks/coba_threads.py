@@ -114,12 +114,12 @@ def example_at(rev: str, folder: Path):
     return _example(path, "coba_example_at_rev")
 
 
-def runners(coba, scale: int, settle: int, other=None):
-    """The ways to run steps from a settled state of the network at ``scale``: the three of
-    ``WAYS``, and ``two threads at REV`` with ``other``'s two-thread kernel."""
+def runners(coba, net, settle: int, other=None):
+    """The ways to run steps from a settled state of ``net`` (a network of ``coba`` over
+    just-in-time connectivity): the three of ``WAYS``, and ``two threads at REV`` with
+    ``other``'s two-thread kernel."""
     import numba
 
-    net = coba.scaled(scale, conn="jitc")
     n, ne, prob = net.n, net.n_exc, net.w_exc.prob
     w_e, w_i = np.float32(net.w_exc.weight), np.float32(net.w_inh.weight)
     seeds = (np.uint32(net.w_exc.seed), np.uint32(net.w_inh.seed))  # as the simulation passes them
@@ -163,14 +163,17 @@ def runners(coba, scale: int, settle: int, other=None):
 
 
 def measure(coba, scale: int, steps: int, reps: int, settle: int, other=None,
-            per_call: int = 0) -> dict:
+            per_call: int = 0, net=None) -> dict:
     """Each way's runs of ``steps`` steps, in calls of ``per_call`` steps (all in one call
-    when 0), each call starting from the state the one before ended in."""
+    when 0), each call starting from the state the one before ended in, on the network at
+    ``scale`` (or on ``net``, a network of ``coba`` over just-in-time connectivity)."""
     per_call = per_call or steps
     if steps % per_call:
         raise ValueError(f"steps ({steps}) must be a multiple of the steps a call ({per_call})")
     calls = steps // per_call
-    settled, outputs, ways = runners(coba, scale, settle, other)
+    if net is None:
+        net = coba.scaled(scale, conn="jitc")
+    settled, outputs, ways = runners(coba, net, settle, other)
     names = tuple(ways)
     times = {way: [] for way in names}
     outs = {way: (outputs(per_call), outputs(per_call)) for way in names}  # alternate
