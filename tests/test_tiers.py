@@ -180,3 +180,34 @@ def test_an_installed_benchmark_plugin_does_not_stop_a_run_with_workers(tmp_path
     proc = subprocess.run([*cmd, "-p", "fakebench_plugin"], cwd=root, capture_output=True,
                           text=True, timeout=300, check=False, env=env)
     assert proc.returncode != 0 and "benchmarks are disabled" in proc.stdout + proc.stderr
+
+
+def test_the_classic_cpu_emitters_flag_is_added_only_where_xla_accepts_it(monkeypatch):
+    calls = []
+
+    def accepts(answer):
+        def probe(flags):
+            calls.append(flags)
+            return answer
+        return probe
+
+    monkeypatch.delenv("PRIMFORGE_TEST_XLA_DEFAULTS", raising=False)
+    monkeypatch.setenv("XLA_FLAGS", "--xla_foo=1")
+    monkeypatch.setattr(conftest, "_xla_accepts", accepts(False))
+    conftest._use_classic_cpu_emitters()
+    assert os.environ["XLA_FLAGS"] == "--xla_foo=1"  # refused: left as it was
+    monkeypatch.setattr(conftest, "_xla_accepts", accepts(True))
+    conftest._use_classic_cpu_emitters()
+    assert os.environ["XLA_FLAGS"] == f"--xla_foo=1 {conftest.XLA_TEST_FLAG}"
+    assert calls == [os.environ["XLA_FLAGS"]] * 2  # the whole line is what is tried
+    conftest._use_classic_cpu_emitters()  # already there: not tried again
+    assert len(calls) == 2 and os.environ["XLA_FLAGS"].count("fusion_emitters") == 1
+    monkeypatch.setenv("XLA_FLAGS", "")
+    monkeypatch.setenv("PRIMFORGE_TEST_XLA_DEFAULTS", "1")
+    conftest._use_classic_cpu_emitters()  # asked for XLA's defaults
+    assert os.environ["XLA_FLAGS"] == "" and len(calls) == 2
+
+
+def test_the_probe_refuses_a_flag_xla_does_not_know():
+    assert not conftest._xla_accepts("--xla_no_such_flag_anywhere=1")  # XLA aborts on it
+    assert conftest._xla_accepts("")
