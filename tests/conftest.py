@@ -97,10 +97,12 @@ def pytest_xdist_make_scheduler(config, log):
 #: Parametrized functions with at most this many cases keep all of them in the default run.
 SMALL_MATRIX = 3
 #: Whole files: the multi-process cache-trust tests (each test starts several processes and
-#: builds libraries) and the XLA:GPU compile sweeps of the operators (each test compiles its
-#: cases as one program per target: ``compile_cases_for_targets`` in gpu_utils.py).
+#: builds libraries), the XLA:GPU compile sweeps of the operators (each test compiles its
+#: cases as one program per target: ``compile_cases_for_targets`` in gpu_utils.py) and the
+#: rehearsal on the CPU of the GPU acceptance command (every step of it in child processes).
 EXHAUSTIVE_FILES = re.compile(
-    r"tests/(test_trust_multiprocess|test_cache_cuda_trust|test_\w+_gpu_compile)\.py$")
+    r"tests/(test_trust_multiprocess|test_cache_cuda_trust|test_\w+_gpu_compile"
+    r"|test_gpu_acceptance)\.py$")
 #: Tests that sweep a whole family through one mechanism the default tier tests on its own:
 #: ``primforge check`` over every kernel and backend of an operator family (tests/test_cli.py
 #: covers the command; tests/test_ops_bench.py runs its comparison for the other families),
