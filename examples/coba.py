@@ -20,9 +20,10 @@ reset. Two implementations of that step run under ``jax.lax.scan``:
 * plain: ``jax.numpy`` for the neurons and two event-driven CSR products
   (``spikes_E @ We``, ``spikes_I @ Wi``, the numba kernels of :mod:`primforge.ops`).
 * fused (``--fused``): one :class:`primforge.XLACustomKernel` per step that integrates the
-  neurons, detects spikes and propagates them in a single Numba kernel call, with a
-  ``jax`` reference backend. It performs the same float32 operations in the same order
-  (including the multiply-adds XLA contracts into FMAs), so both give the same spike trains.
+  neurons, detects spikes, propagates them and counts each population's spikes in a single
+  Numba kernel call, with a ``jax`` reference backend. It performs the same float32
+  operations in the same order (including the multiply-adds XLA contracts into FMAs), so
+  both give the same spike trains.
 
 ``--scale 10`` has 40,000 neurons with p = 0.002 (the same 80 inputs per neuron) and
 ``--scale 100`` 400,000 neurons with p = 0.0002, whose connectivity is never stored: with
@@ -166,6 +167,13 @@ def plain_step(w_exc, w_inh):
     return step
 
 
+def fired_per_population(spikes, ne):
+    """``(steps, 2)`` int32: the excitatory (the first ``ne``) and inhibitory neurons that
+    fired at each step of ``spikes``, ``(steps, n)`` bool."""
+    return jnp.stack([jnp.sum(spikes[:, :ne], axis=1, dtype=jnp.int32),
+                      jnp.sum(spikes[:, ne:], axis=1, dtype=jnp.int32)], axis=1)
+
+
 # ----------------------------------------------------------------------------- fused step
 # Two kernels, one per kind of connectivity, share the Numba loop below; each also has a
 # ``jax`` reference backend.
@@ -247,16 +255,17 @@ def _numba_loop(propagate):
     """The fused loop for as many steps as ``spike_out`` has rows: integrate, detect,
     propagate, reset (one compiled loop serves every number of steps).
 
-    ``propagate(conn, spikes, acc_e, acc_i) -> ok`` adds the outgoing synapses of the
-    neurons that fired to the accumulators, rows in increasing order (the event-driven
-    products' summation order); ``conn`` is the connectivity as a tuple.
+    ``propagate(conn, spikes, acc_e, acc_i, fired) -> ok`` adds the outgoing synapses of
+    the neurons that fired to the accumulators, rows in increasing order (the event-driven
+    products' summation order), and writes how many excitatory and inhibitory neurons
+    fired into ``fired``; ``conn`` is the connectivity as a tuple.
     """
     import numba
 
     update, finish = _neuron_pass()
 
     @numba.njit(nogil=True, fastmath={"contract"})
-    def loop(v, ge, gi, ref, conn, v_out, ge_out, gi_out, ref_out, spike_out):
+    def loop(v, ge, gi, ref, conn, v_out, ge_out, gi_out, ref_out, spike_out, fired_out):
         n = v.shape[0]
         acc_e = np.zeros(n, np.float32)
         acc_i = np.zeros(n, np.float32)
@@ -272,7 +281,8 @@ def _numba_loop(propagate):
                 update(0, n, False, v_out, ge_out, gi_out, ref_out, acc_e, acc_i, spike_out[t])
             else:
                 update(0, n, True, v_out, ge_out, gi_out, ref_out, acc_e, acc_i, spike_out[t])
-            ok &= propagate(conn, spike_out[t], acc_e, acc_i)  # into the zeroed accumulators
+            # into the zeroed accumulators
+            ok &= propagate(conn, spike_out[t], acc_e, acc_i, fired_out[t])
         finish(0, n, ge_out, gi_out, acc_e, acc_i)
         return ok
 
@@ -286,13 +296,18 @@ def _csr_propagate():
     next_fired, words = _next_fired(), numba.njit(inline="always")(_words)
 
     @numba.njit(inline="always", nogil=True)
-    def propagate(conn, spk, acc_e, acc_i):
+    def propagate(conn, spk, acc_e, acc_i, fired):
         we, e_idx, e_ptr, wi, i_idx, i_ptr = conn
         n, ne = acc_e.shape[0], e_ptr.shape[0] - 1
         wds = words(spk)
         ok = True
+        n_e = n_i = 0
         i = next_fired(spk, wds, 0, n)
         while i < n:
+            if i < ne:
+                n_e += 1
+            else:
+                n_i += 1
             acc, w, idx, ptr, row = (acc_e, we[0], e_idx, e_ptr, i) if i < ne else \
                 (acc_i, wi[0], i_idx, i_ptr, i - ne)
             for k in range(ptr[row], ptr[row + 1]):
@@ -302,6 +317,7 @@ def _csr_propagate():
                 else:
                     acc[j] += w
             i = next_fired(spk, wds, i + 1, n)
+        fired[0], fired[1] = n_e, n_i
         return ok
 
     return propagate
@@ -338,22 +354,24 @@ def _jitc_propagate(prob: float):
     next_fired, words = _next_fired(), numba.njit(inline="always")(_words)
 
     @numba.njit(inline="always", nogil=True)
-    def propagate(conn, spk, acc_e, acc_i):
+    def propagate(conn, spk, acc_e, acc_i, fired):
         w_e, w_i, seed_e, seed_i, ne, buf = conn
         n = acc_e.shape[0]
         wds = words(spk)
         for pop in range(2):
             acc, w, seed, lo, hi = (acc_e, w_e, seed_e, 0, ne) if pop == 0 else \
                 (acc_i, w_i, seed_i, ne, n)
-            fill = 0
+            fill = count = 0
             i = next_fired(spk, wds, lo, hi)
             while i < hi:
                 fill += columns(seed, i - lo, n, buf[fill:])
+                count += 1
                 if fill >= _BLOCK:
                     scatter(acc, w, buf, fill)
                     fill = 0
                 i = next_fired(spk, wds, i + 1, hi)
             scatter(acc, w, buf, fill)
+            fired[pop] = count
         return True
 
     return propagate
@@ -517,10 +535,10 @@ def _numba_jitc_loop_threaded(prob: float):
 
     @numba.njit(nogil=True, parallel=only_prange, fastmath={"contract"})
     def loop(v, ge, gi, ref, w_e, w_i, seed_e, seed_i, ne, T, block,
-             v_out, ge_out, gi_out, ref_out, spike_out):
+             v_out, ge_out, gi_out, ref_out, spike_out, fired_out):
         n = v.shape[0]
-        acc_e = np.zeros(n, np.float32)
-        acc_i = np.zeros(n, np.float32)
+        acc_e = np.empty(n, np.float32)  # each part zeroes its range
+        acc_i = np.empty(n, np.float32)
         chunk = (n + T - 1) // T
         # Set p = step % 2: of part s, bufs[p, s], a block of targets plus one row (a row
         # starts only below the block); cuts[p, s] and ids[p, s], the row cuts and neurons
@@ -534,11 +552,9 @@ def _numba_jitc_loop_threaded(prob: float):
         fired = np.empty((2, T, chunk), np.int64)
         counts = np.zeros((2, T), np.int64)
         row = np.empty((T, n), np.int64)  # each part's row generated again
-        v_out[:] = v
-        ge_out[:] = ge
-        gi_out[:] = gi
-        ref_out[:] = ref
         steps = spike_out.shape[0]
+        # of range t at step s, the excitatory and inhibitory neurons that fired
+        fired_parts = np.empty((steps, T, 2), np.int64)
         sync, claims = counters(T), counters()
         for _ in numba.prange(T):
             while True:
@@ -558,7 +574,11 @@ def _numba_jitc_loop_threaded(prob: float):
                              ids[cur, t], meta[cur, t, 0], t)
                     done(sync)
                     continue
-                if s > 0:  # step s - 1's claims: its first ticket up to this step's first
+                if s == 0:  # the state comes in range by range, each part's into its core
+                    for i in range(lo, hi):
+                        v_out[i], ge_out[i], gi_out[i], ref_out[i] = v[i], ge[i], gi[i], ref[i]
+                        acc_e[i], acc_i[i] = 0.0, 0.0
+                else:  # step s - 1's claims: its first ticket up to this step's first
                     prev = 1 - cur
                     left = (first_ticket(meta, s) - first_ticket(meta, s - 1)) * per_claim
                     scatter_own(t, T, lo, hi, ne, seed_e, seed_i, w_e, w_i, acc_e, acc_i,
@@ -579,8 +599,18 @@ def _numba_jitc_loop_threaded(prob: float):
                         update(0, hi - lo, False, v_out[lo:hi], ge_out[lo:hi],
                                gi_out[lo:hi], ref_out[lo:hi], acc_e[lo:hi], acc_i[lo:hi],
                                spk[lo:hi])
-                    counts[cur, t] = list_fired(lo, spk[lo:hi], fired[cur, t])
+                    c = list_fired(lo, spk[lo:hi], fired[cur, t])
+                    counts[cur, t] = c
+                    e = 0
+                    while e < c and fired[cur, t, e] < ne:  # the list increases
+                        e += 1
+                    fired_parts[s, t, 0], fired_parts[s, t, 1] = e, c - e
                 done(sync)
+        for s in range(steps):
+            fired_out[s, 0], fired_out[s, 1] = 0, 0
+            for t in range(T):
+                fired_out[s, 0] += fired_parts[s, t, 0]
+                fired_out[s, 1] += fired_parts[s, t, 1]
 
     return loop
 
@@ -593,9 +623,10 @@ def _numba_step(**_):
 
     @numba.njit(nogil=True)
     def step(v, ge, gi, ref, we, e_idx, e_ptr, wi, i_idx, i_ptr,
-             v_out, ge_out, gi_out, ref_out, spike_out):
+             v_out, ge_out, gi_out, ref_out, spike_out, fired_out):
         conn = (we, e_idx, e_ptr, wi, i_idx, i_ptr)
-        if not loop(v, ge, gi, ref, conn, v_out, ge_out, gi_out, ref_out, spike_out):
+        if not loop(v, ge, gi, ref, conn, v_out, ge_out, gi_out, ref_out, spike_out,
+                    fired_out):
             ge_out[:] = np.nan
             gi_out[:] = np.nan
 
@@ -632,21 +663,22 @@ def _numba_jitc_step(*, prob, n_exc, threads=1, min_neurons=THREAD_MIN_NEURONS, 
     threaded = _numba_jitc_loop_threaded(float(prob)) if T > 1 else loop
 
     @numba.njit(nogil=True)
-    def step(v, ge, gi, ref, we, wi, seeds, v_out, ge_out, gi_out, ref_out, spike_out):
+    def step(v, ge, gi, ref, we, wi, seeds, v_out, ge_out, gi_out, ref_out, spike_out,
+             fired_out):
         if choose(v.shape[0], T, least) > 1:
             # int64, not the constants: one compiled loop for every network and thread count
             threaded(v, ge, gi, ref, we[0], wi[0], seeds[0], seeds[1], np.int64(ne),
                      np.int64(T), np.int64(_THREAD_BLOCK), v_out, ge_out, gi_out, ref_out,
-                     spike_out)
+                     spike_out, fired_out)
         else:
             buf = np.empty(_BLOCK + v.shape[0], np.int64)  # a block of targets, plus one row
             conn = (we[0], wi[0], seeds[0], seeds[1], np.int64(ne), buf)
-            loop(v, ge, gi, ref, conn, v_out, ge_out, gi_out, ref_out, spike_out)
+            loop(v, ge, gi, ref, conn, v_out, ge_out, gi_out, ref_out, spike_out, fired_out)
 
     return step
 
 
-def _jax_steps(steps, v, ge, gi, ref, propagate_e, propagate_i):
+def _jax_steps(steps, ne, v, ge, gi, ref, propagate_e, propagate_i):
     spikes = []
     for _ in range(steps):
         v, spike, ref = _integrate(v, ge, gi, ref)
@@ -654,7 +686,8 @@ def _jax_steps(steps, v, ge, gi, ref, propagate_e, propagate_i):
         gi = gi * DECAY_I + propagate_i(spike)
         v = jnp.where(spike, F32(VR), v)
         spikes.append(spike)
-    return v, ge, gi, ref, jnp.stack(spikes)
+    spikes = jnp.stack(spikes)
+    return v, ge, gi, ref, spikes, fired_per_population(spikes, ne)
 
 
 def _jax_step(*, steps, **_):
@@ -669,7 +702,7 @@ def _jax_step(*, steps, **_):
                               total_repeat_length=idx.shape[0])
             return jnp.zeros(n, v.dtype).at[idx].add(jnp.where(spk[rows], w[0], 0), mode="drop")
 
-        return _jax_steps(steps, v, ge, gi, ref,
+        return _jax_steps(steps, ne, v, ge, gi, ref,
                           lambda s: prop(s[:ne], e_idx, e_ptr, we),
                           lambda s: prop(s[ne:], i_idx, i_ptr, wi))
 
@@ -686,7 +719,7 @@ def _jax_jitc_step(*, steps, prob, n_exc, **_):
             return binary_jitc_matvec(w[0], seed, spk, shape=(rows, n), prob=prob,
                                       transpose=True, backend="jax")
 
-        return _jax_steps(steps, v, ge, gi, ref,
+        return _jax_steps(steps, ne, v, ge, gi, ref,
                           lambda s: prop(s[:ne], we, seeds[0], ne),
                           lambda s: prop(s[ne:], wi, seeds[1], n - ne))
 
@@ -705,7 +738,8 @@ def _check_state(v, ge, gi, ref, steps, who):
         raise ValueError(f"{who}: 'steps' must be a positive int, got {steps!r}")
     f = jax.ShapeDtypeStruct((n,), jnp.float32)
     return (f, f, f, jax.ShapeDtypeStruct((n,), jnp.int32),
-            jax.ShapeDtypeStruct((steps, n), jnp.bool_))
+            jax.ShapeDtypeStruct((steps, n), jnp.bool_),
+            jax.ShapeDtypeStruct((steps, 2), jnp.int32))
 
 
 def _step_shapes(v, ge, gi, ref, we, e_idx, e_ptr, wi, i_idx, i_ptr, *, steps, **_):
@@ -743,10 +777,12 @@ coba_jitc_step_p.def_abstract_eval(_jitc_step_shapes)
 
 def fused_step(we: CSR | JitConn, wi: CSR | JitConn, backend: str | None = None,
                steps: int = 1, threads: int = 1, min_neurons: int = THREAD_MIN_NEURONS):
-    """``step(state) -> (state, spikes)``: one kernel call for ``steps`` steps (``spikes``
-    has shape ``(steps, n)``), over stored CSR (``coba_step_p``) or just-in-time
-    connectivity (``coba_jitc_step_p``, whose Numba kernel can run on several ``threads``
-    with the same results, when each thread gets ``min_neurons`` neurons or more)."""
+    """``step(state) -> (state, spikes, fired)``: one kernel call for ``steps`` steps
+    (``spikes`` has shape ``(steps, n)``; ``fired``, ``(steps, 2)``, the excitatory and
+    inhibitory neurons that fired at each step), over stored CSR (``coba_step_p``) or
+    just-in-time connectivity (``coba_jitc_step_p``, whose Numba kernel can run on several
+    ``threads`` with the same results, when each thread gets ``min_neurons`` neurons or
+    more)."""
     if isinstance(we, JitConn) and isinstance(wi, JitConn):
         if we.prob != wi.prob:
             raise ValueError("fused_step: both populations need the same connection prob.")
@@ -769,9 +805,9 @@ def fused_step(we: CSR | JitConn, wi: CSR | JitConn, backend: str | None = None,
         conn = (we.data, we.indices, we.indptr, wi.data, wi.indices, wi.indptr)
 
     def step(state):
-        v, ge, gi, ref, spike = kernel(*state, *conn, backend=backend, steps=int(steps),
-                                       **params)
-        return (v, ge, gi, ref), spike
+        v, ge, gi, ref, spike, fired = kernel(*state, *conn, backend=backend,
+                                              steps=int(steps), **params)
+        return (v, ge, gi, ref), spike, fired
 
     return step
 
@@ -799,7 +835,7 @@ def simulator(net: Network, n_steps: int, *, fused: bool = False, backend: str |
 
     @jax.jit
     def run(v, ge, gi, w_exc, w_inh):
-        if fused:
+        if fused:  # the kernel counts each population's spikes as it goes
             step = fused_step(w_exc, w_inh, backend, steps=k, threads=threads,
                               min_neurons=min_neurons)
         else:
@@ -807,17 +843,14 @@ def simulator(net: Network, n_steps: int, *, fused: bool = False, backend: str |
 
             def step(state):
                 state, spike = one(state)
-                return state, spike[None]
+                spike = spike[None]
+                return state, spike, fired_per_population(spike, ne) if counts else None
 
         def body(carry, _):
             state, per_neuron = carry
-            state, spike = step(state)  # spike: (k, n)
+            state, spike, pop = step(state)  # spike: (k, n), pop: (k, 2)
             per_neuron = per_neuron + jnp.sum(spike, axis=0, dtype=jnp.int32)
-            if not counts:
-                return (state, per_neuron), (None, spike[:, shown])
-            pop = jnp.stack([jnp.sum(spike[:, :ne], axis=1, dtype=jnp.int32),
-                             jnp.sum(spike[:, ne:], axis=1, dtype=jnp.int32)], axis=1)
-            return (state, per_neuron), (pop, spike[:, shown])
+            return (state, per_neuron), (pop if counts else None, spike[:, shown])
 
         ref = jnp.zeros(v.shape, jnp.int32)
         zero = jnp.zeros(v.shape, jnp.int32)

@@ -132,6 +132,15 @@ def test_just_in_time_connectivity_matches_numpy(jitc_net, jitc_plain):
     _check_against_numpy(jitc_plain, numpy_coba(jitc_net, round(DURATION / 1e-4)), jitc_net)
 
 
+def _check_fired(outputs, ne):
+    """The kernel's spike counts per population and step are its spike trains' (NumPy)."""
+    spikes, fired = np.asarray(outputs[4]), np.asarray(outputs[5])
+    assert fired.dtype == np.int32 and fired.shape == (spikes.shape[0], 2)
+    want = np.stack([spikes[:, :ne].sum(axis=1), spikes[:, ne:].sum(axis=1)], axis=1)
+    assert want[:, 0].any() and want[:, 1].any()  # both populations fire
+    np.testing.assert_array_equal(fired, want)
+
+
 def _busy_jitc_state(coba, jitc_net):
     """A state in which most neurons fire at once: more targets in the first step than one
     block of the one-thread kernel's two-phase propagation holds (several blocks a step);
@@ -169,10 +178,12 @@ def _fused_jitc_gives_the_plain_trains(coba, jitc_net, jitc_plain, steps_per_cal
                                     **kw)
     for g, w in zip(several, one):  # the same sums as one thread, bit for bit
         np.testing.assert_array_equal(np.asarray(g), np.asarray(w))
+    _check_fired(several, kw["n_exc"])
     # Blocks far smaller than a step's targets: each part leaves rows that every owner
     # generates again; still the same sums
     state = [np.array(a) for a in args[:4]]  # writable copies: the kernel's types
-    outs = [np.empty_like(a) for a in state] + [np.empty((steps_per_call, N), np.bool_)]
+    outs = [np.empty_like(a) for a in state] + [np.empty((steps_per_call, N), np.bool_),
+                                                 np.empty((steps_per_call, 2), np.int32)]
     threaded(*state, np.float32(args[4][0]), np.float32(args[5][0]), *np.asarray(args[6]),
              np.int64(kw["n_exc"]), np.int64(threads), np.int64(500), *outs)
     for g, w in zip(outs, one):
@@ -207,6 +218,7 @@ def test_fused_just_in_time_kernel_backends_agree(coba, jitc_net):
     assert int(np.asarray(want[4][0]).sum()) * N * PROB > 2 * coba._BLOCK
     for g, w in zip(got, want):
         np.testing.assert_allclose(np.asarray(g), np.asarray(w), rtol=1e-6, atol=1e-5)
+    _check_fired(got, kw["n_exc"])
     with pytest.raises(ValueError, match="'threads' must be a positive int"):
         coba.coba_jitc_step_p(*args, backend="numba", threads=0, **kw)
     with pytest.raises(ValueError, match="'min_neurons' must be a non-negative int"):
@@ -305,6 +317,7 @@ def test_fused_kernel_backends_agree_on_one_step(coba, net):
     assert int(np.asarray(want[4][0]).sum()) > 10
     for g, w in zip(got, want):
         np.testing.assert_allclose(np.asarray(g), np.asarray(w), rtol=1e-6, atol=1e-5)
+    _check_fired(got, net.n_exc)
 
 
 def test_fused_kernel_rejects_per_synapse_weights(coba, net):
