@@ -178,7 +178,7 @@ def test_grad_through_matmul_matches_dense(backend):
 
 
 def _run(code, env):
-    full = {k: v for k, v in os.environ.items() if k != "OMP_WAIT_POLICY"}
+    full = {k: v for k, v in os.environ.items() if k not in ("OMP_WAIT_POLICY", "GOMP_SPINCOUNT")}
     full.update(JAX_PLATFORMS="cpu", NUMBA_NUM_THREADS="2", NUMBA_THREADING_LAYER="omp",
                 **env)
     full["PYTHONPATH"] = ROOT + os.pathsep + full.get("PYTHONPATH", "")
@@ -193,13 +193,18 @@ _POLICY = textwrap.dedent("""
     W = ops.CSR.from_dense(np.eye(4, dtype=np.float32))
     y = W.matmul(np.arange(4, dtype=np.float32), backend="numba_parallel")
     assert np.allclose(np.asarray(y), np.arange(4)), y
-    print("policy", os.environ.get("OMP_WAIT_POLICY"))
+    print("policy", os.environ.get("OMP_WAIT_POLICY"), os.environ.get("GOMP_SPINCOUNT"))
 """)
 
 
-@pytest.mark.parametrize("preset,want", [(None, "PASSIVE"), ("ACTIVE", "ACTIVE")])
+@pytest.mark.parametrize("preset,want", [
+    ({}, "PASSIVE 10000"),  # spin briefly, then sleep
+    ({"OMP_WAIT_POLICY": "ACTIVE"}, "ACTIVE None"),  # the environment's choice, as it is
+    ({"OMP_WAIT_POLICY": "PASSIVE"}, "PASSIVE None"),
+    ({"GOMP_SPINCOUNT": "0"}, "PASSIVE 0"),
+])
 def test_threaded_backend_makes_idle_openmp_workers_sleep_unless_told(preset, want):
-    res = _run(_POLICY, {} if preset is None else {"OMP_WAIT_POLICY": preset})
+    res = _run(_POLICY, preset)
     assert res.returncode == 0, res.stderr[-3000:]
     assert f"policy {want}" in res.stdout, res.stdout
 
