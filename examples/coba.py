@@ -399,6 +399,9 @@ def _numba_jitc_loop_threaded(prob: float):
     every owner, each keeping its own range's targets. Each accumulator gets the serial
     kernel's additions in another order; all of them add its population's one weight, so
     each sum is the serial kernel's, bit for bit, whatever the number of parts or threads.
+    In the first phase each part also copies its range of the state in (at the first
+    step) and counts the excitatory and inhibitory neurons of its range that fired; the
+    counts are summed after the region.
     """
     import numba
 
