@@ -2,9 +2,12 @@
 
 For the network of ``examples/coba.py`` over just-in-time connectivity at each scale, from
 a settled state (the network run ``--settle`` steps first), the same ``--steps`` steps are
-run three ways, interleaved (rotating which goes first), ``--reps`` times each:
+run four ways, interleaved (rotating which goes first), ``--reps`` times each:
 
 * ``one thread``: the one-thread fused kernel;
+* ``one part``: the threaded kernel with one part (one range of every neuron) on one
+  thread: what its form (the phases, the lists of neurons that fired, the buffered rows)
+  costs before any cut;
 * ``parts on one thread``: the two-thread kernel with Numba's pool at one thread, which
   then does both parts of every phase in turn: what cutting the work in two costs;
 * ``two threads``: the two-thread kernel on two threads;
@@ -52,7 +55,7 @@ os.environ.setdefault("JAX_PLATFORMS", "cpu")
 import numpy as np
 
 RESULTS = ROOT / "benchmarks" / "results"
-WAYS = ("one thread", "parts on one thread", "two threads")
+WAYS = ("one thread", "one part", "parts on one thread", "two threads")
 
 _PROBE = """
 import os, sys, time
@@ -117,7 +120,7 @@ def example_at(rev: str, folder: Path):
 
 def runners(coba, net, settle: int, other=None):
     """The ways to run steps from a settled state of ``net`` (a network of ``coba`` over
-    just-in-time connectivity): the three of ``WAYS``, and ``two threads at REV`` with
+    just-in-time connectivity): the four of ``WAYS``, and ``two threads at REV`` with
     ``other``'s two-thread kernel. A way writes every output but those past its
     ``writes`` attribute, where it has one (a revision's kernel that does not count each
     population's spikes)."""
@@ -138,12 +141,12 @@ def runners(coba, net, settle: int, other=None):
         buf = np.empty(coba._BLOCK + n, np.int64)
         serial(*state, (w_e, w_i, *seeds, np.int64(ne), buf), *out)
 
-    def parts(threads):
+    def parts(threads, parts=2):
         def run(state, out):
             before = numba.get_num_threads()
             numba.set_num_threads(threads)
             try:
-                threaded(*state, w_e, w_i, *seeds, np.int64(ne), np.int64(2),
+                threaded(*state, w_e, w_i, *seeds, np.int64(ne), np.int64(parts),
                          np.int64(coba._THREAD_BLOCK), *out)
             finally:
                 numba.set_num_threads(before)
@@ -153,7 +156,7 @@ def runners(coba, net, settle: int, other=None):
     out = outputs(max(settle, 1))
     one(start, out)
     settled = out[:4]
-    ways = dict(zip(WAYS, (one, parts(1), parts(2))))
+    ways = dict(zip(WAYS, (one, parts(1, 1), parts(1), parts(2))))
     if other is not None:
         earlier = other._numba_jitc_loop_threaded(prob)
         # the outputs it takes: its parameters past the 11 inputs (5 before the kernel

@@ -350,7 +350,7 @@ def bench():
 
 
 @pytest.mark.exhaustive  # runs the threaded kernel the test above compiled
-def test_the_benchmark_s_three_ways_run_the_same_steps_and_a_difference_is_caught(
+def test_the_benchmark_s_ways_run_the_same_steps_and_a_difference_is_caught(
         monkeypatch, bench, coba, jitc_net):
     settled, outputs, ways = bench.runners(coba, jitc_net, 300)
     assert tuple(ways) == bench.WAYS
