@@ -645,9 +645,10 @@ def _numba_step(**_):
 
 # Below this many neurons per thread the kernel runs on one thread. With XLA's CPU pool at
 # one thread (benchmarks/coba.py, "primforge fused x10 2t xla1" against "... jitc xla1",
-# 2 cores, nothing else running), two threads took 0.73-0.80x the one-thread time at 10x
-# (20,000 neurons each) and 0.57-0.69x at 100x (docs/performance.md has every run); a step
-# of 4,000 neurons (1x) is too short for the second thread to pay.
+# 2 cores, nothing else running), two threads took 0.69-0.87x the one-thread time at 10x
+# (20,000 neurons each) and 0.57-0.71x at 100x, process by process, on two machines
+# (docs/performance.md has every run); a step of 4,000 neurons (1x) is too short for the
+# second thread to pay.
 # Threads pay only on cores nothing else runs on: a step waits for its slowest thread.
 THREAD_MIN_NEURONS = 10_000
 
