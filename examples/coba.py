@@ -585,9 +585,14 @@ def _numba_jitc_loop_threaded(prob: float):
                     done(sync)
                     continue
                 if s == 0:  # the state comes in range by range, each part's into its core
-                    for i in range(lo, hi):
-                        v_out[i], ge_out[i], gi_out[i], ref_out[i] = v[i], ge[i], gi[i], ref[i]
-                        acc_e[i], acc_i[i] = 0.0, 0.0
+                    # (array by array: copies that vectorize, where one loop over the six
+                    # arrays took about a tenth of a call of 10 steps at 10x)
+                    v_out[lo:hi] = v[lo:hi]
+                    ge_out[lo:hi] = ge[lo:hi]
+                    gi_out[lo:hi] = gi[lo:hi]
+                    ref_out[lo:hi] = ref[lo:hi]
+                    acc_e[lo:hi] = 0.0
+                    acc_i[lo:hi] = 0.0
                 else:  # step s - 1's claims: its first ticket up to this step's first
                     prev = 1 - cur
                     left = (first_ticket(meta, s) - first_ticket(meta, s - 1)) * per_claim
