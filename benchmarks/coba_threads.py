@@ -245,14 +245,14 @@ def main(argv=None) -> dict:
         for core, series in result["probe_us_per_pass"].items():
             print(f"  core {core}: " + " ".join(f"{x:.1f}" for x in series))
     coba = _example()
-    with tempfile.TemporaryDirectory() as folder:
-        other = example_at(args.against, Path(folder)) if args.against else None
-        rows = [measure(coba, scale, n, args.reps, args.settle, other, args.steps_per_call)
-                for scale, n in zip(scales, steps)]
-    if args.against:
+    if args.against:  # the commit, named before the run: a commit made meanwhile moves HEAD
         result["against"] = subprocess.run(
             ["git", "-C", str(ROOT), "rev-parse", args.against], capture_output=True,
             text=True, check=True).stdout.strip()
+    with tempfile.TemporaryDirectory() as folder:
+        other = example_at(result["against"], Path(folder)) if args.against else None
+        rows = [measure(coba, scale, n, args.reps, args.settle, other, args.steps_per_call)
+                for scale, n in zip(scales, steps)]
     result["rows"] = rows
     names = [w for w in rows[0] if isinstance(rows[0][w], dict)]
     print("| scale | fired per step | " + " | ".join(f"{w}, us/step (q1-q3)" for w in names)

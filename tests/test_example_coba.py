@@ -261,8 +261,9 @@ def test_several_steps_per_kernel_call_give_the_same_spike_trains(coba, net, pla
 
 
 def test_next_fired_finds_every_spike_of_any_range(coba):
-    """The kernels' scan for neurons that fired, word by word, against ``np.flatnonzero``:
-    rows of every length mod 8, ranges starting and ending anywhere, dense and sparse."""
+    """The kernels' scan for neurons that fired (64 neurons, then 8, then one at a time)
+    against ``np.flatnonzero``: rows of every length mod 8 and mod 64, ranges starting and
+    ending anywhere, dense and sparse."""
     import numba
 
     next_fired = coba._next_fired()
@@ -279,7 +280,7 @@ def test_next_fired_finds_every_spike_of_any_range(coba):
         return out[:k]
 
     rs = np.random.default_rng(5)
-    for n in (1, 7, 8, 9, 63, 64, 100, 1001):
+    for n in (1, 7, 8, 9, 63, 64, 65, 100, 1001, 4099):
         for rate in (0.0, 0.02, 0.5, 1.0):
             spk = np.zeros((3, n), np.bool_)  # a row of a 2-D array, as the kernels read
             spk[1] = rs.random(n) < rate
@@ -435,3 +436,25 @@ def test_the_benchmark_against_a_revision_loads_that_revision_s_example_and_runs
     assert ran == [jitc_net.w_exc.prob]
     for got, want in zip(earlier, one):
         np.testing.assert_array_equal(got, want)
+
+
+def test_the_benchmark_names_the_revision_before_it_runs(monkeypatch, tmp_path, bench):
+    """``--against HEAD`` loads, and records, the commit HEAD names when the run starts, so
+    that a commit made during a long run changes neither (the kernels are not compiled
+    here: loading and measuring are replaced by recorders)."""
+    if not (ROOT / ".git").exists():
+        pytest.skip("needs the repository's git history (a copy of the files has none)")
+    head = subprocess.run(["git", "-C", str(ROOT), "rev-parse", "HEAD"], capture_output=True,
+                          text=True, check=True).stdout.strip()
+    loaded = []
+    monkeypatch.setattr(bench, "_example", lambda: "present")
+    monkeypatch.setattr(bench, "example_at", lambda rev, folder: loaded.append(rev) or rev)
+
+    def measure(coba, scale, steps, reps, settle, other, per_call):
+        assert other == head  # the module of the named commit
+        return {"scale": scale, "fired_per_step": 1.0,
+                "one thread": {"us_per_step": 2.0, "q1": 1.0, "q3": 3.0, "ratio": 1.0}}
+
+    monkeypatch.setattr(bench, "measure", measure)
+    result = bench.main(["--against", "HEAD", "--out", str(tmp_path / "r.json")])
+    assert loaded == [head] and result["against"] == head
