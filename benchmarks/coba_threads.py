@@ -141,12 +141,12 @@ def runners(coba, net, settle: int, other=None):
         buf = np.empty(coba._BLOCK + n, np.int64)
         serial(*state, (w_e, w_i, *seeds, np.int64(ne), buf), *out)
 
-    def parts(threads, parts=2):
+    def parts(threads, ranges=2):
         def run(state, out):
             before = numba.get_num_threads()
             numba.set_num_threads(threads)
             try:
-                threaded(*state, w_e, w_i, *seeds, np.int64(ne), np.int64(parts),
+                threaded(*state, w_e, w_i, *seeds, np.int64(ne), np.int64(ranges),
                          np.int64(coba._THREAD_BLOCK), *out)
             finally:
                 numba.set_num_threads(before)
