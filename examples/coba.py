@@ -668,28 +668,33 @@ def threads_used(n: int, threads: int, min_neurons: int = THREAD_MIN_NEURONS) ->
     return threads if threads > 1 and n >= threads * min_neurons else 1
 
 
-def _numba_jitc_step(*, prob, n_exc, threads=1, min_neurons=THREAD_MIN_NEURONS, **_):
+def _numba_jitc_step(*, prob, n_exc, outs, threads=1, min_neurons=THREAD_MIN_NEURONS, **_):
     """The Numba kernel over just-in-time connectivity: rows regenerated as spikes come,
-    on ``threads`` threads when the network is large enough (:func:`threads_used`)."""
+    on ``threads`` threads when the network is large enough (:func:`threads_used`, decided
+    here, from the shapes: a network run on one thread gets the one-thread kernel itself)."""
     import numba
 
-    ne, T, least = int(n_exc), int(threads), int(min_neurons)
-    choose = numba.njit(inline="always")(threads_used)
-    loop = _numba_loop(_jitc_propagate(float(prob)))
-    threaded = _numba_jitc_loop_threaded(float(prob)) if T > 1 else loop
+    ne = int(n_exc)
+    if threads_used(outs[0].shape[0], int(threads), int(min_neurons)) == 1:
+        loop = _numba_loop(_jitc_propagate(float(prob)))
+
+        @numba.njit(nogil=True)
+        def step(v, ge, gi, ref, we, wi, seeds, v_out, ge_out, gi_out, ref_out, spike_out,
+                 fired_out):
+            buf = np.empty(_BLOCK + v.shape[0], np.int64)  # a block of targets, plus one row
+            conn = (we[0], wi[0], seeds[0], seeds[1], np.int64(ne), buf)
+            loop(v, ge, gi, ref, conn, v_out, ge_out, gi_out, ref_out, spike_out, fired_out)
+
+        return step
+
+    T, threaded = int(threads), _numba_jitc_loop_threaded(float(prob))
 
     @numba.njit(nogil=True)
     def step(v, ge, gi, ref, we, wi, seeds, v_out, ge_out, gi_out, ref_out, spike_out,
              fired_out):
-        if choose(v.shape[0], T, least) > 1:
-            # int64, not the constants: one compiled loop for every network and thread count
-            threaded(v, ge, gi, ref, we[0], wi[0], seeds[0], seeds[1], np.int64(ne),
-                     np.int64(T), np.int64(_THREAD_BLOCK), v_out, ge_out, gi_out, ref_out,
-                     spike_out, fired_out)
-        else:
-            buf = np.empty(_BLOCK + v.shape[0], np.int64)  # a block of targets, plus one row
-            conn = (we[0], wi[0], seeds[0], seeds[1], np.int64(ne), buf)
-            loop(v, ge, gi, ref, conn, v_out, ge_out, gi_out, ref_out, spike_out, fired_out)
+        # int64, not the constants: one compiled loop for every network and thread count
+        threaded(v, ge, gi, ref, we[0], wi[0], seeds[0], seeds[1], np.int64(ne), np.int64(T),
+                 np.int64(_THREAD_BLOCK), v_out, ge_out, gi_out, ref_out, spike_out, fired_out)
 
     return step
 

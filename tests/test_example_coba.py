@@ -225,9 +225,27 @@ def test_fused_just_in_time_kernel_backends_agree(coba, jitc_net):
         coba.coba_jitc_step_p(*args, backend="numba", threads=2, min_neurons=-1, **kw)
 
 
-def test_threads_are_used_only_where_a_step_pays_for_them(coba, jitc_net):
-    """Two threads on a network too small for them run the one-thread kernel (same trains);
-    from ``THREAD_MIN_NEURONS`` neurons per thread on, the threaded one."""
+def test_threads_are_used_only_where_a_step_pays_for_them(coba, jitc_net, monkeypatch):
+    """Two threads on a network too small for them run the one-thread kernel itself (the
+    threaded loop is not even built; same sums); from ``THREAD_MIN_NEURONS`` neurons per
+    thread on, the threaded one."""
+    import jax
+
+    args, kw = _busy_jitc_state(coba, jitc_net)
+    kw["steps"] = 2
+    want = coba.coba_jitc_step_p(*args, backend="numba", **kw)
+
+    def not_built(prob):
+        raise AssertionError("the threaded loop was built for a network run on one thread")
+
+    monkeypatch.setattr(coba, "_numba_jitc_loop_threaded", not_built)
+    outs = tuple(jax.ShapeDtypeStruct(w.shape, w.dtype) for w in want)
+    step = coba._numba_jitc_step(**kw, outs=outs, threads=2)
+    state = [np.array(a) for a in args]
+    got = [np.empty(o.shape, o.dtype) for o in outs]
+    step(*state, *got)
+    for g, w in zip(got, want):
+        np.testing.assert_array_equal(g, np.asarray(w))
     assert coba.threads_used(jitc_net.n, 2) == 1
     assert coba.threads_used(2 * coba.THREAD_MIN_NEURONS, 2) == 2
     assert coba.threads_used(2 * coba.THREAD_MIN_NEURONS - 1, 2) == 1
