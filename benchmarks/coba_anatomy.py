@@ -16,15 +16,26 @@ per population over stored CSR) is timed whole and in parts, each part a jitted
 * ``simulate``: ``examples/coba.py``'s simulator recording what ``benchmarks/coba.py``
   records: the step plus the spike count of each neuron.
 
+With ``--fused K`` the same is done for the fused step of ``K`` steps a kernel call, over
+just-in-time connectivity (one thread), to see what recording costs beside the kernel:
+
+* ``kernel``: the scan of kernel calls alone, nothing recorded;
+* ``columns``: the kernel plus each neuron's spike count as a sum over the steps' axis of
+  each call's ``(K, n)`` spikes (XLA's reduction);
+* ``simulate``: the simulator as ``benchmarks/coba.py`` runs it, which adds the calls' rows
+  one at a time (an elementwise loop over contiguous rows).
+
 The variants run interleaved (rotating which goes first), ``--reps`` times each; the table
 gives the median wall time per step, the CPU time per wall time of the process during that
-variant (XLA's runtime threads show as more than 1), and each part's share of ``step``.
+variant (XLA's runtime threads show as more than 1), and each part's share of ``step``
+(of ``kernel`` with ``--fused``).
 ``--xla-threads 1`` runs everything with XLA's CPU thread pool at one thread
 (:func:`primforge.set_cpu_threads`).
 
     python benchmarks/coba_anatomy.py                         # scales 1 and 10, 0.2 s each
     python benchmarks/coba_anatomy.py --scales 1,10,100 --duration 0.1 --reps 5
     python benchmarks/coba_anatomy.py --xla-threads 1
+    python benchmarks/coba_anatomy.py --fused 100 --xla-threads 1 --duration 0.4
 """
 
 from __future__ import annotations
@@ -109,6 +120,35 @@ def variants(coba, net, n_steps: int):
     }, float(np.asarray(record["per_neuron"]).sum() / (n_steps * net.n))
 
 
+def fused_variants(coba, net, n_steps: int, k: int):
+    """``{name: (jitted function, args)}`` for the fused step of ``k`` steps a call."""
+    def run(record):
+        @jax.jit
+        def fn(v, ge, gi, w_exc, w_inh):
+            step = coba.fused_step(w_exc, w_inh, steps=k)
+
+            def body(carry, _):
+                state, count = carry
+                state, spike, _ = step(state)
+                if record:  # the reduction over the steps' axis
+                    count = count + jnp.sum(spike, axis=0, dtype=jnp.int32)
+                return (state, count), None
+
+            zero = jnp.zeros(v.shape, jnp.int32)
+            (state, count), _ = jax.lax.scan(body, ((v, ge, gi, zero), zero), None,
+                                             length=n_steps // k)
+            return {"v": state[0], "per_neuron": count}
+        return fn
+
+    args = (net.v0, net.ge0, net.gi0, net.w_exc, net.w_inh)
+    simulate = coba.simulator(net, n_steps, fused=True, steps_per_call=k, raster=0,
+                              counts=False)
+    record = simulate(*args)
+    return {"kernel": (run(False), args), "columns": (run(True), args),
+            "simulate": (simulate, args)}, float(
+        np.asarray(record["per_neuron"]).sum() / (n_steps * net.n))
+
+
 def _cpu() -> float:
     r = resource.getrusage(resource.RUSAGE_SELF)
     return r.ru_utime + r.ru_stime
@@ -140,7 +180,10 @@ def main() -> None:
     ap.add_argument("--reps", type=int, default=7)
     ap.add_argument("--xla-threads", type=int, default=None,
                     help="threads of XLA's CPU pool (default: one per core)")
-    ap.add_argument("--out", default=str(RESULTS / "coba_anatomy.json"))
+    ap.add_argument("--fused", type=int, default=0, metavar="K",
+                    help="time the fused step of K steps a call instead (jitc, one thread)")
+    ap.add_argument("--out", default=None,
+                    help="JSON file (default: results/coba_anatomy[_fused].json)")
     args = ap.parse_args()
     if args.xla_threads is not None:
         import primforge
@@ -148,17 +191,26 @@ def main() -> None:
         primforge.set_cpu_threads(args.xla_threads)
     coba = _example()
     n_steps = round(args.duration * 1000.0 / coba.DT)
+    k = args.fused
+    if k and n_steps % k:
+        ap.error(f"--fused {k} must divide the {n_steps} steps of --duration")
+    out = args.out or str(RESULTS / f"coba_anatomy{'_fused' if k else ''}.json")
+    base = "kernel" if k else "step"
     rows = []
     print(f"{n_steps} steps a run, {args.reps} runs a variant, medians; "
           f"{jax.devices()[0].platform}, XLA CPU threads {args.xla_threads or 'default'}, "
           f"1-minute load {os.getloadavg()[0]:.1f}")
-    print("| scale | neurons | spikes/step | variant | us/step | share of step | CPU/wall |")
+    print(f"| scale | neurons | spikes/step | variant | us/step | share of {base} | CPU/wall |")
     print("|---|---|---|---|---|---|---|")
     for scale in (int(s) for s in args.scales.split(",")):
-        net = coba.scaled(scale, seed=0, conn="csr")
-        fns, rate = variants(coba, net, n_steps)
+        if k:
+            net = coba.scaled(scale, seed=0, conn="jitc")
+            fns, rate = fused_variants(coba, net, n_steps, k)
+        else:
+            net = coba.scaled(scale, seed=0, conn="csr")
+            fns, rate = variants(coba, net, n_steps)
         got = measure(fns, args.reps)
-        step = got["step"]["wall_s"]
+        step = got[base]["wall_s"]
         for name, m in got.items():
             us = 1e6 * m["wall_s"] / n_steps
             share = m["wall_s"] / step
@@ -167,11 +219,11 @@ def main() -> None:
             rows.append({"scale": scale, "neurons": net.n, "spikes_per_step": rate * net.n,
                          "variant": name, "us_per_step": us, "share_of_step": share,
                          "cpu_per_wall": m["cpu_per_wall"], "steps": n_steps,
-                         "reps": args.reps, "xla_threads": args.xla_threads})
-    Path(args.out).parent.mkdir(parents=True, exist_ok=True)
-    Path(args.out).write_text(json.dumps({"rows": rows, "load": os.getloadavg()[0]},
-                                         indent=1))
-    print(f"wrote {args.out}")
+                         "reps": args.reps, "xla_threads": args.xla_threads,
+                         "steps_per_call": k or None})
+    Path(out).parent.mkdir(parents=True, exist_ok=True)
+    Path(out).write_text(json.dumps({"rows": rows, "load": os.getloadavg()[0]}, indent=1))
+    print(f"wrote {out}")
 
 
 if __name__ == "__main__":

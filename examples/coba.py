@@ -870,7 +870,11 @@ def simulator(net: Network, n_steps: int, *, fused: bool = False, backend: str |
         def body(carry, _):
             state, per_neuron = carry
             state, spike, pop = step(state)  # spike: (k, n), pop: (k, 2)
-            per_neuron = per_neuron + jnp.sum(spike, axis=0, dtype=jnp.int32)
+            # Row by row: one elementwise loop over contiguous rows. XLA's reduction over
+            # the steps' axis of the (k, n) spikes costs more, the more so the larger k
+            # (benchmarks/coba_anatomy.py --fused K times both).
+            for r in range(k):
+                per_neuron = per_neuron + spike[r].astype(jnp.int32)
             return (state, per_neuron), (pop if counts else None, spike[:, shown])
 
         ref = jnp.zeros(v.shape, jnp.int32)
