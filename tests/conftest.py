@@ -86,32 +86,33 @@ def pytest_xdist_make_scheduler(config, log):
 # covers every token of its cases' ids (every backend, dtype, direction, event type, ...
 # appears at least once); the other cases get the ``exhaustive`` marker. The default
 # options deselect them (``-m "not exhaustive"``); ``-m exhaustive`` runs exactly those,
-# and ``-m "exhaustive or not exhaustive"`` runs everything. The files in EXHAUSTIVE_FILES
-# and the sweeps named in EXHAUSTIVE_SWEEPS go to the exhaustive tier whole.
+# and ``-m "exhaustive or not exhaustive"`` runs everything. The sweeps named in
+# EXHAUSTIVE_SWEEPS go to the exhaustive tier whole, and a test file may mark tests
+# ``exhaustive`` itself (the multi-process trust tests, the XLA:GPU compile sweeps and the
+# GPU acceptance command's rehearsal keep one test of each kind in the default tier). CI
+# runs the default tier.
 # Of a matrix's exhaustive cases, those that run no parameter value and no pair of values
 # (each value tagged with its position in the id) that no other kept case runs are also
-# marked ``beyond_pairs``: CI runs ``-m "exhaustive and not beyond_pairs"``, so every
-# two parameters meet in every combination of their values, and all of them together only
-# when asked (``-m exhaustive``).
+# marked ``beyond_pairs``: ``-m "exhaustive and not beyond_pairs"`` runs the pairwise part,
+# where every two parameters meet in every combination of their values, and ``-m
+# exhaustive`` all of them together.
 
 #: Parametrized functions with at most this many cases keep all of them in the default run.
 SMALL_MATRIX = 3
-#: Whole files: the multi-process cache-trust tests (each test starts several processes and
-#: builds libraries), the XLA:GPU compile sweeps of the operators (each test compiles its
-#: cases as one program per target: ``compile_cases_for_targets`` in gpu_utils.py) and the
-#: rehearsal on the CPU of the GPU acceptance command (every step of it in child processes).
-EXHAUSTIVE_FILES = re.compile(
-    r"tests/(test_trust_multiprocess|test_cache_cuda_trust|test_\w+_gpu_compile"
-    r"|test_gpu_acceptance)\.py$")
 #: Tests that sweep a whole family through one mechanism the default tier tests on its own:
 #: ``primforge check`` over every kernel and backend of an operator family (tests/test_cli.py
 #: covers the command; tests/test_ops_bench.py runs its comparison for the other families),
 #: the multi-process fuzz of random kernels against the ``jax`` backend, the threaded CSR
-#: backend hammered from many threads in a subprocess.
+#: backend hammered from many threads in a subprocess, and the XLA:GPU compiles of the
+#: operators' gradients, JVPs and batched forms (the default tier compiles every variant
+#: of every operator's GPU kernels for every target, plain and transposed).
 EXHAUSTIVE_SWEEPS = re.compile(
     r"test_cli_check_passes_for_the_\w+_kernels$"
     r"|test_numba_backend_matches_jax_backend$"
-    r"|test_parallel_backend_survives_concurrent_calls_in_a_subprocess$")
+    r"|test_parallel_backend_survives_concurrent_calls_in_a_subprocess$"
+    r"|test_(grad|vmap|jvp|grad_jvp_and_vmap)_compiles?$"
+    r"|test_the_real_gpu_tests_shapes_compile$"
+    r"|test_grad_and_vmap_of_pallas_update_compile$")
 _TOKEN_SPLIT = re.compile(r"[-_/,.:= \[\]]+")
 
 
@@ -189,13 +190,16 @@ def pytest_collection_modifyitems(config, items):
             continue
         key = (item.nodeid.split("::")[0], getattr(item, "originalname", item.name))
         groups.setdefault(key, []).append(item)
+    # A case its file marks exhaustive covers nothing for the default tier: the cover is
+    # chosen among the others.
+    marked = {id(i) for i in items if i.get_closest_marker("exhaustive") is not None}
     marker = pytest.mark.exhaustive
     for item in items:
-        if (EXHAUSTIVE_SWEEPS.search(getattr(item, "originalname", item.name))
-                or EXHAUSTIVE_FILES.search(item.nodeid.split("::")[0])):
+        if EXHAUSTIVE_SWEEPS.search(getattr(item, "originalname", item.name)):
             item.add_marker(marker)
     beyond = pytest.mark.beyond_pairs
     for cases in groups.values():
+        cases = [i for i in cases if id(i) not in marked]
         if len(cases) <= SMALL_MATRIX:
             continue
         kept = _covering_subset(cases)

@@ -113,6 +113,7 @@ def test_bad_budget_names_the_step():
         _driver._parse_budgets("gpu=5")
 
 
+@pytest.mark.exhaustive  # a second run of the driver; the default tier runs the rehearsal
 def test_the_environment_step_runs_even_when_not_selected(tmp_path):
     # It decides whether the other steps run on the GPU or as a rehearsal: without it a
     # GPU machine ran the selected steps as a CPU rehearsal.

@@ -67,6 +67,9 @@ def test_shard_map_recipe_on_four_devices():
     assert "match NumPy; no all-gather" in out.stdout
 
 
+# Two processes: tests/test_distributed_launch.py and tests/test_sharding.py run the
+# launcher and one global mesh over processes in the default tier.
+@pytest.mark.exhaustive
 def test_shard_map_recipe_on_two_processes_of_two_devices():
     """The same example started by the launcher as 2 processes x 2 CPU devices: every
     process checks its own rows of W @ x and its copy of x @ W against NumPy and the

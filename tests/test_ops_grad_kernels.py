@@ -22,7 +22,10 @@ def _events(binary, x):
     return (np.asarray(x) != 0).astype(np.float64) if binary else np.asarray(x, np.float64)
 
 
-@pytest.mark.parametrize("backend", ["numba", "numba_parallel", "jax"])
+# The jax backend of these kernels is what the products' gradients use: the gradient tests
+# of the products check it; here the default tier runs the Numba kernels.
+@pytest.mark.parametrize("backend", [
+    "numba", "numba_parallel", pytest.param("jax", marks=pytest.mark.exhaustive)])
 def test_csr_benchmark_cases_match_numpy(backend):
     for cfg in _csr_grad.weight_grad_p.benchmark_data(platform="cpu"):
         indices, indptr, ct, x = cfg.args
@@ -36,7 +39,10 @@ def test_csr_benchmark_cases_match_numpy(backend):
         np.testing.assert_allclose(got, want, rtol=1e-5, atol=1e-5, err_msg=str(cfg.params))
 
 
-@pytest.mark.parametrize("backend", ["numba", "numba_parallel", "jax"])
+# The jax backend of these kernels is what the products' gradients use: the gradient tests
+# of the products check it; here the default tier runs the Numba kernels.
+@pytest.mark.parametrize("backend", [
+    "numba", "numba_parallel", pytest.param("jax", marks=pytest.mark.exhaustive)])
 def test_fixed_number_benchmark_cases_match_numpy(backend):
     for cfg in _fixed_num_grad.weight_grad_p.benchmark_data(platform="cpu"):
         indices, ct, x = cfg.args

@@ -1,5 +1,6 @@
 """The default tier keeps, of every large parametrized matrix, cases that cover each token
-of the case ids; the rest is marked ``exhaustive`` and runs in CI's second tier."""
+of the case ids; the rest is marked ``exhaustive`` (its pairwise part runs with
+``-m "exhaustive and not beyond_pairs"``)."""
 
 from __future__ import annotations
 
@@ -35,7 +36,7 @@ def test_the_subset_covers_every_token_of_a_full_product():
     assert chosen == conftest._covering_subset(items)   # deterministic
 
 
-def test_the_ci_part_of_the_exhaustive_tier_runs_every_pair_of_values():
+def test_the_pairwise_part_of_the_exhaustive_tier_runs_every_pair_of_values():
     levels = [["csrmv", "binary_csrmv", "csrmm"], ["pallas", "cuda_raw", "numba"],
               ["float32", "float64"], ["T", "N"]]
     items = _fake(["-".join(p) for p in itertools.product(*levels)])
@@ -86,8 +87,31 @@ def test_collection_marks_only_the_rest_of_large_matrices(tmp_path):
     assert _run(tmp_path, "-m", "exhaustive").startswith("7 passed, 6 deselected")
     assert _run(tmp_path).startswith("13 passed")
     # Of the 6 exhaustive cases of test_big, the pairs (a, b) are all distinct: every one
-    # runs in CI's part of the tier, and nothing is beyond it.
+    # runs in the pairwise part of the tier, and nothing is beyond it.
     assert _run(tmp_path, "-m", "beyond_pairs").startswith("13 deselected")
+
+
+def test_cases_a_file_marks_exhaustive_cover_nothing_for_the_default_tier(tmp_path):
+    (tmp_path / "conftest.py").write_text(Path(conftest.__file__).read_text())
+    (tmp_path / "test_m.py").write_text(textwrap.dedent("""
+        import pytest
+        slow = pytest.mark.exhaustive
+        @pytest.mark.parametrize("a,b", [
+            pytest.param("x", "p", marks=slow), ("x", "q"), ("y", "p"), ("y", "q"),
+            ("y", "r"), pytest.param("z", "r", marks=slow)])
+        def test_big(a, b): pass
+    """))
+    proc = subprocess.run([sys.executable, "-m", "pytest", "-q", "--co", "-p",
+                           "no:cacheprovider", "-p", "no:xdist", "-m", "not exhaustive"],
+                          cwd=tmp_path, capture_output=True, text=True, timeout=120,
+                          check=False)
+    kept = sorted(line.split("[")[1].rstrip("]") for line in proc.stdout.splitlines()
+                  if "::test_big[" in line)
+    # The two marked cases stay out; of the other four, three cover x, y, p, q and r (a
+    # cover counting the marked cases would have kept x-p, y-q and z-r, and so run y-q
+    # alone: x, p and r in no case).
+    assert len(kept) == 3, proc.stdout
+    assert {v for k in kept for v in k.split("-")} == {"x", "y", "p", "q", "r"}, kept
 
 
 def test_cases_whose_pairs_other_cases_run_are_marked_beyond_pairs(tmp_path):

@@ -14,6 +14,12 @@ keep files there: Numba kernels and C++ libraries (``load_cpp_inline``). A full 
 read-only file system is a small tmpfs, which needs root with the right to mount (else
 those two scenarios skip, saying so); a read-only folder can't be had with ``chmod`` as
 root, so a path below a regular file stands for an unwritable one everywhere.
+
+The default tier runs one test of each kind of trust: an edit between processes (and the
+same-size edit dated in the past), damaged, planted and linked entries of a Numba cache, and
+a planted library; the other scenarios (constants across processes, folders that can't be
+trusted or written, hash seeds, bounds checking across processes, the C++ backend's damaged
+cache) are marked ``exhaustive``.
 """
 
 from __future__ import annotations
@@ -237,6 +243,7 @@ def _cache_warnings(proc, cache_root):
 # --------------------------------------------------------------------------------------
 
 
+@pytest.mark.exhaustive
 @pytest.mark.parametrize(
     "script", [README_GEN, DIRECT_CLOSURE], ids=["def_numba_kernel", "numba_kernel"]
 )
@@ -251,6 +258,7 @@ def test_closure_constant_second_process_other_order(tmp_path, script):
     _expect(p2, "factor=3", 3 * X, "process 2 (factor=3 cached by process 1)")
 
 
+@pytest.mark.exhaustive
 def test_four_processes_share_one_cache_each_its_own_constants(tmp_path):
     """Four processes started together, one cache folder, different closure constants."""
     src, cache = _src(tmp_path), tmp_path / "cache"
@@ -473,6 +481,7 @@ emit("direct", primforge.numba_kernel(kern_d.k, spec)(x))
 """
 
 
+@pytest.mark.exhaustive
 def test_kernel_file_saved_between_import_and_first_call(tmp_path):
     """The code that runs is the code Python imported, in this process and in the next.
 
@@ -542,6 +551,7 @@ def _expect_oob_raises(proc, what):
     assert "IndexError" in raised and "poke" in raised, f"{what}: {raised}"
 
 
+@pytest.mark.exhaustive
 def test_boundscheck_env_fresh_cache_raises(tmp_path):
     """Control: with NUMBA_BOUNDSCHECK=1 and an empty cache an out-of-bounds write raises."""
     src = _src(tmp_path)
@@ -550,6 +560,7 @@ def test_boundscheck_env_fresh_cache_raises(tmp_path):
     _expect_oob_raises(p, "fresh cache, NUMBA_BOUNDSCHECK=1")
 
 
+@pytest.mark.exhaustive
 def test_boundscheck_env_after_kernel_cached_without_it(tmp_path):
     """Process 1 (no bounds checks) caches the kernel; process 2 sets NUMBA_BOUNDSCHECK=1."""
     src, cache = _src(tmp_path), tmp_path / "cache"
@@ -651,6 +662,7 @@ def seeded_runs(tmp_path_factory):
     return runs, blob
 
 
+@pytest.mark.exhaustive
 def test_export_is_identical_across_hash_seeds(seeded_runs):
     """Two processes, different PYTHONHASHSEED: byte-identical exported StableHLO."""
     (runs, _) = seeded_runs
@@ -665,6 +677,7 @@ def test_export_is_identical_across_hash_seeds(seeded_runs):
     )
 
 
+@pytest.mark.exhaustive
 def test_exported_kernels_run_in_a_fresh_process(seeded_runs):
     """The serialized export, called in a fresh process: before the kernels are built there
     it fails naming a target (no crash); once the numba backend's ``prepare`` has
@@ -754,7 +767,8 @@ class _Planted:
         return (os.makedirs, (self.marker, 0o777, True))
 
 
-@pytest.fixture(scope="module", params=list(BACKENDS))
+@pytest.fixture(scope="module", params=[pytest.param(b, marks=pytest.mark.exhaustive)
+                                        if b == "cpp" else b for b in BACKENDS])
 def filled_cache(request, tmp_path_factory):
     """A cache folder filled by one run of a backend's script (tests damage copies of it)."""
     backend = request.param
@@ -1013,6 +1027,7 @@ def folder_runs(tmp_path_factory):
             subprocess.run(["umount", "-l", str(disk)], capture_output=True, check=False)
 
 
+@pytest.mark.exhaustive
 @pytest.mark.parametrize("backend", list(BACKENDS))
 def test_cache_off_writes_nothing(folder_runs, backend):
     """PRIMFORGE_CACHE=0: correct results and not one file under the cache folder."""
@@ -1025,6 +1040,7 @@ def test_cache_off_writes_nothing(folder_runs, backend):
     )
 
 
+@pytest.mark.exhaustive
 @pytest.mark.parametrize("backend", list(BACKENDS))
 def test_unusable_cache_path_runs_uncached(folder_runs, backend):
     """A cache path that can't be a folder (under a regular file: ENOTDIR) -> uncached, right.
@@ -1039,6 +1055,7 @@ def test_unusable_cache_path_runs_uncached(folder_runs, backend):
     assert len(warned) <= 1, f"more than one warning about the unusable cache: {warned}"
 
 
+@pytest.mark.exhaustive
 @pytest.mark.parametrize("backend", list(BACKENDS))
 @pytest.mark.parametrize("how", ["world_writable", "other_owner"])
 def test_untrusted_cache_folder_is_refused(folder_runs, how, backend):
@@ -1059,6 +1076,7 @@ def test_untrusted_cache_folder_is_refused(folder_runs, how, backend):
     assert not problems, "; ".join(problems)
 
 
+@pytest.mark.exhaustive
 @pytest.mark.parametrize("backend", list(BACKENDS))
 @pytest.mark.parametrize("how", ["disk_full", "read_only"])
 def test_full_or_read_only_disk_runs_uncached(folder_runs, how, backend):
