@@ -18,14 +18,16 @@ def test_every_ops_kernel_has_a_call_and_benchmark_data():
     assert not missing, missing
 
 
+# The jax backend of these kernels is what the products' gradients use (with backend="jax"):
+# the gradient tests of the products check it; here the default tier runs the Numba kernels.
+BACKENDS = ["numba", "numba_parallel", pytest.param("jax", marks=pytest.mark.exhaustive)]
+
+
 def _events(binary, x):
     return (np.asarray(x) != 0).astype(np.float64) if binary else np.asarray(x, np.float64)
 
 
-# The jax backend of these kernels is what the products' gradients use: the gradient tests
-# of the products check it; here the default tier runs the Numba kernels.
-@pytest.mark.parametrize("backend", [
-    "numba", "numba_parallel", pytest.param("jax", marks=pytest.mark.exhaustive)])
+@pytest.mark.parametrize("backend", BACKENDS)
 def test_csr_benchmark_cases_match_numpy(backend):
     for cfg in _csr_grad.weight_grad_p.benchmark_data(platform="cpu"):
         indices, indptr, ct, x = cfg.args
@@ -39,10 +41,7 @@ def test_csr_benchmark_cases_match_numpy(backend):
         np.testing.assert_allclose(got, want, rtol=1e-5, atol=1e-5, err_msg=str(cfg.params))
 
 
-# The jax backend of these kernels is what the products' gradients use: the gradient tests
-# of the products check it; here the default tier runs the Numba kernels.
-@pytest.mark.parametrize("backend", [
-    "numba", "numba_parallel", pytest.param("jax", marks=pytest.mark.exhaustive)])
+@pytest.mark.parametrize("backend", BACKENDS)
 def test_fixed_number_benchmark_cases_match_numpy(backend):
     for cfg in _fixed_num_grad.weight_grad_p.benchmark_data(platform="cpu"):
         indices, ct, x = cfg.args
