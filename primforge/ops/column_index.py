@@ -8,6 +8,7 @@ call (a stale or malformed index gives NaN, never a wrong update).
 
 from __future__ import annotations
 
+import functools
 from typing import Any
 
 import jax
@@ -25,17 +26,20 @@ _FORMATS = (CSR, CSC, FixedNum)
 
 
 def _stored(matrix) -> tuple[jax.Array, jax.Array, tuple[int, int]]:
-    """``(indices, indptr, (rows, cols))`` of the stored compressed rows of ``matrix``."""
+    """``(indices, indptr, (rows, cols))`` of the stored compressed rows of ``matrix``
+    (a ``FixedNum``'s indices keep their ``(rows, k)`` shape: :func:`_build` reads them flat)."""
     if isinstance(matrix, FixedNum):
         rows, k = matrix.indices.shape
-        indptr = jnp.arange(rows + 1, dtype=matrix.indices.dtype) * k
-        return matrix.indices.reshape(-1), indptr, matrix._stored_shape
+        indptr = jax.device_put(np.arange(rows + 1, dtype=matrix.indices.dtype) * k)
+        return matrix.indices, indptr, matrix._stored_shape
     return matrix.indices, matrix.indptr, matrix._csr_shape
 
 
+@functools.partial(jax.jit, static_argnums=2)
 def _build(indices, indptr, shape) -> tuple[jax.Array, jax.Array, jax.Array]:
     """``(colptr, perm, rows)`` of stored compressed rows (jax.numpy, traceable)."""
     _, n = shape
+    indices = indices.reshape(-1)
     nnz = indices.shape[0]
     valid = (indices >= 0) & (indices < n) & _common.live_entries(indptr, nnz)
     key = jnp.where(valid, indices, n).astype(jnp.int32)  # out-of-range, padding: last

@@ -8,6 +8,7 @@ from __future__ import annotations
 
 from collections.abc import Callable
 
+import jax
 import jax.numpy as jnp
 import numpy as np
 
@@ -98,7 +99,7 @@ def fixed_prob(
     indptr = np.zeros(n_rows + 1, np.int32)
     np.cumsum(counts, out=indptr[1:])
     data = _weights(weight, rng, indices.size, dtype)
-    return CSR(jnp.asarray(data), jnp.asarray(indices), jnp.asarray(indptr), shape=(n_rows, n_cols))
+    return CSR(*(jax.device_put(a) for a in (data, indices, indptr)), shape=(n_rows, n_cols))
 
 
 def _weights(weight, rng, nnz: int, dtype) -> np.ndarray:

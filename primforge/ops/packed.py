@@ -6,10 +6,12 @@ accepts a :class:`PackedEvents` wherever it accepts bool events.
 
 from __future__ import annotations
 
+import functools
 from typing import Any
 
 import jax
 import jax.numpy as jnp
+import numpy as np
 
 from primforge.utils import dataclass, field
 
@@ -63,11 +65,7 @@ class PackedEvents:
             [[True, False], [False, True]]
         """
         _check_words(self.words, self.n)
-        shape = (1, _BITS) + (1,) * (self.words.ndim - 1)
-        shifts = jnp.arange(_BITS, dtype=jnp.uint32).reshape(shape)
-        bits = (self.words[:, None] >> shifts) & jnp.uint32(1)
-        flat = bits.reshape((self.words.shape[0] * _BITS,) + tuple(self.words.shape[1:]))
-        return flat[: self.n].astype(bool)
+        return _unpack(self.words, int(self.n))
 
 
 def _check_words(words, n) -> None:
@@ -96,18 +94,35 @@ def pack_events(events: Any) -> PackedEvents:
         >>> (ops.pack_events(spikes) @ W).tolist() == (spikes @ W).tolist()
         True
     """
-    x = jnp.asarray(events)
+    # NumPy input goes to the compiled program as it is (jnp.asarray would compile a
+    # program of its own for each new shape).
+    x = events if isinstance(events, (jax.Array, np.ndarray)) else np.asarray(events)
     if x.ndim not in (1, 2):
         raise ValueError(f"pack_events: 'events' must be a vector or a matrix, got shape "
                          f"{tuple(x.shape)}")
-    n = int(x.shape[0])
+    return PackedEvents(_pack(x), int(x.shape[0]))
+
+
+@jax.jit
+def _pack(x):
+    """The ``uint32`` words of ``x``'s events (one compiled program a shape and dtype)."""
+    n = x.shape[0]
     n_words = -(-n // _BITS)
     active = (x != 0).astype(jnp.uint32)
     pad = [(0, n_words * _BITS - n)] + [(0, 0)] * (x.ndim - 1)
     active = jnp.pad(active, pad).reshape((n_words, _BITS) + tuple(x.shape[1:]))
     shifts = jnp.arange(_BITS, dtype=jnp.uint32).reshape((1, _BITS) + (1,) * (x.ndim - 1))
-    words = jnp.sum(active << shifts, axis=1, dtype=jnp.uint32)
-    return PackedEvents(words, n)
+    return jnp.sum(active << shifts, axis=1, dtype=jnp.uint32)
+
+
+@functools.partial(jax.jit, static_argnums=1)
+def _unpack(words, n: int):
+    """The first ``n`` events of ``words`` as ``bool`` (one compiled program a shape)."""
+    shape = (1, _BITS) + (1,) * (words.ndim - 1)
+    shifts = jnp.arange(_BITS, dtype=jnp.uint32).reshape(shape)
+    bits = (words[:, None] >> shifts) & jnp.uint32(1)
+    flat = bits.reshape((words.shape[0] * _BITS,) + tuple(words.shape[1:]))
+    return flat[:n].astype(bool)
 
 
 def as_events(x: Any) -> Any:

@@ -6,6 +6,7 @@ operands are binary events.
 
 from __future__ import annotations
 
+import functools
 from typing import Any
 
 import jax
@@ -207,11 +208,19 @@ class _Compressed:
     def __rmatmul__(self, x: Any) -> jax.Array:
         return self.rmatmul(x)
 
-    def _dense_of_stored(self) -> jax.Array:
-        m, n = self._csr_shape
-        rows = _common.row_ids(self.indptr, self.nnz)
-        vals = jnp.broadcast_to(self.data, (self.nnz,))
-        return jnp.zeros((m, n), self.data.dtype).at[rows, self.indices].add(vals)
+    def _dense_of_stored(self, transpose: bool = False) -> jax.Array:
+        return _dense(self.data, self.indices, self.indptr, self._csr_shape, transpose)
+
+
+@functools.partial(jax.jit, static_argnums=(3, 4))
+def _dense(data, indices, indptr, shape: tuple[int, int], transpose: bool) -> jax.Array:
+    """The dense ``shape`` array of stored compressed rows, or its transpose (one compiled
+    program a shape)."""
+    nnz = indices.shape[0]
+    rows = _common.row_ids(indptr, nnz)
+    vals = jnp.broadcast_to(data, (nnz,))
+    dense = jnp.zeros(shape, data.dtype).at[rows, indices].add(vals)
+    return dense.T if transpose else dense
 
 
 def _from_dense_arrays(dense, homogeneous: bool):
@@ -232,7 +241,7 @@ def _from_dense_arrays(dense, homogeneous: bool):
                 f"different values; a homogeneous matrix has one shared weight"
             )
         values = uniq[:1] if uniq.size else np.zeros(1, values.dtype)
-    return jnp.asarray(values), jnp.asarray(cols.astype(np.int32)), jnp.asarray(indptr)
+    return tuple(jax.device_put(a) for a in (values, cols.astype(np.int32), indptr))
 
 
 def _row_index(mat, index) -> np.ndarray:
@@ -405,7 +414,7 @@ class CSC(_Compressed):
             >>> CSC.from_dense([[0., 2.], [3., 0.]]).todense().tolist()
             [[0.0, 2.0], [3.0, 0.0]]
         """
-        return self._dense_of_stored().T
+        return self._dense_of_stored(transpose=True)
 
     def slice_rows(self, index: Any) -> CSC:
         """``W[index, :]`` as a new :class:`CSC` (structure and ``index`` concrete).

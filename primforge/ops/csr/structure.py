@@ -6,6 +6,7 @@ run as an opt-in runtime check under ``jit``.
 
 from __future__ import annotations
 
+import functools
 from collections.abc import Sequence
 
 import jax
@@ -98,6 +99,7 @@ def clip_to(w: jax.Array, lo: float | None, hi: float | None) -> jax.Array:
     return w
 
 
+@functools.partial(jax.jit, static_argnums=1)
 def row_ids(indptr: jax.Array, nnz: int) -> jax.Array:
     """Row index of every stored entry, from ``indptr`` in O(nnz + rows) (jax.numpy).
 
@@ -127,6 +129,7 @@ def indptr_ok(indptr: jax.Array, nnz: int) -> jax.Array:
     return (indptr[0] == 0) & (indptr[-1] <= nnz) & jnp.all(indptr[1:] >= indptr[:-1])
 
 
+@functools.partial(jax.jit, static_argnums=1)
 def live_entries(indptr: jax.Array, nnz: int) -> jax.Array:
     """Boolean ``(nnz,)`` mask of the stored entries, False on the padding past ``indptr[-1]``.
 

@@ -7,6 +7,7 @@ maps onto the kernels of :mod:`primforge.ops.fixed_num.api`.
 
 from __future__ import annotations
 
+import functools
 from typing import Any
 
 import jax
@@ -234,13 +235,8 @@ class FixedNum:
             >>> FixedNum.from_indices([[1], [1]], 2.0, shape=(2, 2), per='post').todense().tolist()
             [[0.0, 0.0], [2.0, 2.0]]
         """
-        m, n = self._stored_shape
-        safe, _ = safe_indices(self.indices, n)
-        rows = jnp.broadcast_to(jnp.arange(m)[:, None], self.indices.shape)
-        vals = jnp.broadcast_to(self.weights if not self.homogeneous else self.weights[0],
-                                self.indices.shape)
-        a = jnp.zeros((m, n), self.weights.dtype).at[rows, safe].add(vals, mode="drop")
-        return a if self.per == "pre" else a.T
+        return _dense(self.weights, self.indices, self._stored_shape, self.homogeneous,
+                      self.per == "pre")
 
     def _product(self, x, *, transpose_w: bool, backend):
         """``W @ x`` (``transpose_w=False``) or ``W.T @ x`` for a vector or matrix ``x``."""
@@ -296,6 +292,18 @@ class FixedNum:
 
     def __rmatmul__(self, x: Any) -> jax.Array:
         return self.rmatmul(x)
+
+
+@functools.partial(jax.jit, static_argnums=(2, 3, 4))
+def _dense(weights, indices, shape: tuple[int, int], homogeneous: bool, per_pre: bool):
+    """The dense array of stored rows ``shape``, transposed unless ``per_pre`` (one
+    compiled program a shape)."""
+    m, n = shape
+    safe, _ = safe_indices(indices, n)
+    rows = jnp.broadcast_to(jnp.arange(m)[:, None], indices.shape)
+    vals = jnp.broadcast_to(weights[0] if homogeneous else weights, indices.shape)
+    a = jnp.zeros((m, n), weights.dtype).at[rows, safe].add(vals, mode="drop")
+    return a if per_pre else a.T
 
 
 def _draw_partners(rng, rows: int, pool: int, k: int, replace: bool) -> np.ndarray:
