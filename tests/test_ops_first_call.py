@@ -49,7 +49,7 @@ def test_todense_compiles_once_and_matches_numpy(fmt, shape):
     with xla_compiles() as seen:
         out = np.asarray(W.todense())
     np.testing.assert_array_equal(out, d)
-    assert len(seen) == 1, seen
+    assert len(seen) <= 1, seen  # none where this process compiled the shape already
 
 
 @pytest.mark.parametrize("per", ["pre", "post"])
@@ -66,7 +66,7 @@ def test_fixed_num_todense_compiles_once_and_matches_numpy(per):
     with xla_compiles() as seen:
         out = np.asarray(W.todense())
     np.testing.assert_allclose(out, want if per == "pre" else want.T)
-    assert len(seen) == 1, seen
+    assert len(seen) <= 1, seen  # none where this process compiled the shape already
 
 
 @pytest.mark.parametrize("fmt", ["CSR", "FixedNum"])
@@ -84,7 +84,7 @@ def test_column_index_compiles_once_and_lists_each_column_s_entries(fmt):
     with xla_compiles() as seen:
         C = ops.with_column_index(W)
         colptr, perm, rows = (np.asarray(a) for a in (C.colptr, C.perm, C.rows))
-    assert len(seen) == 1, seen
+    assert len(seen) <= 1, seen  # none where this process compiled the shape already
     want_perm = np.argsort(cols, kind="stable")
     np.testing.assert_array_equal(perm, want_perm)
     np.testing.assert_array_equal(rows, rows_of[want_perm])
@@ -100,7 +100,7 @@ def test_packing_and_unpacking_compile_once_each_and_round_trip(shape):
         words = np.asarray(P.words)
     with xla_compiles() as unpacking:
         back = np.asarray(P.unpack())
-    assert (len(packing), len(unpacking)) == (1, 1), (packing, unpacking)
+    assert len(packing) <= 1 and len(unpacking) <= 1, (packing, unpacking)
     np.testing.assert_array_equal(back, x)
     bits = np.zeros((words.shape[0] * 32,) + shape[1:], bool)
     bits[: shape[0]] = x
