@@ -1,10 +1,11 @@
 """The matrices' array helpers compile one XLA program for a new shape, not one per step.
 
-Building a column index, densifying a matrix and packing or unpacking events are several
-jax.numpy steps each; called outside ``jit`` every step would compile a program of its own
-for every new shape. Each helper is one jitted function instead. The XLA compiles are
-counted with ``jax.monitoring`` (JAX's backend-compile event), and every result is checked
-against NumPy, so the helpers stay right while they compile less.
+Building a column index, densifying a matrix, packing or unpacking events, slicing rows,
+adding a diagonal and converting CSR to CSC indices are several jax.numpy steps each;
+called outside ``jit`` every step would compile a program of its own for every new shape.
+Each helper is one jitted function instead. The XLA compiles are counted with
+``jax.monitoring`` (JAX's backend-compile event), and every result is checked against
+NumPy, so the helpers stay right while they compile less.
 """
 
 from __future__ import annotations
@@ -108,3 +109,41 @@ def test_packing_and_unpacking_compile_once_each_and_round_trip(shape):
                   << np.arange(32, dtype=np.uint64).reshape((1, 32) + (1,) * (len(shape) - 1)),
                   axis=1).astype(np.uint32)
     np.testing.assert_array_equal(words, want)
+
+
+def test_slice_rows_compiles_once_and_gives_the_rows_of_the_dense_matrix():
+    d = _dense(np.random.default_rng(9), 27, 33)
+    W = ops.CSR.from_dense(d)
+    rows = np.array([4, 0, 26, 4])
+    with xla_compiles() as seen:
+        out = np.asarray(ops.csr_slice_rows(W.data, W.indices, W.indptr, rows, shape=W.shape))
+    assert len(seen) <= 1, seen  # none where this process compiled the shape already
+    np.testing.assert_array_equal(out, d[rows])
+    one = ops.csr_slice_rows(W.data, W.indices, W.indptr, 7, shape=W.shape)
+    np.testing.assert_array_equal(np.asarray(one), d[7])
+
+
+def test_diag_add_compiles_once_and_equals_numpy():
+    rng = np.random.default_rng(11)
+    d = _dense(rng, 21, 21)
+    W = ops.CSR.from_dense(d)
+    diag = rng.standard_normal(21).astype(np.float32)
+    with xla_compiles() as seen:
+        data, indices, indptr = ops.diag_add(W.data, W.indices, W.indptr, diag, shape=W.shape)
+        data = np.asarray(data)
+    assert len(seen) <= 1, seen  # none where this process compiled the shape already
+    got = ops.CSR(data, indices, indptr, shape=W.shape).todense()
+    np.testing.assert_allclose(np.asarray(got), d + np.diag(diag), rtol=1e-6)
+
+
+def test_csr_to_csc_index_of_jax_arrays_compiles_little_and_equals_numpy():
+    d = _dense(np.random.default_rng(13), 19, 23)
+    W = ops.CSR.from_dense(d)
+    with xla_compiles() as seen:  # the row ids and the sort
+        ptr, rows, perm = (np.asarray(a) for a in ops.csr_to_csc_index(
+            W.indptr, W.indices, shape=W.shape))
+    assert len(seen) <= 2, seen
+    want = ops.csr_to_csc_index(np.asarray(W.indptr), np.asarray(W.indices), shape=W.shape)
+    for got, ref in zip((ptr, rows, perm), want, strict=True):
+        np.testing.assert_array_equal(got, ref)
+    np.testing.assert_array_equal(np.asarray(W.data)[perm], d.T[d.T != 0])

@@ -19,6 +19,7 @@ Design:
 
 from __future__ import annotations
 
+import functools
 from typing import Any
 
 import jax
@@ -111,10 +112,15 @@ def _coo_sort(major, minor, n_major: int, use_numpy: bool):
         indptr = np.zeros(n_major + 1, off)
         np.cumsum(counts, out=indptr[1:])
         return indptr, np.asarray(minor[perm], np.int32), perm
-    major, minor = jnp.asarray(major), jnp.asarray(minor)
-    perm = jnp.argsort(major, stable=True).astype(off)
-    counts = jnp.bincount(major, length=n_major).astype(off)
-    indptr = jnp.concatenate([jnp.zeros((1,), off), jnp.cumsum(counts, dtype=off)])
+    return _coo_sort_jax(major, minor, n_major)
+
+
+@functools.partial(jax.jit, static_argnums=2)
+def _coo_sort_jax(major, minor, n_major: int):
+    """:func:`_coo_sort` in jax.numpy, int32 offsets (one compiled program a shape)."""
+    perm = jnp.argsort(major, stable=True).astype(jnp.int32)
+    counts = jnp.bincount(major, length=n_major).astype(jnp.int32)
+    indptr = jnp.concatenate([jnp.zeros((1,), jnp.int32), jnp.cumsum(counts, dtype=jnp.int32)])
     return indptr, minor[perm].astype(jnp.int32), perm
 
 
@@ -182,7 +188,7 @@ def coo_to_csc_index(pre_ids: Any, indices: Any, *, shape: tuple[int, int]):
 def _rows_of(indptr, nnz: int, use_numpy: bool):
     if use_numpy:
         return np.repeat(np.arange(indptr.shape[0] - 1, dtype=np.int32), np.diff(indptr))
-    return _row_ids(jnp.asarray(indptr), nnz)
+    return _row_ids(indptr, nnz)
 
 
 def csr_to_coo_index(indptr: Any, indices: Any):

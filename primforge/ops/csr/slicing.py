@@ -13,10 +13,14 @@ Design:
       not store, so the structure changes: it is planned from concrete index arrays once
       (:func:`csr_diag_position`), and the values, for any weights and diagonal, follow
       from the plan with one scatter (:func:`csr_diag_add`, traceable and linear).
+    * Outside ``jit`` the array work of each function is one jitted program (compiled once
+      a shape), not a program for each ``jax.numpy`` step; the concrete structure's checks
+      and plans stay in NumPy.
 """
 
 from __future__ import annotations
 
+import functools
 from typing import Any, NamedTuple
 
 import jax
@@ -45,7 +49,7 @@ def _row_selector(row_indices: Any, m: int, who: str):
             k = int(bad[0])
             raise IndexError(f"{who}: 'row_indices' must lie in [0, {m}) for {m} rows, got "
                              f"{int(np.asarray(rows).ravel()[k])} at position {k}")
-    return jnp.asarray(rows)
+    return rows
 
 
 def _concrete_structure(data, indices, indptr, m: int, n: int, who: str) -> bool:
@@ -58,22 +62,31 @@ def _concrete_structure(data, indices, indptr, m: int, n: int, who: str) -> bool
     return True
 
 
-def _gather_rows(data, indices, indptr, rows, n: int):
-    """Rows of a concrete structure in O(selected rows x longest row): gather, then scatter."""
-    indptr, indices = np.asarray(indptr), np.asarray(indices)
-    longest = int(np.diff(indptr).max(initial=0))
+@functools.partial(jax.jit, static_argnames=("m", "n", "longest", "scalar"))
+def _gather_rows(w, indices, indptr, rows, *, m: int, n: int, longest: int, scalar: bool):
+    """Rows of a concrete structure in O(selected rows x longest row): gather, then scatter
+    (``longest``, the longest row's entries, read off the structure before; a row outside
+    ``[0, m)`` gives NaN)."""
+    rows = jnp.atleast_1d(rows)
     safe = jnp.clip(rows, 0, indptr.shape[0] - 2)
-    start, stop = jnp.asarray(indptr)[safe], jnp.asarray(indptr)[safe + 1]
+    start, stop = indptr[safe], indptr[safe + 1]
     pos = start[:, None] + jnp.arange(longest, dtype=start.dtype)  # (s, longest)
     live = pos < stop[:, None]
     pos = jnp.where(live, pos, 0)
-    w = _scaffold.float_weights(data, who="csr_slice_rows", name="data")
     if w.shape == (1,):  # a shared weight: one per entry
         w = jnp.broadcast_to(w, (max(indices.shape[0], 1),))
     vals = jnp.where(live, w[pos], 0)
-    cols = jnp.asarray(indices)[pos] if indices.shape[0] else jnp.zeros(pos.shape, jnp.int32)
+    cols = indices[pos] if indices.shape[0] else jnp.zeros(pos.shape, jnp.int32)
     out = jnp.zeros((rows.shape[0], n), vals.dtype)
-    return out.at[jnp.arange(rows.shape[0])[:, None], cols].add(vals)
+    out = out.at[jnp.arange(rows.shape[0])[:, None], cols].add(vals)
+    out = _nan_outside(out, rows, m)
+    return out[0] if scalar else out
+
+
+def _nan_outside(out, rows, m: int):
+    """``out`` with the rows whose index lies outside ``[0, m)`` set to NaN."""
+    valid = (rows >= 0) & (rows < m)
+    return jnp.where(valid[:, None], out, jnp.nan)
 
 
 def csr_slice_rows(data: Any, indices: Any, indptr: Any, row_indices: Any, *,
@@ -109,15 +122,18 @@ def csr_slice_rows(data: Any, indices: Any, indptr: Any, row_indices: Any, *,
     m, n = _scaffold.check_shape(shape, who)
     rows = _row_selector(row_indices, m, who)
     scalar = rows.ndim == 0
-    rows = jnp.atleast_1d(rows)
     if backend is None and _concrete_structure(data, indices, indptr, m, n, who):
-        out = _gather_rows(data, indices, indptr, rows, n)
-    else:
-        select = rows[None, :] == jnp.arange(m, dtype=rows.dtype)[:, None]  # (m, s) one-hot
-        out = _kernels.binary_csrmm(data, indices, indptr, select, shape=(m, n),
-                                    transpose=True, backend=backend).T
-    valid = (rows >= 0) & (rows < m)
-    out = jnp.where(valid[:, None], out, jnp.nan)
+        longest = int(np.diff(np.asarray(indptr)).max(initial=0))
+        w = _scaffold.float_weights(data, who=who, name="data")
+        indices, indptr = (a if isinstance(a, jax.Array) else np.asarray(a)
+                           for a in (indices, indptr))
+        return _gather_rows(w, indices, indptr, rows, m=m, n=n, longest=longest,
+                            scalar=scalar)
+    rows = jnp.atleast_1d(rows)
+    select = rows[None, :] == jnp.arange(m, dtype=rows.dtype)[:, None]  # (m, s) one-hot
+    out = _kernels.binary_csrmm(data, indices, indptr, select, shape=(m, n),
+                                transpose=True, backend=backend).T
+    out = _nan_outside(out, rows, m)
     return out[0] if scalar else out
 
 
@@ -209,20 +225,26 @@ def csr_diag_add(csr_value: Any, positions: tuple, diag_value: Any) -> jax.Array
     _, new_indices, old_to_new, diag_dest = positions
     nnz, k = old_to_new.shape[0], diag_dest.shape[0]
     w = _scaffold.float_weights(csr_value, who=who, name="csr_value")
-    if w.shape == (1,) and nnz != 1:
-        w = jnp.broadcast_to(w, (nnz,))
-    if w.shape != (nnz,):
+    if w.shape not in ((nnz,), (1,)):
         raise ValueError(f"{who}: 'csr_value' must have shape ({nnz},) (one weight per stored "
                          f"entry of the planned matrix) or (1,), got {w.shape}")
-    d = jnp.asarray(diag_value)
+    d = diag_value if isinstance(diag_value, (jax.Array, Tracer)) else np.asarray(diag_value)
     if d.shape != (k,):
         raise ValueError(f"{who}: 'diag_value' must have shape (min(rows, cols),) = ({k},), "
                          f"got {d.shape}")
+    return _diag_values(w, d, old_to_new, diag_dest, size=int(new_indices.shape[0]))
+
+
+@functools.partial(jax.jit, static_argnames="size")
+def _diag_values(w, d, old_to_new, diag_dest, *, size: int):
+    """The ``size`` weights of a planned ``W + diag(d)`` (one compiled program a shape)."""
+    nnz = old_to_new.shape[0]
+    if w.shape == (1,) and nnz != 1:
+        w = jnp.broadcast_to(w, (nnz,))
     dtype = jnp.result_type(w, d)
-    out = jnp.zeros((new_indices.shape[0],), dtype)
-    out = out.at[jnp.asarray(old_to_new)].set(w.astype(dtype), unique_indices=True,
-                                               mode="drop")
-    return out.at[jnp.asarray(diag_dest)].add(d.astype(dtype))
+    out = jnp.zeros((size,), dtype)
+    out = out.at[old_to_new].set(w.astype(dtype), unique_indices=True, mode="drop")
+    return out.at[diag_dest].add(d.astype(dtype))
 
 
 def diag_add(data: Any, indices: Any, indptr: Any, diag: Any, *, shape: tuple[int, int]):
@@ -248,7 +270,7 @@ def diag_add(data: Any, indices: Any, indptr: Any, diag: Any, *, shape: tuple[in
         ([1.0, 5.0, 8.0], [0, 1, 1], [0, 2, 3])
     """
     plan = csr_diag_position(indptr, indices, shape=shape)
-    return csr_diag_add(data, plan, diag), jnp.asarray(plan[1]), jnp.asarray(plan[0])
+    return csr_diag_add(data, plan, diag), jax.device_put(plan[1]), jax.device_put(plan[0])
 
 
 class CSRRowBlocks(NamedTuple):
