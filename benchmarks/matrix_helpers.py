@@ -1,11 +1,12 @@
 """First call of the sparse matrices' array helpers on a new shape: XLA compiles and time.
 
 Each helper (building a matrix, ``todense``, ``with_column_index``, ``pack_events``,
-``unpack``) runs outside ``jit`` once on a shape the process has not seen, in a fresh
-interpreter per repeat; the row gives the number of XLA compiles it caused (JAX's
-backend-compile event, counted with ``jax.monitoring``) and the median wall time of that
-first call (result ready included). The helpers run in the order of the table, each on its
-own matrix, so an earlier row's programs serve no later one. Usage::
+``unpack``, ``csr_slice_rows``, ``diag_add``, ``csr_to_csc_index``) runs outside ``jit``
+once on a shape the process has not seen, in a fresh interpreter per repeat; the row gives
+the number of XLA compiles it caused (JAX's backend-compile event, counted with
+``jax.monitoring``) and the median wall time of that first call (result ready included).
+The helpers run in the order of the table, each on its own matrix, so an earlier row's
+programs serve no later one. Usage::
 
     python benchmarks/matrix_helpers.py --repeats 5 --label after
     cd /path/to/other/checkout && python /path/to/benchmarks/matrix_helpers.py --label before
@@ -57,6 +58,15 @@ x = rng.random(307) < 0.1
 rows["pack_events"] = first(lambda: ops.pack_events(x).words)
 P = ops.pack_events(rng.random(308) < 0.1)
 rows["PackedEvents.unpack"] = first(P.unpack)
+S = ops.CSR.from_dense(dense(309, 409))
+rows["csr_slice_rows"] = first(lambda: ops.csr_slice_rows(
+    S.data, S.indices, S.indptr, np.arange(0, 309, 7), shape=S.shape))
+D = ops.CSR.from_dense(dense(310, 310))
+rows["diag_add"] = first(lambda: ops.diag_add(D.data, D.indices, D.indptr,
+                                              np.ones(310, np.float32), shape=D.shape))
+X = ops.CSR.from_dense(dense(311, 411))
+rows["csr_to_csc_index(jax arrays)"] = first(lambda: ops.csr_to_csc_index(
+    X.indptr, X.indices, shape=X.shape))
 print(json.dumps(rows))
 """
 
