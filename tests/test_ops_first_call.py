@@ -147,3 +147,15 @@ def test_csr_to_csc_index_of_jax_arrays_compiles_little_and_equals_numpy():
     for got, ref in zip((ptr, rows, perm), want, strict=True):
         np.testing.assert_array_equal(got, ref)
     np.testing.assert_array_equal(np.asarray(W.data)[perm], d.T[d.T != 0])
+
+
+def test_fixed_num_from_numpy_compiles_nothing_and_keeps_jax_dtypes():
+    rng = np.random.default_rng(17)
+    idx = rng.integers(0, 41, (37, 3))  # int64 and float64 in: int32 and float32 out
+    w = rng.standard_normal((37, 3))
+    with xla_compiles() as seen:
+        F = ops.FixedNum.from_indices(idx, w, shape=(37, 41))
+    assert seen == []
+    assert (F.indices.dtype, F.weights.dtype) == (np.int32, np.float32)
+    np.testing.assert_array_equal(np.asarray(F.indices), idx)
+    np.testing.assert_array_equal(np.asarray(F.weights), w.astype(np.float32))

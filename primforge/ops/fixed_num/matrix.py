@@ -194,7 +194,8 @@ class FixedNum:
             w = w.astype(dtype)
         elif not np.issubdtype(w.dtype, np.floating) or isinstance(weights, float):
             w = w.astype(np.float32)
-        obj = cls(jnp.asarray(w.reshape(1) if w.ndim == 0 else w), jnp.asarray(ind),
+        # device_put, not jnp.asarray: the same dtypes without a compiled copy per shape
+        obj = cls(jax.device_put(w.reshape(1) if w.ndim == 0 else w), jax.device_put(ind),
                   shape=shape, per=per)
         problem = _problems(ind, obj._stored_shape[1])
         if problem:
