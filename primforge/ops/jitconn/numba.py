@@ -13,6 +13,7 @@ import math
 import numpy as np
 
 from primforge.ops import _spikes
+from primforge.ops._prefetch import event_words
 from primforge.ops.jitconn.generator import (
     FEW_FLIPS,
     FLIP,
@@ -221,30 +222,41 @@ def kernel(binary: bool, matrix: bool, transpose: bool, kind: str, prob: float,
 
     if not matrix:
 
+        words = event_words()
+
         @numba.njit(nogil=True)
         def jitc_t_mv(theta, seed, table, x, out):
             r0, c0, stop, row_end = window(seed, x.shape[0], out.shape[0])
             keys = seed_keys(seed[0])
             th = params(theta)
             out[:] = 0
-            for i in range(row_end):
-                xi = x[i]
-                if xi == 0:
+            x_words, n_words = words(x)  # a zero word: 8 bytes of silent events skipped
+            size = x.itemsize
+            for b in range(n_words + 1):
+                if b < n_words and x_words[b] == 0:
                     continue
-                ctr, gamma, step = row_stream(keys, r0 + i)
-                j = -1
-                while True:
-                    g = skip(mix(ctr), table, GUIDE, SHIFT)
-                    if g >= stop - 1 - j:
-                        break
-                    j += 1 + g
-                    if not BLOCKED or j >= c0:
-                        w = weight(th, ctr, gamma)
-                        if BINARY:
-                            out[j - c0] += w
-                        else:
-                            out[j - c0] += w * xi
-                    ctr = (ctr + step) & MASK
+                lo = 8 * b // size
+                if lo >= row_end:  # past the block's last row
+                    break
+                hi = min(8 * (b + 1) // size if b < n_words else x.shape[0], row_end)
+                for i in range(lo, hi):
+                    xi = x[i]
+                    if xi == 0:
+                        continue
+                    ctr, gamma, step = row_stream(keys, r0 + i)
+                    j = -1
+                    while True:
+                        g = skip(mix(ctr), table, GUIDE, SHIFT)
+                        if g >= stop - 1 - j:
+                            break
+                        j += 1 + g
+                        if not BLOCKED or j >= c0:
+                            w = weight(th, ctr, gamma)
+                            if BINARY:
+                                out[j - c0] += w
+                            else:
+                                out[j - c0] += w * xi
+                        ctr = (ctr + step) & MASK
 
         return jitc_t_mv
 
