@@ -1,7 +1,8 @@
 """Where a plain COBA step's time goes: the loop, the neurons, the products, the recording.
 
 The plain step of ``examples/coba.py`` (``jax.numpy`` neurons and one event-driven product
-per population over stored CSR) is timed whole and in parts, each part a jitted
+per population over stored CSR, or with ``--conn jitc`` over just-in-time connectivity) is
+timed whole and in parts, each part a jitted
 ``lax.scan`` over the same number of steps, on the same network:
 
 * ``loop``: a scan whose body carries the four state arrays through and counts the steps:
@@ -35,6 +36,7 @@ variant (XLA's runtime threads show as more than 1), and each part's share of ``
     python benchmarks/coba_anatomy.py                         # scales 1 and 10, 0.2 s each
     python benchmarks/coba_anatomy.py --scales 1,10,100 --duration 0.1 --reps 5
     python benchmarks/coba_anatomy.py --xla-threads 1
+    python benchmarks/coba_anatomy.py --scales 100 --duration 0.1 --reps 5 --conn jitc
     python benchmarks/coba_anatomy.py --fused 100 --xla-threads 1 --duration 0.4
 """
 
@@ -180,6 +182,8 @@ def main() -> None:
     ap.add_argument("--reps", type=int, default=7)
     ap.add_argument("--xla-threads", type=int, default=None,
                     help="threads of XLA's CPU pool (default: one per core)")
+    ap.add_argument("--conn", choices=("csr", "jitc"), default="csr",
+                    help="the plain step's connectivity: stored CSR or just-in-time")
     ap.add_argument("--fused", type=int, default=0, metavar="K",
                     help="time the fused step of K steps a call instead (jitc, one thread)")
     ap.add_argument("--out", default=None,
@@ -207,7 +211,7 @@ def main() -> None:
             net = coba.scaled(scale, seed=0, conn="jitc")
             fns, rate = fused_variants(coba, net, n_steps, k)
         else:
-            net = coba.scaled(scale, seed=0, conn="csr")
+            net = coba.scaled(scale, seed=0, conn=args.conn)
             fns, rate = variants(coba, net, n_steps)
         got = measure(fns, args.reps)
         step = got[base]["wall_s"]
@@ -220,6 +224,7 @@ def main() -> None:
                          "variant": name, "us_per_step": us, "share_of_step": share,
                          "cpu_per_wall": m["cpu_per_wall"], "steps": n_steps,
                          "reps": args.reps, "xla_threads": args.xla_threads,
+                         "conn": "jitc" if k else args.conn,
                          "steps_per_call": k or None})
     Path(out).parent.mkdir(parents=True, exist_ok=True)
     Path(out).write_text(json.dumps({"rows": rows, "load": os.getloadavg()[0]}, indent=1))
