@@ -13,6 +13,7 @@ import jax
 import jax.numpy as jnp
 import numpy as np
 
+from primforge._compat import Tracer
 from primforge.utils import dataclass, field
 
 __all__ = ["PackedEvents", "as_events", "pack_events"]
@@ -96,7 +97,7 @@ def pack_events(events: Any) -> PackedEvents:
     """
     # NumPy input goes to the compiled program as it is (jnp.asarray would compile a
     # program of its own for each new shape).
-    x = events if isinstance(events, (jax.Array, np.ndarray)) else np.asarray(events)
+    x = events if isinstance(events, (jax.Array, Tracer, np.ndarray)) else np.asarray(events)
     if x.ndim not in (1, 2):
         raise ValueError(f"pack_events: 'events' must be a vector or a matrix, got shape "
                          f"{tuple(x.shape)}")
