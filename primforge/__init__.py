@@ -6,7 +6,7 @@ One named primitive, kernels for every backend, every JAX transformation working
     Kernels          XLACustomKernel (+ KernelEntry), use_backend, numba_kernel
     Benchmarking     BenchmarkConfig / BenchmarkRecord / BenchmarkResult, autotune
     Registry         get_kernel, list_kernels, select_kernels
-    Runtime          set_cpu_threads (XLA's CPU thread pool)
+    Runtime          set_cpu_threads (XLA's CPU thread pool), evaluate_once (XLA:CPU fusion)
     Sub-packages     primforge.utils (pytree/JAX utilities), primforge.ops (operators)
 """
 
@@ -71,6 +71,7 @@ from primforge.registry import get_kernel, list_kernels, select_kernels
 from primforge import autotune, debug, utils
 from primforge.debug import debug_mode
 from primforge.runtime import set_cpu_threads
+from primforge.fusion import evaluate_once
 
 __all__ = [
     "BackendUnavailableWarning",
@@ -100,6 +101,7 @@ __all__ = [
     "def_sharding_rule",
     "defjvp",
     "etp_primitives",
+    "evaluate_once",
     "general_batching_rule",
     "get_etp_rule",
     "get_kernel",
