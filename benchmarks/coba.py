@@ -138,7 +138,7 @@ if kind == "brainevent":
     def run(v, ge, gi):
         def body(carry, _):
             (v, ge, gi, ref), count = carry
-            v, spike, ref = coba._integrate(v, ge, gi, ref)
+            v, spike, ref = coba.neuron_update(v, ge, gi, ref)
             ge = ge * coba.DECAY_E + brainevent.EventArray(spike[:ne]) @ we
             gi = gi * coba.DECAY_I + brainevent.EventArray(spike[ne:]) @ wi
             v = jnp.where(spike, coba.F32(coba.VR), v)

@@ -15,7 +15,13 @@ timed whole and in parts, each part a jitted
   spiking rows, the sum); ``step`` minus it, what the spikes' rows cost;
 * ``step``: the whole plain step, no recording;
 * ``simulate``: ``examples/coba.py``'s simulator recording what ``benchmarks/coba.py``
-  records: the step plus the spike count of each neuron.
+  records: the step plus the spike count of each neuron;
+* ``step, recomputed`` and ``simulate, recomputed``: the same two without
+  :func:`primforge.evaluate_once` around the neuron update, so that XLA's CPU compiler
+  computes the update again inside the fusion of each of its readers.
+
+Every variant but the two ``recomputed`` computes the neuron update once
+(``examples/coba.py``'s ``neuron_update``).
 
 With ``--fused K`` the same is done for the fused step of ``K`` steps a kernel call, over
 just-in-time connectivity (one thread), to see what recording costs beside the kernel:
@@ -87,7 +93,7 @@ def variants(coba, net, n_steps: int):
     def neurons(state):
         def body(s, _):
             v, ge, gi, ref = s
-            v, spike, ref = coba._integrate(v, ge, gi, ref)
+            v, spike, ref = coba.neuron_update(v, ge, gi, ref)
             return (jnp.where(spike, f32(coba.VR), v), ge * coba.DECAY_E, gi * coba.DECAY_I,
                     ref)
         return scan(body, state)
@@ -98,19 +104,24 @@ def variants(coba, net, n_steps: int):
         # known only at run time: the same computation, except that no row is visited.
         def body(s, _):
             v, ge, gi, ref = s
-            v, spike, ref = coba._integrate(v, ge, gi, ref)
+            v, spike, ref = coba.neuron_update(v, ge, gi, ref)
             quiet = spike & mask
             ge = ge * coba.DECAY_E + quiet[:ne] @ w_exc
             gi = gi * coba.DECAY_I + quiet[ne:] @ w_inh
             return jnp.where(spike, f32(coba.VR), v), ge, gi, ref
         return scan(body, state)
 
-    @jax.jit
-    def step(state, w_exc, w_inh):
-        one = coba.plain_step(w_exc, w_inh)
-        return scan(lambda s, _: one(s)[0], state)
+    def step_of(once):
+        @jax.jit
+        def step(state, w_exc, w_inh):
+            one = coba.plain_step(w_exc, w_inh, once=once)
+            return scan(lambda s, _: one(s)[0], state)
+        return step
 
-    simulate = coba.simulator(net, n_steps, raster=0, counts=False)  # as benchmarks/coba.py
+    step, step_recomputed = step_of(True), step_of(False)
+    # As benchmarks/coba.py records:
+    simulate = coba.simulator(net, n_steps, raster=0, counts=False)
+    recomputed = coba.simulator(net, n_steps, raster=0, counts=False, once=False)
     w = (net.w_exc, net.w_inh)
     record = simulate(net.v0, net.ge0, net.gi0, *w)
     return {
@@ -119,6 +130,8 @@ def variants(coba, net, n_steps: int):
         "silent step": (silent_step, (state0, *w, jnp.zeros(net.n, bool))),
         "step": (step, (state0, *w)),
         "simulate": (simulate, (net.v0, net.ge0, net.gi0, *w)),
+        "step, recomputed": (step_recomputed, (state0, *w)),
+        "simulate, recomputed": (recomputed, (net.v0, net.ge0, net.gi0, *w)),
     }, float(np.asarray(record["per_neuron"]).sum() / (n_steps * net.n))
 
 

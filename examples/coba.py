@@ -151,14 +151,26 @@ def _integrate(v, ge, gi, ref):
     return v_new, spike, ref_new
 
 
-def plain_step(w_exc, w_inh):
+def neuron_update(v, ge, gi, ref, *, once: bool = True):
+    """:func:`_integrate`, computed once for all its readers (:func:`primforge.evaluate_once`).
+
+    The voltage, spikes and refractory counter are read by the reset, the products, the
+    spike counts and the recording; without ``once``, XLA's CPU compiler computes the
+    update again inside each of those fusions, each pass reading the whole state.
+    """
+    if once:
+        return primforge.evaluate_once(_integrate, v, ge, gi, ref)
+    return _integrate(v, ge, gi, ref)
+
+
+def plain_step(w_exc, w_inh, *, once: bool = True):
     """``step(state) -> (state, spikes)`` with jax.numpy plus two event products (stored
-    CSR or just-in-time connectivity)."""
+    CSR or just-in-time connectivity); ``once`` as in :func:`neuron_update`."""
     ne = w_exc.shape[0]
 
     def step(state):
         v, ge, gi, ref = state
-        v, spike, ref = _integrate(v, ge, gi, ref)
+        v, spike, ref = neuron_update(v, ge, gi, ref, once=once)
         ge = ge * DECAY_E + spike[:ne] @ w_exc  # event-driven: visits the spiking rows
         gi = gi * DECAY_I + spike[ne:] @ w_inh
         v = jnp.where(spike, F32(VR), v)
@@ -836,13 +848,14 @@ def fused_step(we: CSR | JitConn, wi: CSR | JitConn, backend: str | None = None,
 # ----------------------------------------------------------------------------- simulation
 def simulator(net: Network, n_steps: int, *, fused: bool = False, backend: str | None = None,
               raster: int = RASTER_NEURONS, steps_per_call: int = 1, threads: int = 1,
-              min_neurons: int = THREAD_MIN_NEURONS, counts: bool = True):
+              min_neurons: int = THREAD_MIN_NEURONS, counts: bool = True,
+              once: bool = True):
     """A jitted ``run(v, ge, gi, w_exc, w_inh) -> dict`` of ``n_steps`` steps under ``lax.scan``.
 
     The result holds the spike counts of each population per step (``counts``, shape
     ``(n_steps, 2)``; with ``counts=False`` it is left out), spikes per neuron
     (``per_neuron``) and the spikes of ``raster`` neurons per step (``raster``: the first
-    80% of them excitatory, the rest inhibitory).
+    80% of them excitatory, the rest inhibitory). ``once`` is :func:`plain_step`'s.
     With ``fused``, each scan iteration is one kernel call that advances ``steps_per_call``
     steps (it must divide ``n_steps``).
     """
@@ -860,7 +873,7 @@ def simulator(net: Network, n_steps: int, *, fused: bool = False, backend: str |
             step = fused_step(w_exc, w_inh, backend, steps=k, threads=threads,
                               min_neurons=min_neurons)
         else:
-            one = plain_step(w_exc, w_inh)
+            one = plain_step(w_exc, w_inh, once=once)
 
             def step(state):
                 state, spike = one(state)

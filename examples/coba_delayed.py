@@ -48,7 +48,7 @@ def delayed_step(w_exc, w_inh, d_exc, d_inh):
 
     def step(state, t):
         v, ge, gi, ref, buf_e, buf_i = state
-        v, spike, ref = coba._integrate(v, ge, gi, ref)
+        v, spike, ref = coba.neuron_update(v, ge, gi, ref)
         buf_e = delayed_matvec(w_exc, spike[:ne], d_exc, buf_e, t)
         buf_i = delayed_matvec(w_inh, spike[ne:], d_inh, buf_i, t)
         now_e, buf_e = delay_read(buf_e, t)

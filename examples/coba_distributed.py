@@ -73,7 +73,7 @@ def distributed_run(net: coba.Network, n_steps: int, mesh, *, record: bool = Fal
 
         def body(carry, words):
             v, ge, gi, ref, per_neuron = carry
-            v, spike, ref = coba._integrate(v, ge, gi, ref)
+            v, spike, ref = coba.neuron_update(v, ge, gi, ref)
             spike = spike & valid
             if words is None:  # the step's one collective
                 words = jax.lax.all_gather(pack_events(spike).words, AXIS, tiled=True)

@@ -14,8 +14,16 @@ def test_the_parts_compute_the_plain_step_and_its_pieces():
     net = coba.build(400, 0.1, seed=3)
     n_steps = 20
     fns, rate = anatomy.variants(coba, net, n_steps)
-    assert set(fns) == {"loop", "neurons", "silent step", "step", "simulate"} and rate > 0
+    assert set(fns) == {"loop", "neurons", "silent step", "step", "simulate",
+                        "step, recomputed", "simulate, recomputed"} and rate > 0
     run = {k: fn(*args) for k, (fn, args) in fns.items()}
+
+    # computing the neuron update once or in each reader's fusion: the same numbers
+    for got, want in zip(run["step, recomputed"], run["step"], strict=True):
+        np.testing.assert_array_equal(np.asarray(got), np.asarray(want))
+    for key in ("per_neuron", "v"):
+        np.testing.assert_array_equal(np.asarray(run["simulate, recomputed"][key]),
+                                      np.asarray(run["simulate"][key]))
 
     # the whole step, without recording, ends where the simulator ends
     np.testing.assert_array_equal(np.asarray(run["step"][0]), np.asarray(run["simulate"]["v"]))
