@@ -14,8 +14,9 @@ from the first element of the first array argument; whichever branch runs, the r
 Only the CPU lowering does this: on GPU and TPU, where XLA forms multi-output fusions and a
 conditional costs a transfer of its predicate to the host, the function is called as it is
 (``jax.lax.platform_dependent`` chooses at lowering time). Autodiff and ``jit`` go through
-JAX's own ``cond``; under ``vmap`` with the predicate's array batched, JAX evaluates the two
-(identical) branches and selects, which XLA folds back into one.
+JAX's own ``cond``. Under ``vmap`` the predicate is read from the first member of the batch
+(a ``custom_vmap`` rule), so that it stays one scalar and the conditional a conditional over
+the whole batch: a batched predicate would make JAX compute both branches and select.
 """
 
 from __future__ import annotations
@@ -24,8 +25,23 @@ import jax
 import jax.numpy as jnp
 import numpy as np
 from jax import lax
+from jax.custom_batching import custom_vmap
 
 __all__ = ["evaluate_once"]
+
+
+@custom_vmap
+def _nonzero(x):
+    """``x != 0`` for a scalar ``x``; under ``vmap``, of the batch's first member only."""
+    return x != 0
+
+
+@_nonzero.def_vmap
+def _nonzero_vmap(axis_size, in_batched, x):
+    del axis_size
+    (batched,) = in_batched
+    # Through _nonzero again, so that an outer vmap also gets one scalar.
+    return _nonzero(x[0] if batched else x), False
 
 
 def _predicate(args):
@@ -34,11 +50,8 @@ def _predicate(args):
     for leaf in jax.tree_util.tree_leaves(args):
         if not isinstance(leaf, (jax.Array, np.ndarray)) or leaf.size == 0:
             continue
-        dtype = leaf.dtype
-        if jnp.issubdtype(dtype, jnp.bool_):
-            return jnp.ravel(leaf)[0]
-        if jnp.issubdtype(dtype, jnp.number):
-            return jnp.ravel(leaf)[0] != 0
+        if jnp.issubdtype(leaf.dtype, jnp.bool_) or jnp.issubdtype(leaf.dtype, jnp.number):
+            return _nonzero(lax.stop_gradient(jnp.ravel(leaf)[0]))
     return None
 
 

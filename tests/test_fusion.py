@@ -130,6 +130,33 @@ def test_vmap_gives_each_batch_members_values():
         want = program(False)(vb[b], ib[b])
         for g, w in zip(got, want, strict=True):
             np.testing.assert_array_equal(np.asarray(g)[b], np.asarray(w))
+    # gradients of batched and unbatched calls agree
+    def loss(v, i):
+        return jnp.sum(primforge.evaluate_once(update, v, i)[0] ** 2)
+
+    grads = jax.vmap(jax.grad(loss))(vb, ib)
+    for b in range(3):
+        np.testing.assert_allclose(np.asarray(grads[b]), np.asarray(jax.grad(loss)(vb[b], ib[b])),
+                                   rtol=1e-6)
+
+
+@pytest.mark.parametrize("levels", [1, 2])
+def test_under_vmap_the_update_is_still_computed_once(levels):
+    v, i = args()
+    batched = [(v, i)]
+    for n in (3, 2)[:levels]:
+        batched = [tuple(jnp.stack([x] * n) for x in batched[0])]
+    (vb, ib), = batched
+
+    def compiled(once):
+        f = program(once)
+        for _ in range(levels):
+            f = jax.vmap(f)
+        return jax.jit(f).lower(vb, ib).compile().as_text()
+
+    assert compiled(False).count(str(MARK)) >= 4
+    once = compiled(True)
+    assert once.count(str(MARK)) == 2 and once.count("conditional(") == 1
 
 
 def test_fn_must_be_callable():
