@@ -6,7 +6,8 @@ One named primitive, kernels for every backend, every JAX transformation working
     Kernels          XLACustomKernel (+ KernelEntry), use_backend, numba_kernel
     Benchmarking     BenchmarkConfig / BenchmarkRecord / BenchmarkResult, autotune
     Registry         get_kernel, list_kernels, select_kernels
-    Runtime          set_cpu_threads (XLA's CPU thread pool), evaluate_once (XLA:CPU fusion)
+    Runtime          set_cpu_threads (XLA's CPU thread pool), evaluate_once (XLA:CPU fusion),
+                     OnlineChoice (the fastest of equivalent chunk calls, while running)
     Sub-packages     primforge.utils (pytree/JAX utilities), primforge.ops (operators)
 """
 
@@ -72,6 +73,7 @@ from primforge import autotune, debug, utils
 from primforge.debug import debug_mode
 from primforge.runtime import set_cpu_threads
 from primforge.fusion import evaluate_once
+from primforge.online import OnlineChoice
 
 __all__ = [
     "BackendUnavailableWarning",
@@ -90,6 +92,7 @@ __all__ = [
     "MissingRuleError",
     "NumbaCudaKernel",
     "NumbaKernel",
+    "OnlineChoice",
     "RuleTable",
     "ShardingRule",
     "TritonKernel",

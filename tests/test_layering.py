@@ -29,7 +29,8 @@ PACKAGE = ROOT / "primforge"
 
 #: Bottom to top: a module may import only from its own layer or a lower one.
 LAYERS: list[tuple[str, list[str]]] = [
-    ("leaves", ["primforge._compat", "primforge._cache", "primforge.debug", "primforge.fusion"]),
+    ("leaves", ["primforge._compat", "primforge._cache", "primforge.debug", "primforge.fusion",
+                "primforge.online"]),
     ("core", ["primforge.utils", "primforge.params", "primforge.primitive", "primforge.rules"]),
     ("backends", ["primforge.kernel.backends"]),
     ("store", ["primforge.registry", "primforge.bench"]),
