@@ -30,6 +30,10 @@ reset. Two implementations of that step run under ``jax.lax.scan``:
 ``--conn jitc`` (the default at 100x) each product regenerates the rows of the spiking
 neurons from a seed (:func:`primforge.ops.binary_jitc_matvec`), so memory stays flat.
 
+With ``--fused --threads 2`` over just-in-time connectivity the run goes in chunks, each
+on one thread or on two, whichever is faster at the time (:func:`thread_choosing_simulator`,
+the same spike trains); ``--fixed-threads`` runs every step on the threads.
+
 Run:  python examples/coba.py [--scale 1|10|100] [--conn csr|jitc] [--duration 1.0]
       [--seed 0] [--fused] [--plot coba.png] [--json]
 """
@@ -846,29 +850,31 @@ def fused_step(we: CSR | JitConn, wi: CSR | JitConn, backend: str | None = None,
 
 
 # ----------------------------------------------------------------------------- simulation
-def simulator(net: Network, n_steps: int, *, fused: bool = False, backend: str | None = None,
-              raster: int = RASTER_NEURONS, steps_per_call: int = 1, threads: int = 1,
-              min_neurons: int = THREAD_MIN_NEURONS, counts: bool = True,
-              once: bool = True):
-    """A jitted ``run(v, ge, gi, w_exc, w_inh) -> dict`` of ``n_steps`` steps under ``lax.scan``.
-
-    The result holds the spike counts of each population per step (``counts``, shape
-    ``(n_steps, 2)``; with ``counts=False`` it is left out), spikes per neuron
-    (``per_neuron``) and the spikes of ``raster`` neurons per step (``raster``: the first
-    80% of them excitatory, the rest inhibitory). ``once`` is :func:`plain_step`'s.
-    With ``fused``, each scan iteration is one kernel call that advances ``steps_per_call``
-    steps (it must divide ``n_steps``).
-    """
+def _recorded(net: Network, raster: int) -> np.ndarray:
+    """The neurons of the raster: the first 80% of them excitatory, the rest inhibitory."""
     ne = net.n_exc
     r_exc = min(ne, round(EXC_FRACTION * raster))
-    shown = np.concatenate([np.arange(r_exc), ne + np.arange(min(net.n_inh, raster - r_exc))])
-    k = int(steps_per_call) if fused else 1
-    if k < 1 or n_steps % k:
-        raise ValueError(f"simulator: steps_per_call={steps_per_call} must be a positive "
-                         f"divisor of the {n_steps} steps")
+    return np.concatenate([np.arange(r_exc), ne + np.arange(min(net.n_inh, raster - r_exc))])
 
-    @jax.jit
-    def run(v, ge, gi, w_exc, w_inh):
+
+def _check_calls(n_steps: int, k: int, what: str = "steps_per_call") -> None:
+    if k < 1 or n_steps % k:
+        raise ValueError(f"simulator: {what}={k} must be a positive divisor of the "
+                         f"{n_steps} steps")
+
+
+def _chunk(net: Network, n_steps: int, *, fused: bool, backend: str | None, raster: int,
+           steps_per_call: int, threads: int, min_neurons: int, counts: bool, once: bool):
+    """``chunk(state, per_neuron, w_exc, w_inh) -> (state, per_neuron, pop, raster)``:
+    ``n_steps`` steps from ``state`` (v, ge, gi, ref) under ``lax.scan``, adding each
+    neuron's spikes to ``per_neuron``; ``pop`` holds each population's spikes per step
+    (``None`` without ``counts``), ``raster`` the recorded neurons' spikes per step."""
+    ne = net.n_exc
+    shown = _recorded(net, raster)
+    k = int(steps_per_call) if fused else 1
+    _check_calls(n_steps, k)
+
+    def chunk(state, per_neuron, w_exc, w_inh):
         if fused:  # the kernel counts each population's spikes as it goes
             step = fused_step(w_exc, w_inh, backend, steps=k, threads=threads,
                               min_neurons=min_neurons)
@@ -890,28 +896,169 @@ def simulator(net: Network, n_steps: int, *, fused: bool = False, backend: str |
                 per_neuron = per_neuron + spike[r].astype(jnp.int32)
             return (state, per_neuron), (pop if counts else None, spike[:, shown])
 
-        ref = jnp.zeros(v.shape, jnp.int32)
-        zero = jnp.zeros(v.shape, jnp.int32)
         (state, per_neuron), (pop, rast) = jax.lax.scan(
-            body, ((v, ge, gi, ref), zero), None, length=n_steps // k)
-        out = {"per_neuron": per_neuron, "raster": rast.reshape(n_steps, -1), "v": state[0]}
+            body, (state, per_neuron), None, length=n_steps // k)
+        return (state, per_neuron, None if pop is None else pop.reshape(n_steps, 2),
+                rast.reshape(n_steps, -1))
+
+    return chunk
+
+
+def simulator(net: Network, n_steps: int, *, fused: bool = False, backend: str | None = None,
+              raster: int = RASTER_NEURONS, steps_per_call: int = 1, threads: int = 1,
+              min_neurons: int = THREAD_MIN_NEURONS, counts: bool = True,
+              once: bool = True):
+    """A jitted ``run(v, ge, gi, w_exc, w_inh) -> dict`` of ``n_steps`` steps under ``lax.scan``.
+
+    The result holds the spike counts of each population per step (``counts``, shape
+    ``(n_steps, 2)``; with ``counts=False`` it is left out), spikes per neuron
+    (``per_neuron``) and the spikes of ``raster`` neurons per step (``raster``: the first
+    80% of them excitatory, the rest inhibitory). ``once`` is :func:`plain_step`'s.
+    With ``fused``, each scan iteration is one kernel call that advances ``steps_per_call``
+    steps (it must divide ``n_steps``).
+    """
+    chunk = _chunk(net, n_steps, fused=fused, backend=backend, raster=raster,
+                   steps_per_call=steps_per_call, threads=threads, min_neurons=min_neurons,
+                   counts=counts, once=once)
+
+    @jax.jit
+    def run(v, ge, gi, w_exc, w_inh):
+        state = (v, ge, gi, jnp.zeros(v.shape, jnp.int32))
+        state, per_neuron, pop, rast = chunk(state, jnp.zeros(v.shape, jnp.int32), w_exc,
+                                             w_inh)
+        out = {"per_neuron": per_neuron, "raster": rast, "v": state[0]}
         if counts:
-            out["counts"] = pop.reshape(n_steps, 2)
+            out["counts"] = pop
         return out
 
     return run
 
 
+# Steps of a chunk of the thread-choosing simulator: about this many neuron-steps (1,000
+# steps at 10x, about 45 ms on one thread; 100 at 100x), long beside the few tens of
+# microseconds between two chunks, short beside the seconds a slow spell of two threads
+# lasts.
+CHUNK_NEURON_STEPS = 40_000_000
+
+
+def chunk_steps_for(net: Network, n_steps: int, steps_per_call: int) -> int:
+    """The default steps a chunk of :func:`thread_choosing_simulator`: the largest multiple
+    of ``steps_per_call`` that divides ``n_steps`` and is at most ``CHUNK_NEURON_STEPS /
+    net.n`` (``steps_per_call`` if none is).
+
+    >>> net = scaled(1)  # 4,000 neurons
+    >>> chunk_steps_for(net, 10_000, 10), chunk_steps_for(net, 2_000, 10)
+    (10000, 2000)
+    """
+    k = int(steps_per_call)
+    _check_calls(n_steps, k)
+    most = max(k, CHUNK_NEURON_STEPS // net.n)
+    for c in range(most - most % k, k - 1, -k):
+        if n_steps % c == 0:
+            return c
+    return k
+
+
+def thread_choosing_simulator(net: Network, n_steps: int, *, threads: int = 2,
+                              steps_per_call: int = 10, chunk_steps: int | None = None,
+                              backend: str | None = None, raster: int = RASTER_NEURONS,
+                              min_neurons: int = THREAD_MIN_NEURONS, counts: bool = True,
+                              choice: primforge.OnlineChoice | None = None):
+    """``run(v, ge, gi, w_exc, w_inh) -> dict``: the fused simulator's run (the same
+    result; the counts and raster of the chunks gathered into NumPy arrays), in chunks of
+    ``chunk_steps`` steps (default :func:`chunk_steps_for`), each on one thread or on
+    ``threads``, whichever :class:`primforge.OnlineChoice` finds faster at the time (both
+    give the same spike trains, bit for bit). Way 0 is one thread, way 1 ``threads``;
+    ``run.choice`` holds the choice, kept from call to call, ``run.threads`` the thread
+    counts of the ways and ``run.chunk_steps`` the chunk. A network too small for the
+    threads (:func:`threads_used`) runs on one thread only, in one call (one chunk).
+
+    Needs just-in-time connectivity (the threaded kernel's). Both ways are compiled on the
+    first call, or ahead by ``run.compile(*args)``; the chunks are run from Python: the
+    state stays on the device, and the counts and raster of each chunk are gathered at the
+    end.
+    """
+    if not isinstance(net.w_exc, JitConn):
+        raise TypeError("thread_choosing_simulator: the threaded kernel needs just-in-time "
+                        "connectivity (scaled(..., conn='jitc'))")
+    c = chunk_steps_for(net, n_steps, steps_per_call) if chunk_steps is None else int(chunk_steps)
+    _check_calls(n_steps, c, "chunk_steps")
+    _check_calls(c, int(steps_per_call))
+    options = [1] + ([int(threads)] if threads_used(net.n, int(threads), min_neurons) > 1 else [])
+    if choice is None:
+        choice = primforge.OnlineChoice(len(options))
+    elif choice.ways != len(options):
+        raise ValueError(f"thread_choosing_simulator: 'choice' has {choice.ways} ways, the "
+                         f"network runs {len(options)} (thread counts {options})")
+    compiled = []
+    if len(options) == 1:  # nothing to choose: the whole run in one compiled call
+        c = n_steps
+        whole = simulator(net, n_steps, fused=True, backend=backend, raster=raster,
+                          steps_per_call=steps_per_call, min_neurons=min_neurons,
+                          counts=counts)
+
+        def start(v, w_exc, w_inh):
+            if not compiled:
+                compiled.append(whole.lower(*v, w_exc, w_inh).compile())
+
+        def run(v, ge, gi, w_exc, w_inh):
+            start((v, ge, gi), w_exc, w_inh)
+            return choice.run(compiled, v, ge, gi, w_exc, w_inh)
+    else:
+        chunks = [jax.jit(_chunk(net, c, fused=True, backend=backend, raster=raster,
+                                 steps_per_call=steps_per_call, threads=t,
+                                 min_neurons=min_neurons, counts=counts, once=True))
+                  for t in options]
+
+        def start(v, w_exc, w_inh):
+            state = (*v, jnp.zeros(v[0].shape, jnp.int32))
+            per_neuron = jnp.zeros(v[0].shape, jnp.int32)
+            if not compiled:
+                compiled.extend(f.lower(state, per_neuron, w_exc, w_inh).compile()
+                                for f in chunks)
+            return state, per_neuron
+
+        def run(v, ge, gi, w_exc, w_inh):
+            state, per_neuron = start((v, ge, gi), w_exc, w_inh)
+            pops, rasts = [], []
+            for _ in range(n_steps // c):
+                state, per_neuron, pop, rast = choice.run(compiled, state, per_neuron, w_exc,
+                                                          w_inh)
+                pops.append(pop)
+                rasts.append(rast)
+            out = {"per_neuron": per_neuron, "raster": np.concatenate(rasts), "v": state[0]}
+            if counts:
+                out["counts"] = np.concatenate(pops)
+            return out
+
+    def compile_ahead(v, ge, gi, w_exc, w_inh):
+        start((v, ge, gi), w_exc, w_inh)
+        return run
+
+    run.choice, run.chunk_steps, run.threads = choice, c, tuple(options)
+    run.compile = compile_ahead  # run.compile(*args) compiles both ways now; gives run
+    return run
+
+
 def simulate(net: Network, duration_s: float, *, fused: bool = False,
              backend: str | None = None, steps_per_call: int = 1, threads: int = 1,
-             min_neurons: int = THREAD_MIN_NEURONS) -> dict:
-    """Compile, run ``duration_s`` simulated seconds and time both phases."""
+             min_neurons: int = THREAD_MIN_NEURONS, choose_threads: bool = True) -> dict:
+    """Compile, run ``duration_s`` simulated seconds and time both phases. The fused step
+    on several ``threads`` over just-in-time connectivity runs in chunks, each on one
+    thread or on the threads, whichever is faster at the time
+    (:func:`thread_choosing_simulator`), unless ``choose_threads`` is false."""
     n_steps = round(duration_s * 1000.0 / DT)
-    run = simulator(net, n_steps, fused=fused, backend=backend, steps_per_call=steps_per_call,
-                    threads=threads, min_neurons=min_neurons)
-    t0 = time.perf_counter()
     args = (net.v0, net.ge0, net.gi0, net.w_exc, net.w_inh)
-    compiled = run.lower(*args).compile()
+    t0 = time.perf_counter()
+    if choose_threads and fused and threads > 1 and isinstance(net.w_exc, JitConn):
+        compiled = thread_choosing_simulator(
+            net, n_steps, threads=threads, steps_per_call=steps_per_call, backend=backend,
+            min_neurons=min_neurons).compile(*args)
+    else:
+        run = simulator(net, n_steps, fused=fused, backend=backend,
+                        steps_per_call=steps_per_call, threads=threads,
+                        min_neurons=min_neurons)
+        compiled = run.lower(*args).compile()
     compile_s = time.perf_counter() - t0
     t0 = time.perf_counter()
     out = jax.block_until_ready(compiled(*args))
@@ -979,6 +1126,10 @@ def main(argv=None) -> dict:
                     "when each gets --thread-min-neurons neurons or more)")
     ap.add_argument("--thread-min-neurons", type=int, default=THREAD_MIN_NEURONS,
                     help="fewest neurons per thread for which the kernel uses threads")
+    ap.add_argument("--fixed-threads", action="store_true",
+                    help="with --threads > 1: every step on the threads (by default the run "
+                    "goes in chunks, each on one thread or on the threads, whichever is "
+                    "faster at the time)")
     ap.add_argument("--neurons", type=int, default=None, help="override the network size")
     ap.add_argument("--prob", type=float, default=None, help="override the connection prob.")
     ap.add_argument("--plot", metavar="PNG", default=None, help="write a raster + histogram")
@@ -1000,7 +1151,7 @@ def main(argv=None) -> dict:
     build_s = time.perf_counter() - t0
     res = simulate(net, args.duration, fused=args.fused, backend=args.backend,
                    steps_per_call=args.steps_per_call, threads=args.threads,
-                   min_neurons=args.thread_min_neurons)
+                   min_neurons=args.thread_min_neurons, choose_threads=not args.fixed_threads)
     summary = {
         "impl": (("primforge fused" + (f" x{args.steps_per_call}"
                                         if args.steps_per_call > 1 else "")

@@ -159,7 +159,8 @@ def _busy_jitc_state(coba, jitc_net):
 
 def _fused_jitc_gives_the_plain_trains(coba, jitc_net, jitc_plain, steps_per_call, threads):
     fused = coba.simulate(jitc_net, DURATION, fused=True, steps_per_call=steps_per_call,
-                          threads=threads, min_neurons=0)  # threads even for few neurons
+                          threads=threads, min_neurons=0,  # threads even for few neurons
+                          choose_threads=False)  # every step on the threads
     for key in ("counts", "per_neuron", "raster"):
         np.testing.assert_array_equal(fused[key], jitc_plain[key])
     # One compiled loop serves every number of steps per call and of threads (the cases
@@ -206,6 +207,78 @@ def test_fused_just_in_time_step_on_several_threads_gives_the_plain_spike_trains
     (the loop called with small ones)."""
     for steps_per_call, threads in ((10, 2), (5, 3)):
         _fused_jitc_gives_the_plain_trains(coba, jitc_net, jitc_plain, steps_per_call, threads)
+
+
+def _thread_choosing_gives(coba, jitc_net, want, backend):
+    """The thread-choosing simulator, with a choice that alternates the ways chunk by
+    chunk, gives ``want``'s trains bit for bit, on a first call and on a second one (which
+    keeps the choice)."""
+    import primforge
+
+    n_steps = round(DURATION / 1e-4)
+    choice = primforge.OnlineChoice(2, min_interval=1, max_interval=1)
+    run = coba.thread_choosing_simulator(jitc_net, n_steps, steps_per_call=10,
+                                         chunk_steps=200, backend=backend, min_neurons=0,
+                                         choice=choice)
+    assert run.threads == (1, 2) and run.chunk_steps == 200 and run.choice is choice
+    args = (jitc_net.v0, jitc_net.ge0, jitc_net.gi0, jitc_net.w_exc, jitc_net.w_inh)
+    for calls in (1, 2):
+        out = run(*args)
+        assert sum(choice.chunks) == 10 * calls and min(choice.chunks) >= 4 * calls
+        for key in ("counts", "per_neuron", "raster"):
+            np.testing.assert_array_equal(out[key], want[key])
+
+
+def test_thread_choosing_simulator_gives_the_same_trains_whichever_way_runs_a_chunk(
+        coba, jitc_net, jitc_plain):
+    """Over the jax backend of the fused step (which runs every thread count alike, so
+    this compiles no threaded kernel): the plain step's trains."""
+    _thread_choosing_gives(coba, jitc_net, jitc_plain, "jax")
+
+
+@pytest.mark.exhaustive  # compiles the threaded kernel (about a minute)
+def test_thread_choosing_simulator_on_the_threaded_kernel_gives_the_plain_trains(
+        coba, jitc_net, jitc_plain):
+    _thread_choosing_gives(coba, jitc_net, jitc_plain, None)
+
+
+def test_thread_choosing_simulator_runs_a_small_network_one_way_and_checks_its_arguments(
+        coba, net, jitc_net, jitc_plain):
+    import primforge
+
+    n_steps = round(DURATION / 1e-4)
+    run = coba.thread_choosing_simulator(jitc_net, n_steps, raster=0, counts=False,
+                                         chunk_steps=400)
+    assert run.threads == (1,) and run.choice.ways == 1  # too few neurons for two threads
+    assert run.chunk_steps == n_steps  # one way: the whole run in one call
+    out = run(jitc_net.v0, jitc_net.ge0, jitc_net.gi0, jitc_net.w_exc, jitc_net.w_inh)
+    assert "counts" not in out and out["raster"].shape == (n_steps, 0)
+    np.testing.assert_array_equal(out["per_neuron"], jitc_plain["per_neuron"])
+    assert run.choice.chunks == [1]
+    with pytest.raises(TypeError, match="needs just-in-time connectivity"):
+        coba.thread_choosing_simulator(net, n_steps)
+    with pytest.raises(ValueError, match="chunk_steps=300 must be a positive divisor of "
+                                         "the 2000 steps"):
+        coba.thread_choosing_simulator(jitc_net, n_steps, chunk_steps=300)
+    with pytest.raises(ValueError, match="steps_per_call=3 must be a positive divisor of "
+                                         "the 400 steps"):
+        coba.thread_choosing_simulator(jitc_net, n_steps, chunk_steps=400, steps_per_call=3)
+    with pytest.raises(ValueError, match="'choice' has 3 ways, the network runs 2"):
+        coba.thread_choosing_simulator(jitc_net, n_steps, min_neurons=0,
+                                       choice=primforge.OnlineChoice(3))
+
+
+def test_default_chunks_divide_the_run_and_hold_about_the_set_neuron_steps(coba, jitc_net):
+    """Worked out by hand from the rule (the largest multiple of the steps a call that
+    divides the run and is at most CHUNK_NEURON_STEPS / n)."""
+    n = jitc_net.n  # 2,000 neurons: at most 20,000 steps a chunk
+    assert coba.CHUNK_NEURON_STEPS // n == 20_000
+    assert coba.chunk_steps_for(jitc_net, 50_000, 10) == 12_500  # 50,000 = 4 x 12,500
+    assert coba.chunk_steps_for(jitc_net, 30_000, 10) == 15_000
+    assert coba.chunk_steps_for(jitc_net, 70, 10) == 70
+    assert coba.chunk_steps_for(jitc_net, 20_010, 10) == 6_670  # 20,010 = 3 x 6,670
+    with pytest.raises(ValueError, match="steps_per_call=7 must be a positive divisor"):
+        coba.chunk_steps_for(jitc_net, 100, 7)
 
 
 def test_fused_just_in_time_kernel_backends_agree(coba, jitc_net):
