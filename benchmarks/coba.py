@@ -11,6 +11,10 @@ Contenders, each run in its own subprocess (so peak memory is that run's alone):
 * ``primforge fused x10 2t``: the same on two threads over just-in-time connectivity
   (the same spike trains as one thread; the kernel uses the threads only where each gets
   enough neurons, ``examples/coba.py``'s ``THREAD_MIN_NEURONS``).
+* ``primforge fused x10 auto``: the same network chunk by chunk, each chunk on one thread
+  or two, whichever ran faster lately (``examples/coba.py``'s ``thread_choosing_simulator``,
+  :class:`primforge.OnlineChoice`; the same spike trains); the JSON line gives the chunks
+  each way ran and their total time (first call included).
 * ``primforge fused x10 stored``: the fused step over stored CSR connectivity (at 100x,
   where primforge's other rows use just-in-time connectivity).
 * ``brainevent``: the same jax.numpy step with brainevent's CSR event products
@@ -76,7 +80,7 @@ import time
 ROOT = pathlib.Path(__file__).resolve().parents[1]
 RESULTS = ROOT / "benchmarks" / "results"
 PF = ("primforge plain", "primforge fused", "primforge fused x10", "primforge fused x10 jitc",
-      "primforge fused x10 2t", "primforge fused x10 stored")
+      "primforge fused x10 2t", "primforge fused x10 auto", "primforge fused x10 stored")
 # At 100x primforge's steps use just-in-time connectivity (never stored; the fused one
 # regenerates the rows of the neurons that fired inside the kernel); "primforge fused x10
 # stored", brainevent and Brian2 store the 32M synapses. (brainevent's own just-in-time
@@ -87,7 +91,7 @@ BRIAN = ("brian2 numpy", "brian2 cython", "brian2 cpp_standalone",
          "brian2 cpp_standalone 2t")
 PINNED = tuple(f"{name} pinned" for name in (*PF[:3], "primforge fused x10 stored",
                                              "brainevent"))
-XLA1 = tuple(f"{name} xla1" for name in (*PF[:5], "brainevent"))
+XLA1 = tuple(f"{name} xla1" for name in (*PF[:6], "brainevent"))
 ALL = (*PF, "brainevent", *BRIAN, *PINNED, *XLA1)
 
 
@@ -121,7 +125,7 @@ spec = importlib.util.spec_from_file_location("coba_example", {example!r})
 coba = importlib.util.module_from_spec(spec); sys.modules[spec.name] = coba
 spec.loader.exec_module(coba)
 scale, seed, duration, kind = {scale}, {seed}, {duration}, {kind!r}
-fused, k, threads, conn = {fused}, {k}, {threads}, {conn!r}
+fused, k, threads, conn, choosing = {fused}, {k}, {threads}, {conn!r}, {choosing}
 n_steps = int(round(duration * 1000 / coba.DT))
 net = coba.scaled(scale, seed, conn)
 if kind == "brainevent":
@@ -154,14 +158,19 @@ else:
     import primforge
     version = getattr(primforge, "__version__", None)
     # Records the spikes of each neuron, as Brian2's SpikeMonitor(record=False) does.
-    run = coba.simulator(net, n_steps, fused=fused, steps_per_call=k, threads=threads,
-                         raster=0, counts=False)
+    if choosing:  # chunk by chunk, on one thread or two
+        run = coba.thread_choosing_simulator(net, n_steps, threads=threads, steps_per_call=k,
+                                             raster=0, counts=False)
+    else:
+        run = coba.simulator(net, n_steps, fused=fused, steps_per_call=k, threads=threads,
+                             raster=0, counts=False)
     args = (net.v0, net.ge0, net.gi0, net.w_exc, net.w_inh)
     def counts(out):
         per_neuron = np.asarray(out["per_neuron"])
         return np.array([per_neuron[:net.n_exc].sum(), per_neuron[net.n_exc:].sum()])
 t0 = time.perf_counter()
-compiled = run.lower(*args).compile()
+# the choosing run compiles both of its ways ahead
+compiled = run.compile(*args) if kind != "brainevent" and choosing else run.lower(*args).compile()
 compile_s = time.perf_counter() - t0
 jax.block_until_ready(compiled(*args))  # the first call, with its one-time costs, untimed
 # Later calls, identical, until {min_time} s have passed: /proc/stat counts in clock ticks.
@@ -172,7 +181,11 @@ while not walls or sum(walls) < {min_time}:
 p1 = _probe()
 count = counts(out)
 timing = _interval(p0, p1, len(walls))
+timing["mean_run_s"] = timing["run_s"]  # the mean over the timed calls
 timing["run_s"] = statistics.median(walls)
+if kind != "brainevent" and choosing:
+    timing["chunks_per_way"] = dict(zip(map(str, run.threads), run.choice.chunks))
+    timing["seconds_per_way"] = dict(zip(map(str, run.threads), run.choice.seconds))
 print(json.dumps(dict(neurons=net.n, rate_exc_hz=float(count[0] / net.n_exc / duration),
     rate_inh_hz=float(count[1] / net.n_inh / duration), compile_s=compile_s, **timing,
     s_per_sim_s=timing["run_s"] / duration, cpu_s_per_sim_s=timing["cpu_s"] / duration,
@@ -294,8 +307,9 @@ def _jax_options(contender: str, scale: int) -> dict:
     stored = name == "brainevent" or name.endswith("stored") or scale != 100
     return {"kind": "brainevent" if name == "brainevent" else "primforge",
             "fused": "fused" in name, "k": 10 if "x10" in name else 1,
-            "threads": 2 if name.endswith("2t") else 1,
-            "conn": "jitc" if name.endswith(("2t", "jitc")) or not stored else "csr"}
+            "threads": 2 if name.endswith(("2t", "auto")) else 1,
+            "conn": "jitc" if name.endswith(("2t", "auto", "jitc")) or not stored else "csr",
+            "choosing": name.endswith("auto")}
 
 
 def _brian_target(contender: str) -> tuple[str, int]:
@@ -368,7 +382,7 @@ def summarize(rows: list[dict]) -> list[dict]:
         for name in names:
             # Rates are compared with primforge's plain step (with the one-thread fused step
             # over just-in-time connectivity for the others over it), or the first one run.
-            jitc = name.endswith(("2t", "jitc")) and scale != 100
+            jitc = name.endswith(("2t", "auto", "jitc")) and scale != 100
             ref_name = "primforge fused x10 jitc" if jitc else "primforge plain"
             ref_name = ref_name if ref_name in names else names[0]
             base = [r for r in at if r["contender"] == ref_name]

@@ -40,11 +40,16 @@ def test_summary_keeps_the_last_attempt_and_the_undisturbed_runs(bench):
 
 def test_contender_options(bench):
     assert bench._jax_options("primforge fused x10 2t", 1) == {
-        "kind": "primforge", "fused": True, "k": 10, "threads": 2, "conn": "jitc"}
+        "kind": "primforge", "fused": True, "k": 10, "threads": 2, "conn": "jitc",
+        "choosing": False}
+    assert bench._jax_options("primforge fused x10 auto xla1", 10) == {
+        "kind": "primforge", "fused": True, "k": 10, "threads": 2, "conn": "jitc",
+        "choosing": True}
     assert bench._jax_options("primforge plain pinned", 100)["conn"] == "jitc"
     assert bench._jax_options("primforge fused x10 stored pinned", 100)["conn"] == "csr"
     assert bench._jax_options("brainevent pinned", 100) == {
-        "kind": "brainevent", "fused": False, "k": 1, "threads": 1, "conn": "csr"}
+        "kind": "brainevent", "fused": False, "k": 1, "threads": 1, "conn": "csr",
+        "choosing": False}
 
 
 def test_brian2_contenders_name_their_target_and_threads(bench):
