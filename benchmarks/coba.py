@@ -170,7 +170,7 @@ else:
         return np.array([per_neuron[:net.n_exc].sum(), per_neuron[net.n_exc:].sum()])
 t0 = time.perf_counter()
 # the choosing run compiles both of its ways ahead
-compiled = run.compile(*args) if kind != "brainevent" and choosing else run.lower(*args).compile()
+compiled = run.compile(*args) if choosing else run.lower(*args).compile()
 compile_s = time.perf_counter() - t0
 jax.block_until_ready(compiled(*args))  # the first call, with its one-time costs, untimed
 # Later calls, identical, until {min_time} s have passed: /proc/stat counts in clock ticks.
@@ -183,7 +183,7 @@ count = counts(out)
 timing = _interval(p0, p1, len(walls))
 timing["mean_run_s"] = timing["run_s"]  # the mean over the timed calls
 timing["run_s"] = statistics.median(walls)
-if kind != "brainevent" and choosing:
+if choosing:
     timing["chunks_per_way"] = dict(zip(map(str, run.threads), run.choice.chunks))
     timing["seconds_per_way"] = dict(zip(map(str, run.threads), run.choice.seconds))
 print(json.dumps(dict(neurons=net.n, rate_exc_hz=float(count[0] / net.n_exc / duration),

@@ -31,6 +31,8 @@ __all__ = ["OnlineChoice"]
 
 def _positive_int(value: Any, name: str) -> int:
     try:
+        if isinstance(value, bool):  # True is an int to operator.index, not a count
+            raise TypeError
         n = operator.index(value)
     except TypeError:
         raise TypeError(f"OnlineChoice: {name!r} must be an int, got "
@@ -139,6 +141,8 @@ class OnlineChoice:
         ValueError: OnlineChoice.record: 'seconds' must be finite and >= 0, got nan
         """
         try:
+            if isinstance(way, bool):
+                raise TypeError
             way = operator.index(way)
         except TypeError:
             raise TypeError(f"OnlineChoice.record: 'way' must be an int, got "

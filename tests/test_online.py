@@ -113,6 +113,7 @@ def test_run_times_the_picked_call_with_the_clock_and_returns_its_result():
 @pytest.mark.parametrize("kwargs, error, match", [
     ({"ways": 0}, ValueError, "'ways' must be at least 1"),
     ({"ways": 2.0}, TypeError, "'ways' must be an int"),
+    ({"ways": True}, TypeError, "'ways' must be an int, got bool"),
     ({"ways": 2, "min_interval": 0}, ValueError, "'min_interval' must be at least 1"),
     ({"ways": 2, "min_interval": 8, "max_interval": 4}, ValueError,
      r"'max_interval' \(4\) must be at least 'min_interval' \(8\)"),
@@ -127,6 +128,7 @@ def test_bad_settings_are_named(kwargs, error, match):
     (2, 1.0, ValueError, r"'way' must be in \[0, 2\), got 2"),
     (-1, 1.0, ValueError, r"'way' must be in \[0, 2\), got -1"),
     (0.5, 1.0, TypeError, "'way' must be an int"),
+    (True, 1.0, TypeError, "'way' must be an int, got bool"),
     (0, float("nan"), ValueError, "'seconds' must be finite and >= 0, got nan"),
     (0, -1.0, ValueError, "'seconds' must be finite and >= 0"),
     (0, float("inf"), ValueError, "'seconds' must be finite"),
