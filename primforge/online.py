@@ -29,14 +29,20 @@ from typing import Any
 __all__ = ["OnlineChoice"]
 
 
-def _positive_int(value: Any, name: str) -> int:
+def _int(value: Any, where: str, name: str) -> int:
+    """``value`` as an int; ``TypeError`` naming ``where`` and ``name`` if it is none (a
+    bool is refused: True is an int to ``operator.index``, not a count or a way)."""
     try:
-        if isinstance(value, bool):  # True is an int to operator.index, not a count
+        if isinstance(value, bool):
             raise TypeError
-        n = operator.index(value)
+        return operator.index(value)
     except TypeError:
-        raise TypeError(f"OnlineChoice: {name!r} must be an int, got "
+        raise TypeError(f"{where}: {name!r} must be an int, got "
                         f"{type(value).__name__}") from None
+
+
+def _positive_int(value: Any, name: str) -> int:
+    n = _int(value, "OnlineChoice", name)
     if n < 1:
         raise ValueError(f"OnlineChoice: {name!r} must be at least 1, got {n}")
     return n
@@ -140,13 +146,7 @@ class OnlineChoice:
         ...
         ValueError: OnlineChoice.record: 'seconds' must be finite and >= 0, got nan
         """
-        try:
-            if isinstance(way, bool):
-                raise TypeError
-            way = operator.index(way)
-        except TypeError:
-            raise TypeError(f"OnlineChoice.record: 'way' must be an int, got "
-                            f"{type(way).__name__}") from None
+        way = _int(way, "OnlineChoice.record", "way")
         if not 0 <= way < self.ways:
             raise ValueError(f"OnlineChoice.record: 'way' must be in [0, {self.ways}), got "
                              f"{way}")
