@@ -5,7 +5,8 @@ Contenders, each run in its own subprocess (so peak memory is that run's alone):
 * ``primforge plain``: ``examples/coba.py``'s plain step (jax.numpy neurons + CSR event
   products).
 * ``primforge fused``: its fused step (one kernel call per step).
-* ``primforge fused x10``: one kernel call per 10 steps.
+* ``primforge fused x10``: one kernel call per 10 steps; ``primforge fused x100``, per 100
+  steps.
 * ``primforge fused x10 jitc``: the same over just-in-time connectivity (at 1x and 10x; at
   100x ``primforge fused x10`` is that).
 * ``primforge fused x10 2t``: the same on two threads over just-in-time connectivity
@@ -80,7 +81,8 @@ import time
 ROOT = pathlib.Path(__file__).resolve().parents[1]
 RESULTS = ROOT / "benchmarks" / "results"
 PF = ("primforge plain", "primforge fused", "primforge fused x10", "primforge fused x10 jitc",
-      "primforge fused x10 2t", "primforge fused x10 auto", "primforge fused x10 stored")
+      "primforge fused x10 2t", "primforge fused x10 auto", "primforge fused x10 stored",
+      "primforge fused x100")
 # At 100x primforge's steps use just-in-time connectivity (never stored; the fused one
 # regenerates the rows of the neurons that fired inside the kernel); "primforge fused x10
 # stored", brainevent and Brian2 store the 32M synapses. (brainevent's own just-in-time
@@ -90,8 +92,8 @@ PF = ("primforge plain", "primforge fused", "primforge fused x10", "primforge fu
 BRIAN = ("brian2 numpy", "brian2 cython", "brian2 cpp_standalone",
          "brian2 cpp_standalone 2t")
 PINNED = tuple(f"{name} pinned" for name in (*PF[:3], "primforge fused x10 stored",
-                                             "brainevent"))
-XLA1 = tuple(f"{name} xla1" for name in (*PF[:6], "brainevent"))
+                                             "primforge fused x100", "brainevent"))
+XLA1 = tuple(f"{name} xla1" for name in (*PF[:6], "primforge fused x100", "brainevent"))
 ALL = (*PF, "brainevent", *BRIAN, *PINNED, *XLA1)
 
 
@@ -306,7 +308,8 @@ def _jax_options(contender: str, scale: int) -> dict:
     name = base_name(contender)
     stored = name == "brainevent" or name.endswith("stored") or scale != 100
     return {"kind": "brainevent" if name == "brainevent" else "primforge",
-            "fused": "fused" in name, "k": 10 if "x10" in name else 1,
+            "fused": "fused" in name,
+            "k": 100 if "x100" in name else 10 if "x10" in name else 1,
             "threads": 2 if name.endswith(("2t", "auto")) else 1,
             "conn": "jitc" if name.endswith(("2t", "auto", "jitc")) or not stored else "csr",
             "choosing": name.endswith("auto")}

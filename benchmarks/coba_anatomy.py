@@ -26,11 +26,13 @@ Every variant but the two ``recomputed`` computes the neuron update once
 With ``--fused K`` the same is done for the fused step of ``K`` steps a kernel call, over
 just-in-time connectivity (one thread), to see what recording costs beside the kernel:
 
-* ``kernel``: the scan of kernel calls alone, nothing recorded;
-* ``columns``: the kernel plus each neuron's spike count as a sum over the steps' axis of
-  each call's ``(K, n)`` spikes (XLA's reduction);
-* ``simulate``: the simulator as ``benchmarks/coba.py`` runs it, which adds the calls' rows
-  one at a time (an elementwise loop over contiguous rows).
+* ``kernel``: the scan of kernel calls, each neuron's spike count kept by the kernel as
+  it goes (the simulator's way);
+* ``rows``: the same, with each neuron's spike count also summed by XLA beside the kernel,
+  adding the rows of each call's ``(K, n)`` spikes one at a time (an elementwise loop over
+  contiguous rows);
+* ``columns``: the same, summed by XLA's reduction over the steps' axis instead;
+* ``simulate``: the simulator as ``benchmarks/coba.py`` runs it.
 
 The variants run interleaved (rotating which goes first), ``--reps`` times each; the table
 gives the median wall time per step, the CPU time per wall time of the process during that
@@ -144,13 +146,18 @@ def fused_variants(coba, net, n_steps: int, k: int):
 
             def body(carry, _):
                 state, count = carry
-                state, spike, _ = step(state)
-                if record:  # the reduction over the steps' axis
+                state, spike, _ = step(state)  # the kernel counts in state[4]
+                if record == "columns":  # XLA's reduction over the steps' axis
                     count = count + jnp.sum(spike, axis=0, dtype=jnp.int32)
+                elif record == "rows":  # XLA's elementwise sum, a row at a time
+                    for r in range(k):
+                        count = count + spike[r].astype(jnp.int32)
+                else:
+                    count = state[4]
                 return (state, count), None
 
             zero = jnp.zeros(v.shape, jnp.int32)
-            (state, count), _ = jax.lax.scan(body, ((v, ge, gi, zero), zero), None,
+            (state, count), _ = jax.lax.scan(body, ((v, ge, gi, zero, zero), zero), None,
                                              length=n_steps // k)
             return {"v": state[0], "per_neuron": count}
         return fn
@@ -159,8 +166,8 @@ def fused_variants(coba, net, n_steps: int, k: int):
     simulate = coba.simulator(net, n_steps, fused=True, steps_per_call=k, raster=0,
                               counts=False)
     record = simulate(*args)
-    return {"kernel": (run(False), args), "columns": (run(True), args),
-            "simulate": (simulate, args)}, float(
+    return {"kernel": (run("kernel"), args), "rows": (run("rows"), args),
+            "columns": (run("columns"), args), "simulate": (simulate, args)}, float(
         np.asarray(record["per_neuron"]).sum() / (n_steps * net.n))
 
 

@@ -121,9 +121,10 @@ def example_at(rev: str, folder: Path):
 def runners(coba, net, settle: int, other=None):
     """The ways to run steps from a settled state of ``net`` (a network of ``coba`` over
     just-in-time connectivity): the four of ``WAYS``, and ``two threads at REV`` with
-    ``other``'s two-thread kernel. A way writes every output but those past its
-    ``writes`` attribute, where it has one (a revision's kernel that does not count each
-    population's spikes)."""
+    ``other``'s two-thread kernel. The state is ``v, ge, gi, ref`` and each neuron's spike
+    count; the outputs, the state, the spikes and each population's spikes per step. A way
+    writes only the outputs its ``writes`` attribute names, where it has one (a revision's
+    kernel that does not count each neuron's or each population's spikes)."""
     import numba
 
     n, ne, prob = net.n, net.n_exc, net.w_exc.prob
@@ -134,7 +135,8 @@ def runners(coba, net, settle: int, other=None):
 
     def outputs(steps):
         """Output arrays for ``steps`` steps, every page touched."""
-        return ([np.ones(n, np.float32) for _ in range(3)] + [np.ones(n, np.int32)]
+        return ([np.ones(n, np.float32) for _ in range(3)]
+                + [np.ones(n, np.int32), np.ones(n, np.int32)]
                 + [np.ones((steps, n), np.bool_), np.ones((steps, 2), np.int32)])
 
     def one(state, out):
@@ -152,20 +154,25 @@ def runners(coba, net, settle: int, other=None):
                 numba.set_num_threads(before)
         return run
 
-    start = [np.array(x) for x in (net.v0, net.ge0, net.gi0)] + [np.zeros(n, np.int32)]
+    start = ([np.array(x) for x in (net.v0, net.ge0, net.gi0)]
+             + [np.zeros(n, np.int32), np.zeros(n, np.int32)])
     out = outputs(max(settle, 1))
     one(start, out)
-    settled = out[:4]
+    settled = out[:5]
     ways = dict(zip(WAYS, (one, parts(1, 1), parts(1), parts(2))))
     if other is not None:
         earlier = other._numba_jitc_loop_threaded(prob)
-        # the outputs it takes: its parameters past the 11 inputs (5 before the kernel
-        # counted each population's spikes)
-        writes = len(inspect.signature(earlier.py_func).parameters) - 11
+        names = list(inspect.signature(earlier.py_func).parameters)
+        # before the kernel counted each neuron's spikes, the state had no count; before
+        # it counted each population's, there was no last output
+        counting = "count" in names
+        state_in = 5 if counting else 4
+        writes = ([0, 1, 2, 3] + ([4] if counting else [])
+                  + [5, 6][:len(names) - 7 - 2 * state_in])
 
         def at_rev(state, out):
-            earlier(*state, w_e, w_i, *seeds, np.int64(ne), np.int64(2),
-                    np.int64(other._THREAD_BLOCK), *out[:writes])
+            earlier(*state[:state_in], w_e, w_i, *seeds, np.int64(ne), np.int64(2),
+                    np.int64(other._THREAD_BLOCK), *(out[i] for i in writes))
 
         at_rev.writes = writes
         ways["two threads at REV"] = at_rev
@@ -196,17 +203,16 @@ def measure(coba, scale: int, steps: int, reps: int, settle: int, other=None,
             for call in range(calls):
                 out = outs[way][call % 2]
                 ways[way](state, out)
-                state = out[:4]
+                state = out[:5]
             elapsed = time.perf_counter() - t0
             if reference is None:
                 reference = [x.copy() for x in out]
-            writes = getattr(ways[way], "writes", len(out))
-            for got, want in zip(out[:writes], reference[:writes]):
-                if not np.array_equal(got, want):
+            for i in getattr(ways[way], "writes", range(len(out))):
+                if not np.array_equal(out[i], reference[i]):
                     raise AssertionError(f"{way} at {scale}x differs from the first run")
             if rep:
                 times[way].append(elapsed / steps * 1e6)
-    spikes = float(reference[4].mean())
+    spikes = float(reference[5].mean())
     row = {"scale": scale, "neurons": int(reference[0].shape[0]), "steps": steps,
            "steps_per_call": per_call, "reps": reps,
            "fired_per_step": spikes * reference[0].shape[0]}

@@ -199,9 +199,10 @@ coba_jitc_step_p = primforge.XLACustomKernel("examples.coba_jitc_step", replace=
 
 @functools.cache
 def _neuron_pass():
-    """``update(lo, hi, pending, v, ge, gi, ref, acc_e, acc_i, spk)``: one step of neurons
-    ``lo .. hi - 1`` in place: finish the previous step's conductances (decay + input, the
-    plain step's arithmetic) when ``pending``, integrate, detect, reset, zero the inputs."""
+    """``update(lo, hi, pending, v, ge, gi, ref, acc_e, acc_i, spk, cnt)``: one step of
+    neurons ``lo .. hi - 1`` in place: finish the previous step's conductances (decay +
+    input, the plain step's arithmetic) when ``pending``, integrate, detect, reset, zero the
+    inputs, add each neuron's spike to its count ``cnt``."""
     import numba
 
     el, ee, ei, vt, vr = F32(EL), F32(EE), F32(EI), F32(VT), F32(VR)
@@ -211,7 +212,7 @@ def _neuron_pass():
     # step: the float32 results are then bit-identical. Branch-free (selects), so LLVM can
     # vectorize the loop.
     @numba.njit(inline="always", nogil=True, fastmath={"contract"})
-    def update(lo, hi, pending, v, ge, gi, ref, acc_e, acc_i, spk):
+    def update(lo, hi, pending, v, ge, gi, ref, acc_e, acc_i, spk, cnt):
         for i in range(lo, hi):
             g_e = ge[i] * de + acc_e[i] if pending else ge[i]
             g_i = gi[i] * di + acc_i[i] if pending else gi[i]
@@ -227,6 +228,7 @@ def _neuron_pass():
             vn = vn if active else vi
             s = active & (vn > vt)
             spk[i] = s
+            cnt[i] += s
             v[i] = vr if s else vn
             ref[i] = ref_steps if s else (0 if active else r - 1)
 
@@ -288,7 +290,8 @@ def _numba_loop(propagate):
     update, finish = _neuron_pass()
 
     @numba.njit(nogil=True, fastmath={"contract"})
-    def loop(v, ge, gi, ref, conn, v_out, ge_out, gi_out, ref_out, spike_out, fired_out):
+    def loop(v, ge, gi, ref, count, conn, v_out, ge_out, gi_out, ref_out, count_out, spike_out,
+             fired_out):
         n = v.shape[0]
         acc_e = np.zeros(n, np.float32)
         acc_i = np.zeros(n, np.float32)
@@ -296,14 +299,17 @@ def _numba_loop(propagate):
         ge_out[:] = ge
         gi_out[:] = gi
         ref_out[:] = ref
+        count_out[:] = count
         ok = True
         for t in range(spike_out.shape[0]):
             # The first step apart, so that each inlined neuron pass has its own constant
             # 'pending' (the pass then vectorizes as with a constant number of steps).
             if t == 0:
-                update(0, n, False, v_out, ge_out, gi_out, ref_out, acc_e, acc_i, spike_out[t])
+                update(0, n, False, v_out, ge_out, gi_out, ref_out, acc_e, acc_i, spike_out[t],
+                       count_out)
             else:
-                update(0, n, True, v_out, ge_out, gi_out, ref_out, acc_e, acc_i, spike_out[t])
+                update(0, n, True, v_out, ge_out, gi_out, ref_out, acc_e, acc_i, spike_out[t],
+                       count_out)
             # into the zeroed accumulators
             ok &= propagate(conn, spike_out[t], acc_e, acc_i, fired_out[t])
         finish(0, n, ge_out, gi_out, acc_e, acc_i)
@@ -560,8 +566,8 @@ def _numba_jitc_loop_threaded(prob: float):
                    "comprehension": False, "stencil": False, "fusion": False}
 
     @numba.njit(nogil=True, parallel=only_prange, fastmath={"contract"})
-    def loop(v, ge, gi, ref, w_e, w_i, seed_e, seed_i, ne, T, block,
-             v_out, ge_out, gi_out, ref_out, spike_out, fired_out):
+    def loop(v, ge, gi, ref, count, w_e, w_i, seed_e, seed_i, ne, T, block,
+             v_out, ge_out, gi_out, ref_out, count_out, spike_out, fired_out):
         n = v.shape[0]
         acc_e = np.empty(n, np.float32)  # each part zeroes its range
         acc_i = np.empty(n, np.float32)
@@ -607,6 +613,7 @@ def _numba_jitc_loop_threaded(prob: float):
                     ge_out[lo:hi] = ge[lo:hi]
                     gi_out[lo:hi] = gi[lo:hi]
                     ref_out[lo:hi] = ref[lo:hi]
+                    count_out[lo:hi] = count[lo:hi]
                     acc_e[lo:hi] = 0.0
                     acc_i[lo:hi] = 0.0
                 else:  # step s - 1's claims: its first ticket up to this step's first
@@ -625,11 +632,12 @@ def _numba_jitc_loop_threaded(prob: float):
                     # as the one-thread kernel's does
                     if s > 0:
                         update(0, hi - lo, True, v_out[lo:hi], ge_out[lo:hi], gi_out[lo:hi],
-                               ref_out[lo:hi], acc_e[lo:hi], acc_i[lo:hi], spk[lo:hi])
+                               ref_out[lo:hi], acc_e[lo:hi], acc_i[lo:hi], spk[lo:hi],
+                               count_out[lo:hi])
                     else:
                         update(0, hi - lo, False, v_out[lo:hi], ge_out[lo:hi],
                                gi_out[lo:hi], ref_out[lo:hi], acc_e[lo:hi], acc_i[lo:hi],
-                               spk[lo:hi])
+                               spk[lo:hi], count_out[lo:hi])
                     c = list_fired(lo, spk[lo:hi], fired[cur, t])
                     counts[cur, t] = c
                     e = 0
@@ -653,11 +661,11 @@ def _numba_step(**_):
     loop = _numba_loop(_csr_propagate())
 
     @numba.njit(nogil=True)
-    def step(v, ge, gi, ref, we, e_idx, e_ptr, wi, i_idx, i_ptr,
-             v_out, ge_out, gi_out, ref_out, spike_out, fired_out):
+    def step(v, ge, gi, ref, count, we, e_idx, e_ptr, wi, i_idx, i_ptr,
+             v_out, ge_out, gi_out, ref_out, count_out, spike_out, fired_out):
         conn = (we, e_idx, e_ptr, wi, i_idx, i_ptr)
-        if not loop(v, ge, gi, ref, conn, v_out, ge_out, gi_out, ref_out, spike_out,
-                    fired_out):
+        if not loop(v, ge, gi, ref, count, conn, v_out, ge_out, gi_out, ref_out, count_out,
+                    spike_out, fired_out):
             ge_out[:] = np.nan
             gi_out[:] = np.nan
 
@@ -695,42 +703,45 @@ def _numba_jitc_step(*, prob, n_exc, outs, threads=1, min_neurons=THREAD_MIN_NEU
         loop = _numba_loop(_jitc_propagate(float(prob)))
 
         @numba.njit(nogil=True)
-        def step(v, ge, gi, ref, we, wi, seeds, v_out, ge_out, gi_out, ref_out, spike_out,
-                 fired_out):
+        def step(v, ge, gi, ref, count, we, wi, seeds, v_out, ge_out, gi_out, ref_out,
+                 count_out, spike_out, fired_out):
             buf = np.empty(_BLOCK + v.shape[0], np.int64)  # a block of targets, plus one row
             conn = (we[0], wi[0], seeds[0], seeds[1], np.int64(ne), buf)
-            loop(v, ge, gi, ref, conn, v_out, ge_out, gi_out, ref_out, spike_out, fired_out)
+            loop(v, ge, gi, ref, count, conn, v_out, ge_out, gi_out, ref_out, count_out,
+                 spike_out, fired_out)
 
         return step
 
     T, threaded = int(threads), _numba_jitc_loop_threaded(float(prob))
 
     @numba.njit(nogil=True)
-    def step(v, ge, gi, ref, we, wi, seeds, v_out, ge_out, gi_out, ref_out, spike_out,
-             fired_out):
+    def step(v, ge, gi, ref, count, we, wi, seeds, v_out, ge_out, gi_out, ref_out, count_out,
+             spike_out, fired_out):
         # int64, not the constants: one compiled loop for every network and thread count
-        threaded(v, ge, gi, ref, we[0], wi[0], seeds[0], seeds[1], np.int64(ne), np.int64(T),
-                 np.int64(_THREAD_BLOCK), v_out, ge_out, gi_out, ref_out, spike_out, fired_out)
+        threaded(v, ge, gi, ref, count, we[0], wi[0], seeds[0], seeds[1], np.int64(ne),
+                 np.int64(T), np.int64(_THREAD_BLOCK), v_out, ge_out, gi_out, ref_out,
+                 count_out, spike_out, fired_out)
 
     return step
 
 
-def _jax_steps(steps, ne, v, ge, gi, ref, propagate_e, propagate_i):
+def _jax_steps(steps, ne, v, ge, gi, ref, count, propagate_e, propagate_i):
     spikes = []
     for _ in range(steps):
         v, spike, ref = _integrate(v, ge, gi, ref)
+        count = count + spike.astype(jnp.int32)
         ge = ge * DECAY_E + propagate_e(spike)
         gi = gi * DECAY_I + propagate_i(spike)
         v = jnp.where(spike, F32(VR), v)
         spikes.append(spike)
     spikes = jnp.stack(spikes)
-    return v, ge, gi, ref, spikes, fired_per_population(spikes, ne)
+    return v, ge, gi, ref, count, spikes, fired_per_population(spikes, ne)
 
 
 def _jax_step(*, steps, **_):
     """The reference over stored CSR: the same steps in jax.numpy, scatter-add propagation."""
 
-    def step(v, ge, gi, ref, we, e_idx, e_ptr, wi, i_idx, i_ptr):
+    def step(v, ge, gi, ref, count, we, e_idx, e_ptr, wi, i_idx, i_ptr):
         n = v.shape[0]
         ne = e_ptr.shape[0] - 1
 
@@ -739,7 +750,7 @@ def _jax_step(*, steps, **_):
                               total_repeat_length=idx.shape[0])
             return jnp.zeros(n, v.dtype).at[idx].add(jnp.where(spk[rows], w[0], 0), mode="drop")
 
-        return _jax_steps(steps, ne, v, ge, gi, ref,
+        return _jax_steps(steps, ne, v, ge, gi, ref, count,
                           lambda s: prop(s[:ne], e_idx, e_ptr, we),
                           lambda s: prop(s[ne:], i_idx, i_ptr, wi))
 
@@ -749,45 +760,47 @@ def _jax_step(*, steps, **_):
 def _jax_jitc_step(*, steps, prob, n_exc, **_):
     """The reference over just-in-time connectivity: the jitc product's ``jax`` backend."""
 
-    def step(v, ge, gi, ref, we, wi, seeds):
+    def step(v, ge, gi, ref, count, we, wi, seeds):
         n, ne = v.shape[0], n_exc
 
         def prop(spk, w, seed, rows):
             return binary_jitc_matvec(w[0], seed, spk, shape=(rows, n), prob=prob,
                                       transpose=True, backend="jax")
 
-        return _jax_steps(steps, ne, v, ge, gi, ref,
+        return _jax_steps(steps, ne, v, ge, gi, ref, count,
                           lambda s: prop(s[:ne], we, seeds[0], ne),
                           lambda s: prop(s[ne:], wi, seeds[1], n - ne))
 
     return step
 
 
-def _check_state(v, ge, gi, ref, steps, who):
+def _check_state(v, ge, gi, ref, count, steps, who):
     n = v.shape[0]
     for name, x in (("v", v), ("ge", ge), ("gi", gi)):
         if x.shape != (n,) or x.dtype != jnp.float32:
             raise ValueError(f"{who}: '{name}' must be float32 of shape ({n},), got "
                              f"{x.dtype}{list(x.shape)}")
-    if ref.shape != (n,) or ref.dtype != jnp.int32:
-        raise ValueError(f"{who}: 'ref' must be int32 of shape ({n},), got {ref.dtype}")
+    for name, x in (("ref", ref), ("count", count)):
+        if x.shape != (n,) or x.dtype != jnp.int32:
+            raise ValueError(f"{who}: '{name}' must be int32 of shape ({n},), got "
+                             f"{x.dtype}{list(x.shape)}")
     if not isinstance(steps, int) or steps < 1:
         raise ValueError(f"{who}: 'steps' must be a positive int, got {steps!r}")
-    f = jax.ShapeDtypeStruct((n,), jnp.float32)
-    return (f, f, f, jax.ShapeDtypeStruct((n,), jnp.int32),
+    f, i = jax.ShapeDtypeStruct((n,), jnp.float32), jax.ShapeDtypeStruct((n,), jnp.int32)
+    return (f, f, f, i, i,
             jax.ShapeDtypeStruct((steps, n), jnp.bool_),
             jax.ShapeDtypeStruct((steps, 2), jnp.int32))
 
 
-def _step_shapes(v, ge, gi, ref, we, e_idx, e_ptr, wi, i_idx, i_ptr, *, steps, **_):
+def _step_shapes(v, ge, gi, ref, count, we, e_idx, e_ptr, wi, i_idx, i_ptr, *, steps, **_):
     if we.shape != (1,) or wi.shape != (1,):
         raise ValueError("coba_step: the fused step needs one shared weight per population")
     if (e_ptr.shape[0] - 1) + (i_ptr.shape[0] - 1) != v.shape[0]:
         raise ValueError("coba_step: excitatory plus inhibitory rows must equal the neurons")
-    return _check_state(v, ge, gi, ref, steps, "coba_step")
+    return _check_state(v, ge, gi, ref, count, steps, "coba_step")
 
 
-def _jitc_step_shapes(v, ge, gi, ref, we, wi, seeds, *, steps, prob, n_exc, threads=1,
+def _jitc_step_shapes(v, ge, gi, ref, count, we, wi, seeds, *, steps, prob, n_exc, threads=1,
                       min_neurons=THREAD_MIN_NEURONS, **_):
     if not isinstance(threads, int) or threads < 1:
         raise ValueError(f"coba_jitc_step: 'threads' must be a positive int, got {threads!r}")
@@ -801,7 +814,7 @@ def _jitc_step_shapes(v, ge, gi, ref, we, wi, seeds, *, steps, prob, n_exc, thre
                          f"{seeds.dtype}{list(seeds.shape)}")
     if not 0 <= n_exc <= v.shape[0]:
         raise ValueError(f"coba_jitc_step: 'n_exc' = {n_exc} is not in [0, {v.shape[0]}]")
-    return _check_state(v, ge, gi, ref, steps, "coba_jitc_step")
+    return _check_state(v, ge, gi, ref, count, steps, "coba_jitc_step")
 
 
 coba_step_p.def_numba_kernel(_numba_step, asdefault=True)
@@ -815,8 +828,10 @@ coba_jitc_step_p.def_abstract_eval(_jitc_step_shapes)
 def fused_step(we: CSR | JitConn, wi: CSR | JitConn, backend: str | None = None,
                steps: int = 1, threads: int = 1, min_neurons: int = THREAD_MIN_NEURONS):
     """``step(state) -> (state, spikes, fired)``: one kernel call for ``steps`` steps
-    (``spikes`` has shape ``(steps, n)``; ``fired``, ``(steps, 2)``, the excitatory and
-    inhibitory neurons that fired at each step), over stored CSR (``coba_step_p``) or
+    (``state``: ``v, ge, gi, ref`` and ``count``, each neuron's spikes so far, which the
+    kernel adds to as it goes; ``spikes`` has shape ``(steps, n)``; ``fired``, ``(steps,
+    2)``, the excitatory and inhibitory neurons that fired at each step), over stored CSR
+    (``coba_step_p``) or
     just-in-time connectivity (``coba_jitc_step_p``, whose Numba kernel can run on several
     ``threads`` with the same results, when each thread gets ``min_neurons`` neurons or
     more)."""
@@ -842,9 +857,9 @@ def fused_step(we: CSR | JitConn, wi: CSR | JitConn, backend: str | None = None,
         conn = (we.data, we.indices, we.indptr, wi.data, wi.indices, wi.indptr)
 
     def step(state):
-        v, ge, gi, ref, spike, fired = kernel(*state, *conn, backend=backend,
-                                              steps=int(steps), **params)
-        return (v, ge, gi, ref), spike, fired
+        *state, spike, fired = kernel(*state, *conn, backend=backend, steps=int(steps),
+                                      **params)
+        return tuple(state), spike, fired
 
     return step
 
@@ -875,30 +890,27 @@ def _chunk(net: Network, n_steps: int, *, fused: bool, backend: str | None, rast
     _check_calls(n_steps, k)
 
     def chunk(state, per_neuron, w_exc, w_inh):
-        if fused:  # the kernel counts each population's spikes as it goes
+        if fused:  # the kernel counts each population's and each neuron's spikes as it goes
             step = fused_step(w_exc, w_inh, backend, steps=k, threads=threads,
                               min_neurons=min_neurons)
         else:
             one = plain_step(w_exc, w_inh, once=once)
 
             def step(state):
-                state, spike = one(state)
+                *state, per_neuron = state
+                state, spike = one(tuple(state))
+                per_neuron = per_neuron + spike.astype(jnp.int32)
                 spike = spike[None]
-                return state, spike, fired_per_population(spike, ne) if counts else None
+                return ((*state, per_neuron), spike,
+                        fired_per_population(spike, ne) if counts else None)
 
-        def body(carry, _):
-            state, per_neuron = carry
+        def body(state, _):
             state, spike, pop = step(state)  # spike: (k, n), pop: (k, 2)
-            # Row by row: one elementwise loop over contiguous rows. XLA's reduction over
-            # the steps' axis of the (k, n) spikes costs more, the more so the larger k
-            # (benchmarks/coba_anatomy.py --fused K times both).
-            for r in range(k):
-                per_neuron = per_neuron + spike[r].astype(jnp.int32)
-            return (state, per_neuron), (pop if counts else None, spike[:, shown])
+            return state, (pop if counts else None, spike[:, shown])
 
-        (state, per_neuron), (pop, rast) = jax.lax.scan(
-            body, (state, per_neuron), None, length=n_steps // k)
-        return (state, per_neuron, None if pop is None else pop.reshape(n_steps, 2),
+        (*state, per_neuron), (pop, rast) = jax.lax.scan(
+            body, (*state, per_neuron), None, length=n_steps // k)
+        return (tuple(state), per_neuron, None if pop is None else pop.reshape(n_steps, 2),
                 rast.reshape(n_steps, -1))
 
     return chunk
