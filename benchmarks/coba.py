@@ -6,7 +6,7 @@ Contenders, each run in its own subprocess (so peak memory is that run's alone):
   products).
 * ``primforge fused``: its fused step (one kernel call per step).
 * ``primforge fused x10``: one kernel call per 10 steps; ``primforge fused x100``, per 100
-  steps.
+  steps (``primforge fused x100 2t``: on two threads, as ``x10 2t``).
 * ``primforge fused x10 jitc``: the same over just-in-time connectivity (at 1x and 10x; at
   100x ``primforge fused x10`` is that).
 * ``primforge fused x10 2t``: the same on two threads over just-in-time connectivity
@@ -82,7 +82,7 @@ ROOT = pathlib.Path(__file__).resolve().parents[1]
 RESULTS = ROOT / "benchmarks" / "results"
 PF = ("primforge plain", "primforge fused", "primforge fused x10", "primforge fused x10 jitc",
       "primforge fused x10 2t", "primforge fused x10 auto", "primforge fused x10 stored",
-      "primforge fused x100")
+      "primforge fused x100", "primforge fused x100 2t")
 # At 100x primforge's steps use just-in-time connectivity (never stored; the fused one
 # regenerates the rows of the neurons that fired inside the kernel); "primforge fused x10
 # stored", brainevent and Brian2 store the 32M synapses. (brainevent's own just-in-time
@@ -93,7 +93,7 @@ BRIAN = ("brian2 numpy", "brian2 cython", "brian2 cpp_standalone",
          "brian2 cpp_standalone 2t")
 PINNED = tuple(f"{name} pinned" for name in (*PF[:3], "primforge fused x10 stored",
                                              "primforge fused x100", "brainevent"))
-XLA1 = tuple(f"{name} xla1" for name in (*PF[:6], "primforge fused x100", "brainevent"))
+XLA1 = tuple(f"{name} xla1" for name in (*PF[:6], *PF[7:], "brainevent"))
 ALL = (*PF, "brainevent", *BRIAN, *PINNED, *XLA1)
 
 
