@@ -6,7 +6,8 @@ Contenders, each run in its own subprocess (so peak memory is that run's alone):
   products).
 * ``primforge fused``: its fused step (one kernel call per step).
 * ``primforge fused x10``: one kernel call per 10 steps; ``primforge fused x100``, per 100
-  steps (``primforge fused x100 2t``: on two threads, as ``x10 2t``).
+  steps (``primforge fused x100 2t`` and ``x100 auto``: on two threads and choosing, as
+  ``x10 2t`` and ``x10 auto``).
 * ``primforge fused x10 jitc``: the same over just-in-time connectivity (at 1x and 10x; at
   100x ``primforge fused x10`` is that).
 * ``primforge fused x10 2t``: the same on two threads over just-in-time connectivity
@@ -82,7 +83,7 @@ ROOT = pathlib.Path(__file__).resolve().parents[1]
 RESULTS = ROOT / "benchmarks" / "results"
 PF = ("primforge plain", "primforge fused", "primforge fused x10", "primforge fused x10 jitc",
       "primforge fused x10 2t", "primforge fused x10 auto", "primforge fused x10 stored",
-      "primforge fused x100", "primforge fused x100 2t")
+      "primforge fused x100", "primforge fused x100 2t", "primforge fused x100 auto")
 # At 100x primforge's steps use just-in-time connectivity (never stored; the fused one
 # regenerates the rows of the neurons that fired inside the kernel); "primforge fused x10
 # stored", brainevent and Brian2 store the 32M synapses. (brainevent's own just-in-time

@@ -24,10 +24,13 @@ Every variant but the two ``recomputed`` computes the neuron update once
 (``examples/coba.py``'s ``neuron_update``).
 
 With ``--fused K`` the same is done for the fused step of ``K`` steps a kernel call, over
-just-in-time connectivity (one thread), to see what recording costs beside the kernel:
+just-in-time connectivity (one thread), to see what recording and copying cost beside
+the kernel:
 
 * ``kernel``: the scan of kernel calls, each neuron's spike count kept by the kernel as
-  it goes (the simulator's way);
+  it goes, the state updated in place (the simulator's way);
+* ``copying``: the same with a kernel that copies the state into fresh outputs at each
+  call (``fused_step(..., in_place=False)``);
 * ``rows``: the same, with each neuron's spike count also summed by XLA beside the kernel,
   adding the rows of each call's ``(K, n)`` spikes one at a time (an elementwise loop over
   contiguous rows);
@@ -142,7 +145,8 @@ def fused_variants(coba, net, n_steps: int, k: int):
     def run(record):
         @jax.jit
         def fn(v, ge, gi, w_exc, w_inh):
-            step = coba.fused_step(w_exc, w_inh, steps=k)
+            # "copying": the kernel copies the state into fresh outputs (not in place)
+            step = coba.fused_step(w_exc, w_inh, steps=k, in_place=record != "copying")
 
             def body(carry, _):
                 state, count = carry
@@ -166,8 +170,9 @@ def fused_variants(coba, net, n_steps: int, k: int):
     simulate = coba.simulator(net, n_steps, fused=True, steps_per_call=k, raster=0,
                               counts=False)
     record = simulate(*args)
-    return {"kernel": (run("kernel"), args), "rows": (run("rows"), args),
-            "columns": (run("columns"), args), "simulate": (simulate, args)}, float(
+    return {"kernel": (run("kernel"), args), "copying": (run("copying"), args),
+            "rows": (run("rows"), args), "columns": (run("columns"), args),
+            "simulate": (simulate, args)}, float(
         np.asarray(record["per_neuron"]).sum() / (n_steps * net.n))
 
 

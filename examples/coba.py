@@ -197,6 +197,20 @@ coba_step_p = primforge.XLACustomKernel("examples.coba_step", replace=True)  # s
 coba_jitc_step_p = primforge.XLACustomKernel("examples.coba_jitc_step", replace=True)
 
 
+def _same(a, b) -> bool:
+    """Whether two arrays start at the same address (a kernel's input and its aliased
+    output: the state updated in place)."""
+    return a.ctypes.data == b.ctypes.data
+
+
+def _in_place(step, outs):
+    """``step`` (inputs, then outputs) as a kernel whose five state outputs are written
+    into the state inputs' buffers: inside a ``lax.scan`` XLA then hands the kernel the
+    carry itself, and the kernel copies nothing in (``_same``)."""
+    return primforge.numba_kernel(step, outs=list(outs),
+                                  input_output_aliases={i: i for i in range(5)})
+
+
 @functools.cache
 def _neuron_pass():
     """``update(lo, hi, pending, v, ge, gi, ref, acc_e, acc_i, spk, cnt)``: one step of
@@ -288,6 +302,7 @@ def _numba_loop(propagate):
     import numba
 
     update, finish = _neuron_pass()
+    same = numba.njit(inline="always")(_same)
 
     @numba.njit(nogil=True, fastmath={"contract"})
     def loop(v, ge, gi, ref, count, conn, v_out, ge_out, gi_out, ref_out, count_out, spike_out,
@@ -295,11 +310,12 @@ def _numba_loop(propagate):
         n = v.shape[0]
         acc_e = np.zeros(n, np.float32)
         acc_i = np.zeros(n, np.float32)
-        v_out[:] = v
-        ge_out[:] = ge
-        gi_out[:] = gi
-        ref_out[:] = ref
-        count_out[:] = count
+        if not same(v, v_out):  # the state arrays come aliased (in place) or not at all
+            v_out[:] = v
+            ge_out[:] = ge
+            gi_out[:] = gi
+            ref_out[:] = ref
+            count_out[:] = count
         ok = True
         for t in range(spike_out.shape[0]):
             # The first step apart, so that each inlined neuron pass has its own constant
@@ -435,6 +451,7 @@ def _numba_jitc_loop_threaded(prob: float):
     import numba
 
     update, finish = _neuron_pass()
+    same = numba.njit(inline="always")(_same)
     columns = jitc_numba_columns(prob)
     counters, draw, wait, done = primforge.ops.numba_team()
     next_fired, words = _next_fired(), numba.njit(inline="always")(_words)
@@ -588,6 +605,7 @@ def _numba_jitc_loop_threaded(prob: float):
         # of range t at step s, the excitatory and inhibitory neurons that fired
         fired_parts = np.empty((steps, T, 2), np.int64)
         sync, claims = counters(T), counters()
+        copy_in = not same(v, v_out)  # the state arrays come aliased (in place), or none
         for _ in numba.prange(T):
             while True:
                 k = draw(sync, T)  # claimed: a thread keeps its range while it can
@@ -609,11 +627,12 @@ def _numba_jitc_loop_threaded(prob: float):
                 if s == 0:  # the state comes in range by range, each part's into its core
                     # (array by array: copies that vectorize; one loop over the six arrays
                     # made a call of 10 steps at 10x about 15% slower)
-                    v_out[lo:hi] = v[lo:hi]
-                    ge_out[lo:hi] = ge[lo:hi]
-                    gi_out[lo:hi] = gi[lo:hi]
-                    ref_out[lo:hi] = ref[lo:hi]
-                    count_out[lo:hi] = count[lo:hi]
+                    if copy_in:
+                        v_out[lo:hi] = v[lo:hi]
+                        ge_out[lo:hi] = ge[lo:hi]
+                        gi_out[lo:hi] = gi[lo:hi]
+                        ref_out[lo:hi] = ref[lo:hi]
+                        count_out[lo:hi] = count[lo:hi]
                     acc_e[lo:hi] = 0.0
                     acc_i[lo:hi] = 0.0
                 else:  # step s - 1's claims: its first ticket up to this step's first
@@ -654,7 +673,7 @@ def _numba_jitc_loop_threaded(prob: float):
     return loop
 
 
-def _numba_step(**_):
+def _numba_step(*, outs, in_place=True, **_):
     """The Numba kernel over stored CSR: bad column indices give NaN conductances."""
     import numba
 
@@ -669,7 +688,7 @@ def _numba_step(**_):
             ge_out[:] = np.nan
             gi_out[:] = np.nan
 
-    return step
+    return _in_place(step, outs) if in_place else step
 
 
 # Below this many neurons per thread the kernel runs on one thread. With XLA's CPU pool at
@@ -692,7 +711,8 @@ def threads_used(n: int, threads: int, min_neurons: int = THREAD_MIN_NEURONS) ->
     return threads if threads > 1 and n >= threads * min_neurons else 1
 
 
-def _numba_jitc_step(*, prob, n_exc, outs, threads=1, min_neurons=THREAD_MIN_NEURONS, **_):
+def _numba_jitc_step(*, prob, n_exc, outs, threads=1, min_neurons=THREAD_MIN_NEURONS,
+                     in_place=True, **_):
     """The Numba kernel over just-in-time connectivity: rows regenerated as spikes come,
     on ``threads`` threads when the network is large enough (:func:`threads_used`, decided
     here, from the shapes: a network run on one thread gets the one-thread kernel itself)."""
@@ -710,7 +730,7 @@ def _numba_jitc_step(*, prob, n_exc, outs, threads=1, min_neurons=THREAD_MIN_NEU
             loop(v, ge, gi, ref, count, conn, v_out, ge_out, gi_out, ref_out, count_out,
                  spike_out, fired_out)
 
-        return step
+        return _in_place(step, outs) if in_place else step
 
     T, threaded = int(threads), _numba_jitc_loop_threaded(float(prob))
 
@@ -722,7 +742,7 @@ def _numba_jitc_step(*, prob, n_exc, outs, threads=1, min_neurons=THREAD_MIN_NEU
                  np.int64(T), np.int64(_THREAD_BLOCK), v_out, ge_out, gi_out, ref_out,
                  count_out, spike_out, fired_out)
 
-    return step
+    return _in_place(step, outs) if in_place else step
 
 
 def _jax_steps(steps, ne, v, ge, gi, ref, count, propagate_e, propagate_i):
@@ -826,7 +846,8 @@ coba_jitc_step_p.def_abstract_eval(_jitc_step_shapes)
 
 
 def fused_step(we: CSR | JitConn, wi: CSR | JitConn, backend: str | None = None,
-               steps: int = 1, threads: int = 1, min_neurons: int = THREAD_MIN_NEURONS):
+               steps: int = 1, threads: int = 1, min_neurons: int = THREAD_MIN_NEURONS,
+               in_place: bool = True):
     """``step(state) -> (state, spikes, fired)``: one kernel call for ``steps`` steps
     (``state``: ``v, ge, gi, ref`` and ``count``, each neuron's spikes so far, which the
     kernel adds to as it goes; ``spikes`` has shape ``(steps, n)``; ``fired``, ``(steps,
@@ -834,13 +855,15 @@ def fused_step(we: CSR | JitConn, wi: CSR | JitConn, backend: str | None = None,
     (``coba_step_p``) or
     just-in-time connectivity (``coba_jitc_step_p``, whose Numba kernel can run on several
     ``threads`` with the same results, when each thread gets ``min_neurons`` neurons or
-    more)."""
+    more). The Numba kernels update the state ``in_place`` (its buffers aliased to the
+    outputs: inside a ``lax.scan``, the carry's own), or, with ``in_place=False``, copy it
+    into fresh outputs first."""
     if isinstance(we, JitConn) and isinstance(wi, JitConn):
         if we.prob != wi.prob:
             raise ValueError("fused_step: both populations need the same connection prob.")
         kernel = coba_jitc_step_p
         params = {"prob": we.prob, "n_exc": we.shape[0], "threads": int(threads),
-                  "min_neurons": int(min_neurons)}
+                  "min_neurons": int(min_neurons), "in_place": bool(in_place)}
         conn = (jnp.full((1,), we.weight, jnp.float32), jnp.full((1,), wi.weight, jnp.float32),
                 jnp.asarray(np.array([we.seed, wi.seed], np.uint32)))
     else:
@@ -853,7 +876,7 @@ def fused_step(we: CSR | JitConn, wi: CSR | JitConn, backend: str | None = None,
                                  "population (fixed_prob(..., weight=<number>))")
         if threads != 1:
             raise ValueError("fused_step: 'threads' > 1 needs just-in-time connectivity")
-        kernel, params = coba_step_p, {}
+        kernel, params = coba_step_p, {"in_place": bool(in_place)}
         conn = (we.data, we.indices, we.indptr, wi.data, wi.indices, wi.indptr)
 
     def step(state):

@@ -51,7 +51,8 @@ def test_contender_options(bench):
     assert bench._jax_options("primforge fused x100 2t xla1", 100) == {
         "kind": "primforge", "fused": True, "k": 100, "threads": 2, "conn": "jitc",
         "choosing": False}
-    assert "primforge fused x100 2t xla1" in bench.ALL
+    assert bench._jax_options("primforge fused x100 auto", 100)["k"] == 100
+    assert {"primforge fused x100 2t xla1", "primforge fused x100 auto xla1"} <= set(bench.ALL)
     assert bench._jax_options("primforge plain pinned", 100)["conn"] == "jitc"
     assert bench._jax_options("primforge fused x10 stored pinned", 100)["conn"] == "csr"
     assert bench._jax_options("brainevent pinned", 100) == {

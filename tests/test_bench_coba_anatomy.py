@@ -55,9 +55,10 @@ def test_the_parts_compute_the_plain_step_and_its_pieces():
 
 
 def test_the_fused_variants_count_each_neurons_spikes_as_the_raster_does():
-    """Each neuron's spike count, kept by the fused kernel and summed beside it by XLA
-    (the reduction over the steps' axis, and row by row), is the NumPy sum of the spikes
-    the simulator records for every neuron, at one and at several steps a call."""
+    """Each neuron's spike count, kept by the fused kernel (updating the state in place or
+    copying it) and summed beside it by XLA (the reduction over the steps' axis, and row by
+    row), is the NumPy sum of the spikes the simulator records for every neuron, at one
+    and at several steps a call."""
     anatomy = _load()
     coba = anatomy._example()
     net = coba.scaled(1, seed=3, conn="jitc")
@@ -65,14 +66,14 @@ def test_the_fused_variants_count_each_neurons_spikes_as_the_raster_does():
     args = (net.v0, net.ge0, net.gi0, net.w_exc, net.w_inh)
     for k in (1, 8):
         fns, rate = anatomy.fused_variants(coba, net, n_steps, k)
-        assert set(fns) == {"kernel", "rows", "columns", "simulate"} and rate > 0
+        assert set(fns) == {"kernel", "copying", "rows", "columns", "simulate"} and rate > 0
         raster = coba.simulator(net, n_steps, fused=True, steps_per_call=k,
                                 raster=net.n)(*args)["raster"]
         want = np.asarray(raster).astype(np.int64).sum(axis=0)
         assert want.sum() > 0
         run = {name: fn(*a) for name, (fn, a) in fns.items()}
-        for name in ("kernel", "rows", "columns", "simulate"):
+        for name in ("kernel", "copying", "rows", "columns", "simulate"):
             np.testing.assert_array_equal(np.asarray(run[name]["per_neuron"]), want)
-        # every variant ends in the same state
-        np.testing.assert_array_equal(np.asarray(run["kernel"]["v"]),
-                                      np.asarray(run["simulate"]["v"]))
+            # every variant ends in the same state
+            np.testing.assert_array_equal(np.asarray(run[name]["v"]),
+                                          np.asarray(run["simulate"]["v"]))

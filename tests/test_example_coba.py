@@ -325,11 +325,19 @@ def test_threads_are_used_only_where_a_step_pays_for_them(coba, jitc_net, monkey
 
     monkeypatch.setattr(coba, "_numba_jitc_loop_threaded", not_built)
     outs = tuple(jax.ShapeDtypeStruct(w.shape, w.dtype) for w in want)
-    step = coba._numba_jitc_step(**kw, outs=outs, threads=2)
+    kernel = coba._numba_jitc_step(**kw, outs=outs, threads=2)
+    # the five state arrays are updated in place: XLA hands the kernel one buffer for each
+    assert kernel.input_output_aliases == {i: i for i in range(5)}
     state = [np.array(a) for a in args]
     got = [np.empty(o.shape, o.dtype) for o in outs]
-    step(*state, *got)
+    kernel.fn(*state, *got)
     for g, w in zip(got, want):
+        np.testing.assert_array_equal(g, np.asarray(w))
+    # and given the same arrays as inputs and outputs, the same results
+    state = [np.array(a) for a in args]
+    rest = [np.empty(o.shape, o.dtype) for o in outs[5:]]
+    kernel.fn(*state, *state[:5], *rest)
+    for g, w in zip([*state[:5], *rest], want):
         np.testing.assert_array_equal(g, np.asarray(w))
     assert coba.threads_used(jitc_net.n, 2) == 1
     assert coba.threads_used(2 * coba.THREAD_MIN_NEURONS, 2) == 2
@@ -417,7 +425,14 @@ def test_fused_kernel_backends_agree_on_one_step(coba, net):
     count = jnp.asarray(rs.integers(0, 1000, net.n).astype(np.int32))
     args = (v, net.ge0, net.gi0, ref, count, net.w_exc.data, net.w_exc.indices,
             net.w_exc.indptr, net.w_inh.data, net.w_inh.indices, net.w_inh.indptr)
+    before = [np.array(a) for a in args[:5]]
     got = coba.coba_step_p(*args, backend="numba", steps=3)
+    # updated in place, yet the caller's arrays are left as they were (XLA copies them)
+    for a, b in zip(args[:5], before):
+        np.testing.assert_array_equal(np.asarray(a), b)
+    copied = coba.coba_step_p(*args, backend="numba", steps=3, in_place=False)
+    for g, c in zip(got, copied):
+        np.testing.assert_array_equal(np.asarray(g), np.asarray(c))
     want = coba.coba_step_p(*args, backend="jax", steps=3)
     assert int(np.asarray(want[5][0]).sum()) > 10
     for g, w in zip(got, want):
