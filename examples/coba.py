@@ -197,16 +197,17 @@ coba_step_p = primforge.XLACustomKernel("examples.coba_step", replace=True)  # s
 coba_jitc_step_p = primforge.XLACustomKernel("examples.coba_jitc_step", replace=True)
 
 
-def _same(a, b) -> bool:
-    """Whether two arrays start at the same address (a kernel's input and its aliased
-    output: the state updated in place)."""
-    return a.ctypes.data == b.ctypes.data
+def _copy_in(src, dst) -> None:
+    """``dst[:] = src``, unless both are the same memory (a kernel's input and the output
+    aliased to it: the state updated in place)."""
+    if src.ctypes.data != dst.ctypes.data:
+        dst[:] = src
 
 
 def _in_place(step, outs):
     """``step`` (inputs, then outputs) as a kernel whose five state outputs are written
     into the state inputs' buffers: inside a ``lax.scan`` XLA then hands the kernel the
-    carry itself, and the kernel copies nothing in (``_same``)."""
+    carry itself, and the kernel copies nothing in (``_copy_in``)."""
     return primforge.numba_kernel(step, outs=list(outs),
                                   input_output_aliases={i: i for i in range(5)})
 
@@ -302,7 +303,7 @@ def _numba_loop(propagate):
     import numba
 
     update, finish = _neuron_pass()
-    same = numba.njit(inline="always")(_same)
+    copy_in = numba.njit(inline="always")(_copy_in)
 
     @numba.njit(nogil=True, fastmath={"contract"})
     def loop(v, ge, gi, ref, count, conn, v_out, ge_out, gi_out, ref_out, count_out, spike_out,
@@ -310,12 +311,11 @@ def _numba_loop(propagate):
         n = v.shape[0]
         acc_e = np.zeros(n, np.float32)
         acc_i = np.zeros(n, np.float32)
-        if not same(v, v_out):  # the state arrays come aliased (in place) or not at all
-            v_out[:] = v
-            ge_out[:] = ge
-            gi_out[:] = gi
-            ref_out[:] = ref
-            count_out[:] = count
+        copy_in(v, v_out)  # nothing to copy where the state comes aliased (in place)
+        copy_in(ge, ge_out)
+        copy_in(gi, gi_out)
+        copy_in(ref, ref_out)
+        copy_in(count, count_out)
         ok = True
         for t in range(spike_out.shape[0]):
             # The first step apart, so that each inlined neuron pass has its own constant
@@ -451,7 +451,7 @@ def _numba_jitc_loop_threaded(prob: float):
     import numba
 
     update, finish = _neuron_pass()
-    same = numba.njit(inline="always")(_same)
+    copy_in = numba.njit(inline="always")(_copy_in)
     columns = jitc_numba_columns(prob)
     counters, draw, wait, done = primforge.ops.numba_team()
     next_fired, words = _next_fired(), numba.njit(inline="always")(_words)
@@ -605,7 +605,6 @@ def _numba_jitc_loop_threaded(prob: float):
         # of range t at step s, the excitatory and inhibitory neurons that fired
         fired_parts = np.empty((steps, T, 2), np.int64)
         sync, claims = counters(T), counters()
-        copy_in = not same(v, v_out)  # the state arrays come aliased (in place), or none
         for _ in numba.prange(T):
             while True:
                 k = draw(sync, T)  # claimed: a thread keeps its range while it can
@@ -627,12 +626,12 @@ def _numba_jitc_loop_threaded(prob: float):
                 if s == 0:  # the state comes in range by range, each part's into its core
                     # (array by array: copies that vectorize; one loop over the six arrays
                     # made a call of 10 steps at 10x about 15% slower)
-                    if copy_in:
-                        v_out[lo:hi] = v[lo:hi]
-                        ge_out[lo:hi] = ge[lo:hi]
-                        gi_out[lo:hi] = gi[lo:hi]
-                        ref_out[lo:hi] = ref[lo:hi]
-                        count_out[lo:hi] = count[lo:hi]
+                    # (nothing to copy where the state comes aliased: in place)
+                    copy_in(v[lo:hi], v_out[lo:hi])
+                    copy_in(ge[lo:hi], ge_out[lo:hi])
+                    copy_in(gi[lo:hi], gi_out[lo:hi])
+                    copy_in(ref[lo:hi], ref_out[lo:hi])
+                    copy_in(count[lo:hi], count_out[lo:hi])
                     acc_e[lo:hi] = 0.0
                     acc_i[lo:hi] = 0.0
                 else:  # step s - 1's claims: its first ticket up to this step's first

@@ -339,6 +339,12 @@ def test_threads_are_used_only_where_a_step_pays_for_them(coba, jitc_net, monkey
     kernel.fn(*state, *state[:5], *rest)
     for g, w in zip([*state[:5], *rest], want):
         np.testing.assert_array_equal(g, np.asarray(w))
+    # some arrays shared, the others not: each array is copied in or not on its own
+    state = [np.array(a) for a in args]
+    mixed = [state[0], np.empty_like(state[1]), state[2], np.empty_like(state[3]), state[4]]
+    kernel.fn(*state, *mixed, *rest)
+    for g, w in zip([*mixed, *rest], want):
+        np.testing.assert_array_equal(g, np.asarray(w))
     assert coba.threads_used(jitc_net.n, 2) == 1
     assert coba.threads_used(2 * coba.THREAD_MIN_NEURONS, 2) == 2
     assert coba.threads_used(2 * coba.THREAD_MIN_NEURONS - 1, 2) == 1
