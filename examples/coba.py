@@ -851,12 +851,11 @@ def fused_step(we: CSR | JitConn, wi: CSR | JitConn, backend: str | None = None,
     (``state``: ``v, ge, gi, ref`` and ``count``, each neuron's spikes so far, which the
     kernel adds to as it goes; ``spikes`` has shape ``(steps, n)``; ``fired``, ``(steps,
     2)``, the excitatory and inhibitory neurons that fired at each step), over stored CSR
-    (``coba_step_p``) or
-    just-in-time connectivity (``coba_jitc_step_p``, whose Numba kernel can run on several
-    ``threads`` with the same results, when each thread gets ``min_neurons`` neurons or
-    more). The Numba kernels update the state ``in_place`` (its buffers aliased to the
-    outputs: inside a ``lax.scan``, the carry's own), or, with ``in_place=False``, copy it
-    into fresh outputs first."""
+    (``coba_step_p``) or just-in-time connectivity (``coba_jitc_step_p``, whose Numba
+    kernel can run on several ``threads`` with the same results, when each thread gets
+    ``min_neurons`` neurons or more). The Numba kernels update the state ``in_place`` (its
+    buffers aliased to the outputs: inside a ``lax.scan``, the carry's own), or, with
+    ``in_place=False``, copy it into fresh outputs first."""
     if isinstance(we, JitConn) and isinstance(wi, JitConn):
         if we.prob != wi.prob:
             raise ValueError("fused_step: both populations need the same connection prob.")
