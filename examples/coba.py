@@ -204,10 +204,13 @@ def _copy_in(src, dst) -> None:
         dst[:] = src
 
 
-def _in_place(step, outs):
+def _in_place(step, outs, in_place: bool = True):
     """``step`` (inputs, then outputs) as a kernel whose five state outputs are written
     into the state inputs' buffers: inside a ``lax.scan`` XLA then hands the kernel the
-    carry itself, and the kernel copies nothing in (``_copy_in``)."""
+    carry itself, and the kernel copies nothing in (``_copy_in``). ``step`` itself (the
+    state copied into fresh outputs) unless ``in_place``."""
+    if not in_place:
+        return step
     return primforge.numba_kernel(step, outs=list(outs),
                                   input_output_aliases={i: i for i in range(5)})
 
@@ -687,7 +690,7 @@ def _numba_step(*, outs, in_place=True, **_):
             ge_out[:] = np.nan
             gi_out[:] = np.nan
 
-    return _in_place(step, outs) if in_place else step
+    return _in_place(step, outs, in_place)
 
 
 # Below this many neurons per thread the kernel runs on one thread. With XLA's CPU pool at
@@ -729,7 +732,7 @@ def _numba_jitc_step(*, prob, n_exc, outs, threads=1, min_neurons=THREAD_MIN_NEU
             loop(v, ge, gi, ref, count, conn, v_out, ge_out, gi_out, ref_out, count_out,
                  spike_out, fired_out)
 
-        return _in_place(step, outs) if in_place else step
+        return _in_place(step, outs, in_place)
 
     T, threaded = int(threads), _numba_jitc_loop_threaded(float(prob))
 
@@ -741,7 +744,7 @@ def _numba_jitc_step(*, prob, n_exc, outs, threads=1, min_neurons=THREAD_MIN_NEU
                  np.int64(T), np.int64(_THREAD_BLOCK), v_out, ge_out, gi_out, ref_out,
                  count_out, spike_out, fired_out)
 
-    return _in_place(step, outs) if in_place else step
+    return _in_place(step, outs, in_place)
 
 
 def _jax_steps(steps, ne, v, ge, gi, ref, count, propagate_e, propagate_i):
