@@ -90,8 +90,15 @@ def test_wrong_outs_are_clear_errors_at_trace_time():
     k = fresh()
     k.def_kernel("jax", "cpu", lambda **kw: lambda x: x + 1)
     x = jnp.arange(3.0)
-    with pytest.raises(TypeError, match=r"outs\[0\] must be a jax.ShapeDtypeStruct"):
-        k(x, outs=(3,))
+    # A shape where outs is expected: the error says what to write instead.
+    for shape in [(3,), x.shape, [3, 2], (np.int64(3),)]:
+        with pytest.raises(TypeError, match=r"is a shape.*jax\.ShapeDtypeStruct\(\(3,?"):
+            k(x, outs=shape)
+    with pytest.raises(TypeError, match=r"outs\[0\] must be a jax.ShapeDtypeStruct.*got int: 3; "
+                       r"describe each output .* outs=jax.ShapeDtypeStruct\(x.shape, x.dtype\)"):
+        k(x, outs=(3, "float32"))
+    with pytest.raises(TypeError, match=r"^outs must be a jax.ShapeDtypeStruct.*got int"):
+        k(x, outs=3)
     with pytest.raises(TypeError, match="needs outs="):
         k(x)
     with pytest.raises(ValueError, match="at least one output"):

@@ -7,6 +7,7 @@ under ``jax.eval_shape`` at trace time (once per signature).
 from __future__ import annotations
 
 import inspect
+import numbers
 import operator
 from collections.abc import Callable
 from typing import Any
@@ -233,6 +234,10 @@ class ChecksMixin(KernelState):
 
 
 
+_OUTS_HINT = ("describe each output by its shape and dtype, e.g. "
+              "outs=jax.ShapeDtypeStruct(x.shape, x.dtype)")
+
+
 def as_struct(x, what: str) -> jax.ShapeDtypeStruct:
     """``x`` as a ``jax.ShapeDtypeStruct`` with int dimensions; errors name it ``what``.
 
@@ -244,7 +249,7 @@ def as_struct(x, what: str) -> jax.ShapeDtypeStruct:
     if not (hasattr(x, "shape") and hasattr(x, "dtype")):
         raise TypeError(
             f"{what} must be a jax.ShapeDtypeStruct (or have .shape and .dtype), got "
-            f"{type(x).__name__}: {x!r}"
+            f"{type(x).__name__}: {x!r}; {_OUTS_HINT}"
         )
     try:
         shape = tuple(operator.index(d) for d in x.shape)
@@ -273,6 +278,13 @@ def normalize_outs(outs) -> tuple[tuple[jax.ShapeDtypeStruct, ...], type | None]
     if isinstance(outs, (list, tuple)):
         if not outs:
             raise ValueError("outs must describe at least one output, got an empty sequence")
+        if all(isinstance(d, numbers.Integral) and not isinstance(d, bool) for d in outs):
+            shape = tuple(int(d) for d in outs)
+            raise TypeError(
+                f"outs={outs!r} is a shape, but outs describes each output's shape and dtype: "
+                f"write outs=jax.ShapeDtypeStruct({shape!r}, dtype), e.g. "
+                f"jax.ShapeDtypeStruct(x.shape, x.dtype), or a list of them for several outputs"
+            )
         return tuple(as_struct(o, f"outs[{i}]") for i, o in enumerate(outs)), type(outs)
     return (as_struct(outs, "outs"),), None
 

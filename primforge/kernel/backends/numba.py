@@ -161,7 +161,7 @@ class NumbaKernel:
             if not (hasattr(o, "shape") and hasattr(o, "dtype")):
                 raise TypeError(
                     f"outs[{i}] must be a jax.ShapeDtypeStruct (or have .shape and .dtype), "
-                    f"got {o!r}"
+                    f"got {o!r}; e.g. outs=jax.ShapeDtypeStruct(x.shape, x.dtype)"
                 )
         single = one if self.single is None else bool(self.single)
         if single and len(outs) != 1:

@@ -147,7 +147,7 @@ def _as_structs(outs) -> Any:
         if not (hasattr(o, "shape") and hasattr(o, "dtype")):
             raise TypeError(
                 f"numba_cuda_kernel: outs[{i}] must be a jax.ShapeDtypeStruct (or have .shape "
-                f"and .dtype), got {o!r}"
+                f"and .dtype), got {o!r}; e.g. outs=jax.ShapeDtypeStruct(x.shape, x.dtype)"
             )
         structs.append(jax.ShapeDtypeStruct(tuple(o.shape), o.dtype))
     return structs[0] if single else tuple(structs)
