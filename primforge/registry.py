@@ -103,20 +103,35 @@ def unregister_kernel(name: str) -> None:
 
 
 def get_kernel(name: str) -> XLACustomKernel:
-    """Return the kernel registered under ``name``.
+    """Return the kernel registered under ``name``, or under a dotted name ending in it.
+
+    A short name (the part after the last dots, ``'csrmv'`` or ``'ops.csrmv'`` for
+    ``'primforge.ops.csrmv'``) finds the kernel when exactly one registered name ends in
+    it; where several do, the error lists them.
 
     Raises:
-        KeyError: naming the kernels that exist.
+        KeyError: naming the kernels that exist, or those a short name could mean.
 
     Example:
         >>> import primforge
         >>> k = primforge.XLACustomKernel('doc_get_kernel')
         >>> primforge.get_kernel('doc_get_kernel').name
         'doc_get_kernel'
+        >>> k2 = primforge.XLACustomKernel('docpkg.kernels.doc_short_name')
+        >>> primforge.get_kernel('doc_short_name').name
+        'docpkg.kernels.doc_short_name'
     """
     try:
         return _KERNELS[name]
     except KeyError:
+        ending = [n for n in _KERNELS if n.endswith("." + name)] if name else []
+        if len(ending) == 1:
+            return _KERNELS[ending[0]]
+        if ending:
+            raise UnknownKernelError(
+                f"{name!r} is the end of several kernel names: "
+                f"{', '.join(repr(n) for n in sorted(ending))}; give one in full"
+            ) from None
         close = close_matches(name, _KERNELS)
         if close:  # the close names only, not every registered kernel
             raise UnknownKernelError(

@@ -160,3 +160,25 @@ def test_list_and_info_show_stored_autotune_choices(tmp_path, capsys):
     (cache / "autotune.json").write_text("{damaged")
     assert main(["list", "--json", "pf_demo_scale", "--import", "pf_cli_demo"]) == 0
     assert json.loads(capsys.readouterr().out)[0]["tuned"] == {}
+
+
+def test_a_unique_short_name_finds_the_kernel_and_an_ambiguous_one_lists_the_choices(capsys):
+    import primforge
+
+    primforge.XLACustomKernel("pf_short.alpha.unique_tail", "One of ``two`` kernels.")
+    primforge.XLACustomKernel("pf_short.alpha.shared_tail")
+    primforge.XLACustomKernel("pf_short.beta.shared_tail")
+    assert listed(capsys, "unique_tail") == ["pf_short.alpha.unique_tail"]
+    assert listed(capsys, "alpha.unique_tail") == ["pf_short.alpha.unique_tail"]
+    assert main(["info", "unique_tail"]) == 0
+    out = capsys.readouterr().out
+    assert out.startswith("pf_short.alpha.unique_tail\n")
+    # The docstring's reStructuredText literals are shown as terminal text.
+    assert "  One of `two` kernels." in out and "``" not in out
+    assert main(["info", "shared_tail"]) == 2
+    err = capsys.readouterr().err
+    assert ("'shared_tail' is the end of several kernel names: "
+            "'pf_short.alpha.shared_tail', 'pf_short.beta.shared_tail'; give one in full") in err
+    # A part of a name that is not a whole dotted component finds nothing.
+    assert main(["info", "que_tail"]) == 2
+    assert "no kernel named 'que_tail'" in capsys.readouterr().err

@@ -9,10 +9,19 @@ from __future__ import annotations
 import json
 import os
 import sys
+import textwrap
 import warnings
 
 from primforge.bench import BenchmarkMismatchWarning, BenchmarkResult, benchmark_kernel
-from primforge.cli._common import _err, _out, _platform, _Report, _table, kernel_summary
+from primforge.cli._common import (
+    _err,
+    _out,
+    _platform,
+    _Report,
+    _table,
+    kernel_summary,
+    plain_text,
+)
 from primforge.cli._parser import _split
 from primforge.kernel.backends._common import install_hint
 
@@ -51,7 +60,7 @@ def _cmd_info(args, kernels) -> int:
         return 0
     _out(f"{s['name']}")
     if s["doc"]:
-        _out(f"  {s['doc']}")
+        _out(textwrap.indent(plain_text(s["doc"]), "  "))
     _out(f"  tags: {', '.join(s['tags']) or '(none)'}")
     for p, backends in s["backends"].items():
         tuned = s["tuned"].get(p)

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import re
 import sys
 import time
 from typing import Any
@@ -34,6 +35,21 @@ def _table(header: list[str], rows: list[list[str]]) -> str:
     lines += ["  ".join(c.ljust(w) for c, w in zip(r, widths)).rstrip() for r in rows]
     return "\n".join(lines)
 
+
+
+_ROLE = re.compile(r":[a-z]+(?::[a-z]+)?:`~?([^`]+)`")
+_LITERAL = re.compile(r"``([^`]+)``")
+
+
+def plain_text(doc: str) -> str:
+    """A docstring's reStructuredText markup as terminal text: literals and roles in
+    single backticks.
+
+    Example:
+        >>> plain_text("Adds ``factor`` to :func:`~primforge.ops.csrmv`'s result.")
+        "Adds `factor` to `primforge.ops.csrmv`'s result."
+    """
+    return _LITERAL.sub(r"`\1`", _ROLE.sub(r"`\1`", doc))
 
 
 def kernel_summary(kernel: Any) -> dict[str, Any]:
