@@ -66,7 +66,9 @@ def _jax_generator(binary: bool):
             # Only active inputs contribute: a weight (even NaN) of an inactive one never enters.
             contrib = jnp.where(got != 0, w * got, 0).astype(dtype)
             new = buffer.at[row, dst].add(contrib, mode="drop")
-            bad_delay = (delays < 0) | (delays >= depth)
+            # Padding past indptr[-1] is never visited: its delays are not looked at.
+            bad_delay = ((delays < 0) | (delays >= depth)) & _common.live_entries(
+                indptr, indices.shape[0])
             ok = (_common.structure_ok(indices, indptr, n_cols) & (slot[0] >= 0)
                   & (slot[0] < depth) & ~jnp.any((got != 0) & bad_delay))
             return jnp.where(ok, new, jnp.nan).astype(dtype)
@@ -291,35 +293,94 @@ def _buffer(who: str, buffer: Any) -> jax.Array:
 
 
 def _step(who: str, t: Any, depth: int) -> jax.Array:
-    """The buffer row of step ``t`` (``t % D``) as a ``(1,)`` int32 array."""
-    t = jnp.asarray(t)
-    if t.ndim != 0 or not jnp.issubdtype(t.dtype, jnp.integer):
-        raise TypeError(f"{who}: 't' must be an integer scalar (the step), got "
-                        f"{t.dtype}{list(t.shape)}")
-    return jnp.mod(t, depth).astype(jnp.int32).reshape(1)
+    """The buffer row of step ``t`` (``t mod D``) as a ``(1,)`` int32 array.
+
+    A concrete step (a Python or NumPy integer of any width, a 0-d array) is reduced on the
+    host in Python integers, so every integer value gives its exact row. A traced step is
+    reduced in its own integer type (at least 32 bits), which cannot overflow.
+    """
+    if isinstance(t, _compat.Tracer):
+        if t.ndim != 0 or not jnp.issubdtype(t.dtype, jnp.integer):
+            raise TypeError(f"{who}: 't' must be an integer scalar (the step), got "
+                            f"{t.dtype}{list(t.shape)}")
+        if t.dtype.itemsize < 4:  # widened first: D may not fit a narrow type
+            t = t.astype(jnp.int32)
+        return jnp.mod(t, jnp.asarray(depth, t.dtype)).astype(jnp.int32).reshape(1)
+    if isinstance(t, int) and not isinstance(t, bool):
+        value = t
+    else:
+        a = np.asarray(t)
+        if a.ndim != 0 or a.dtype.kind not in "iu":
+            raise TypeError(f"{who}: 't' must be an integer scalar (the step), got "
+                            f"{a.dtype}{list(a.shape)}")
+        value = int(a)
+    return jnp.asarray([value % depth], jnp.int32)
 
 
-def _delay_values(who: str, delays: Any, depth: int, shape: tuple[int, ...] | None):
-    """``delays`` as an integer JAX array, its concrete values checked against ``[0, D)``."""
-    if isinstance(delays, (float, complex)) or (
+def _n_live(indptr: Any, nnz: int) -> int | None:
+    """The stored entries before the padding: ``indptr[-1]`` within ``[0, nnz]``, from the
+    argument as given (a NumPy array captured under jit is still known); None when traced."""
+    if isinstance(indptr, _compat.Tracer):
+        return None
+    indptr = np.asarray(indptr)
+    if indptr.ndim != 1 or indptr.shape[0] == 0 or indptr.dtype.kind not in "iu":
+        return nnz  # refused by the structure checks
+    return min(max(int(indptr[-1]), 0), nnz)
+
+
+def _delay_values(who: str, delays: Any, depth: int, shape: tuple[int, ...] | None,
+                  n_live: int | None):
+    """``delays`` as an int32 JAX array; concrete values checked against ``[0, D)``.
+
+    Only the first ``n_live`` entries of a per-synapse array are stored synapses; the rest
+    is padding past ``indptr[-1]``, never read (``None``: not known, ``indptr`` is traced,
+    and the kernels check them). A value outside ``[0, D)`` left unchecked here (padding, a
+    traced delay) stays outside it in int32 (-1 where the cast could wrap it): a bad delay
+    to the kernels (NaN where a visited synapse has it), never a valid-looking one.
+    """
+    if isinstance(delays, (bool, float, complex)) or (
             hasattr(delays, "dtype") and not jnp.issubdtype(delays.dtype, jnp.integer)):
         raise TypeError(f"{who}: 'delays' must be integers (steps), got "
                         f"{getattr(delays, 'dtype', type(delays).__name__)}")
-    arr = _scaffold.index_array(delays, who, "delays")
-    if not jnp.issubdtype(arr.dtype, jnp.integer):
-        raise TypeError(f"{who}: 'delays' must be integers (steps), got {arr.dtype}")
+    if isinstance(delays, int) and not 0 <= delays < depth:  # a Python int of any size
+        _out_of_range(who, delays, depth)
+    if isinstance(delays, _compat.Tracer):
+        arr = delays
+    else:
+        try:
+            arr = np.asarray(delays)
+        except (TypeError, ValueError, OverflowError):
+            raise TypeError(f"{who}: 'delays' must be integers (steps), got "
+                            f"{type(delays).__name__}") from None
+        if arr.dtype.kind not in "iu":
+            raise TypeError(f"{who}: 'delays' must be integers (steps), got {arr.dtype}")
     if shape is not None and arr.ndim and tuple(arr.shape) != shape:
         raise ValueError(f"{who}: 'delays' must be one integer or hold one delay per synapse, "
                          f"shape {shape}, got {tuple(arr.shape)}")
-    if not isinstance(arr, _compat.Tracer) and arr.size:
-        values = np.asarray(arr)  # on the host: a concrete array captured under jit stays so
-        lo, hi = int(values.min()), int(values.max())
+    if isinstance(arr, _compat.Tracer):
+        if arr.dtype.itemsize < 4:
+            return arr.astype(jnp.int32)  # every value kept
+        if arr.dtype == jnp.int32:
+            return arr
+        bad = (arr < 0) | (arr >= depth)
+        return jnp.where(bad, -1, arr).astype(jnp.int32)
+    checked = arr.reshape(-1)
+    if arr.ndim:
+        checked = checked[:n_live] if n_live is not None else checked[:0]
+    if checked.size:
+        lo, hi = int(checked.min()), int(checked.max())
         if lo < 0 or hi >= depth:
-            bad = lo if lo < 0 else hi
-            raise ValueError(f"{who}: 'delays' holds {bad}, outside [0, D) = [0, {depth}) for a "
-                             f"buffer of D = {depth} rows; make the buffer with "
-                             f"delay_buffer(max_delay, n_post)")
-    return arr
+            _out_of_range(who, lo if lo < 0 else hi, depth)
+    bad = (arr < 0) | (arr >= depth)
+    out = np.full(arr.shape, -1, np.int32)
+    np.copyto(out, arr, casting="unsafe", where=~bad)  # values in [0, D): exact in int32
+    return jnp.asarray(out)
+
+
+def _out_of_range(who: str, value: int, depth: int):
+    raise ValueError(f"{who}: 'delays' holds {value}, outside [0, D) = [0, {depth}) for a "
+                     f"buffer of D = {depth} rows; make the buffer with "
+                     f"delay_buffer(max_delay, n_post)")
 
 
 # ----------------------------------------------------------------------------- public calls
@@ -335,8 +396,9 @@ def _public(binary: bool):
         _, x = _scaffold.promote_input(data, x, binary, who=who,
                                        name="events" if binary else "vector")
         indices = _scaffold.index_array(indices, who, "indices")
+        n_live = _n_live(indptr, indices.shape[0])
         indptr = _scaffold.index_array(indptr, who, "indptr")
-        delays = _delay_values(who, delays, depth, tuple(indices.shape))
+        delays = _delay_values(who, delays, depth, tuple(indices.shape), n_live)
         if delays.ndim == 0:
             delays = jnp.broadcast_to(delays, indices.shape)
         return KERNELS[binary](data, indices, indptr, delays, x, buffer, _step(who, t, depth),
@@ -435,6 +497,8 @@ def delay_buffer(max_delay: int, n_post: int, dtype: Any = None) -> jax.Array:
         (3, 3)
     """
     try:
+        if isinstance(max_delay, (bool, np.bool_)) or isinstance(n_post, (bool, np.bool_)):
+            raise TypeError
         max_delay, n_post = operator.index(max_delay), operator.index(n_post)
     except TypeError:
         raise TypeError(f"delay_buffer: 'max_delay' and 'n_post' must be ints, got "
@@ -481,6 +545,14 @@ def _structure(W, who):
         return data, indices, indptr, W._stored_shape, W.per == "pre", (rows, k)
     raise TypeError(f"{who}: 'W' must be a CSR, CSC or FixedNum matrix, got "
                     f"{type(W).__name__}")
+
+
+def _any_visited(x, indices, indptr, rows_are_sources: bool) -> jax.Array:
+    """Does an active input reach a stored synapse (padding excluded)?"""
+    nnz = indices.shape[0]
+    src = _common.row_ids(indptr, nnz) if rows_are_sources else indices
+    got = (x != 0).at[src].get(mode="fill", fill_value=False)
+    return jnp.any(got & _common.live_entries(indptr, nnz))
 
 
 def delayed_matvec(W: Any, x: Any, delays: Any, buffer: Any, t: Any, *,
@@ -531,16 +603,28 @@ def delayed_matvec(W: Any, x: Any, delays: Any, buffer: Any, t: Any, *,
     if x.shape != (n_pre,):
         raise ValueError(f"{who}: 'x' must have shape ({n_pre},) for W of shape "
                          f"{tuple(W.shape)}, got {tuple(x.shape)}")
-    delays = _delay_values(who, delays, depth, dshape)
+    n_live = (indices.shape[0] if isinstance(W, FixedNum)
+              else _n_live(W.indptr, indices.shape[0]))
+    traced = isinstance(delays, _compat.Tracer)
+    delays = _delay_values(who, delays, depth, dshape, n_live)
     binary = not jnp.issubdtype(x.dtype, jnp.inexact)
     if delays.ndim == 0:
         # One delay for all: the ordinary event-driven product, added into one row.
-        slot = _step(who, (jnp.asarray(t) + delays), depth)[0]
+        s = _step(who, t, depth)[0]
+        d = jnp.clip(delays, 0, depth - 1)
+        slot = jnp.where(d >= depth - s, d - (depth - s), s + d)  # (t + d) mod D, no overflow
         weights = W.weights if isinstance(W, FixedNum) else W.data
         W = W.with_data(weights.astype(buffer.dtype))
         y = W.rmatmul(x if binary else x.astype(buffer.dtype), backend=backend)
         row = jax.lax.dynamic_index_in_dim(buffer, slot, 0, keepdims=False)
-        return jax.lax.dynamic_update_slice_in_dim(buffer, (row + y)[None], slot, 0)
+        new = jax.lax.dynamic_update_slice_in_dim(buffer, (row + y)[None], slot, 0)
+        if not traced:
+            return new
+        # A traced delay outside [0, D) poisons the buffer once a synapse is visited, as in
+        # the per-synapse kernels.
+        poisoned = (((delays < 0) | (delays >= depth))
+                    & _any_visited(x, indices, indptr, rows_are_sources))
+        return jnp.where(poisoned, jnp.nan, new).astype(buffer.dtype)
     call = _public(binary)
     return call(data, indices, indptr, delays.reshape(-1), x, buffer, t, shape=shape,
                 transpose=rows_are_sources, backend=backend)
@@ -606,6 +690,8 @@ def _jitc_numba(*, outs, prob, transpose, weight_kind, delay_range, **_):
 def _check_delay_range(who: str, delay_range: Any, depth: int | None) -> tuple[int, int]:
     """``delay_range`` as two ints ``0 <= dmin <= dmax < D``, or an error naming it."""
     try:
+        if any(isinstance(v, (bool, np.bool_)) for v in delay_range):
+            raise TypeError
         dmin, dmax = (operator.index(v) for v in delay_range)
     except (TypeError, ValueError):
         raise TypeError(f"{who}: 'delay_range' must be a pair of ints (dmin, dmax), in steps, "
