@@ -27,8 +27,28 @@ __all__ = ["batch_lists", "build", "check_concrete", "list_args", "numba_list_ok
 
 
 # ----------------------------------------------------------------------------- the list
+def list_dtype(dtype) -> np.dtype:
+    """The dtype a list of ``dtype`` and its count are read in: int64 for a 64-bit list,
+    else int32, so a count up to the list's length is exact whatever the list's own range
+    (a uint8 list of 256 entries has count 256). A uint32 entry past the int32 range reads
+    as negative: outside the sources either way.
+
+    Example:
+        >>> list_dtype(np.uint8), list_dtype(np.int64)
+        (dtype('int32'), dtype('int64'))
+    """
+    return np.dtype(np.int64 if np.dtype(dtype).itemsize == 8 else np.int32)
+
+
+def widen(spikes, count):
+    """``spikes`` and ``count`` in :func:`list_dtype` of the list."""
+    wide = list_dtype(spikes.dtype)
+    return spikes.astype(wide), count.astype(wide)
+
+
 def valid_entries(spikes, count, size):
     """``(valid, ok)``: which entries are inside the count, and whether the list is good."""
+    spikes, count = widen(spikes, count)
     n_list = spikes.shape[0]
     c = count[0]
     valid = jnp.arange(n_list) < c
@@ -97,18 +117,41 @@ def check_concrete(who, spikes, count, size: int) -> None:
                          f"(the sources of the product)")
 
 
+def _concrete_count(who, count, lengths):
+    """Checks a concrete count against the lists' lengths on its own values (before any
+    cast), so a count past the int32 range or the list's dtype is named as given."""
+    if isinstance(count, Tracer):
+        return
+    c = np.asarray(count)
+    if c.dtype.kind not in "iu":
+        return  # the abstract check names the dtype
+    for v in c.reshape(-1).tolist():
+        if not 0 <= v <= lengths:
+            raise ValueError(f"{who}: 'spike_count' must be in [0, {lengths}] (the length of "
+                             f"'spike_indices'), got {v}")
+
+
 def list_args(who, spike_indices, spike_count, size: int, matrix: bool):
-    """The public arguments as ``(spikes, count)`` arrays for the kernel, checked.
+    """The public arguments as ``(spikes, count)`` arrays for the kernel, checked, in
+    :func:`list_dtype` of the list.
 
     Example:
         >>> import numpy as np
         >>> s, c = list_args('f', np.array([2, 0]), None, 3, False)
         >>> s.tolist(), c.tolist()
         ([2, 0], [2])
+        >>> s, c = list_args('f', np.zeros(256, np.uint8), None, 3, False)
+        >>> s.dtype, c.tolist()
+        (dtype('int32'), [256])
     """
     spikes = _scaffold.index_array(spike_indices, who, "spike_indices")
     if spike_count is None:
         spike_count = spikes.shape[-1] if spikes.ndim else 0
+    if not isinstance(spike_count, Tracer):
+        _concrete_count(who, spike_count, spikes.shape[-1] if spikes.ndim else 0)
+        c = np.asarray(spike_count)
+        if c.dtype.kind in "iu":  # in range (checked): any integer dtype fits the list's
+            spike_count = c.astype(list_dtype(spikes.dtype))
     count = jnp.asarray(spike_count)
     if matrix:
         if spikes.ndim == 2 and count.ndim == 0 and jnp.issubdtype(count.dtype, jnp.integer):
@@ -116,12 +159,11 @@ def list_args(who, spike_indices, spike_count, size: int, matrix: bool):
     elif count.size == 1 and count.ndim <= 1:
         count = count.reshape(1)
     check_list(who, spikes, count, matrix)
-    count = count.astype(spikes.dtype)
     if not isinstance(spikes, Tracer) and not isinstance(count, Tracer):
         lists, counts = (spikes, count) if matrix else (spikes[None], count)
         for s, c in zip(np.asarray(lists), np.asarray(counts)):
             check_concrete(who, s, c.reshape(1), size)
-    return spikes, count
+    return widen(spikes, count)
 
 
 def replicated_rule(ins, outs, **_) -> ShardingRule:
@@ -207,6 +249,7 @@ def build(name: str, *, who: str, who_mm: str, n_struct: int, params: tuple[str,
     def full_reference(matrix, kw, dtype):
         def one(weights, *rest):
             *struct, spikes, count = rest
+            spikes, count = widen(spikes, count)
             _, size = sizes(who, weights, *struct, **kw)
             valid, ok = valid_entries(spikes, count, size)
             safe = jnp.clip(spikes, 0, max(size - 1, 0))

@@ -15,7 +15,6 @@ import jax.numpy as jnp
 import numpy as np
 
 from primforge import _compat
-from primforge._compat import Tracer
 from primforge.kernel.kernel import XLACustomKernel
 from primforge.ops import _scaffold, _sharding, _spikes
 from primforge.ops.csr import structure as _common
@@ -35,17 +34,15 @@ _WHO_MM = "binary_csrmm_spikes"
 # ----------------------------------------------------------------------------- jax reference
 def _counts(spikes, count, size, dtype):
     """How often each source fires among the valid entries; and whether the list is valid."""
-    n_list = spikes.shape[0]
-    c = count[0]
-    valid = jnp.arange(n_list) < c
-    bad = jnp.any(valid & ((spikes < 0) | (spikes >= size))) | (c < 0) | (c > n_list)
+    valid, ok = _spikes.valid_entries(spikes, count, size)
+    spikes = _spikes.widen(spikes, count)[0]
     cnt = jnp.zeros((size,), dtype).at[spikes].add(valid.astype(dtype), mode="drop")
-    return cnt, ~bad
+    return cnt, ok
 
 
 def _per_entry(cnt, rows, indices, transpose):
     """How often each stored entry is visited (the count of its source)."""
-    return cnt[rows] if transpose else cnt.at[indices].get(mode="fill", fill_value=0)
+    return _scaffold.take_fill(cnt, rows if transpose else indices)
 
 
 def _reference(shape, transpose, dtype, homo):
@@ -98,23 +95,11 @@ def _shape_rule(matrix: bool):
     def rule(data, indices, indptr, spikes, count, *, shape, transpose, **_):
         m, n = _scaffold.check_shape(shape, who)
         _common.check_csr_args(who, data, indices, indptr, (m, n))
-        _check_list(who, spikes, count, matrix)
+        _spikes.check_list(who, spikes, count, matrix)
         lead = tuple(spikes.shape[:1]) if matrix else ()
         return jax.ShapeDtypeStruct(lead + (n if transpose else m,), data.dtype)
 
     return rule
-
-
-def _check_list(who, spikes, count, matrix):
-    if len(spikes.shape) != 1 + matrix or not jnp.issubdtype(spikes.dtype, jnp.integer):
-        want = "a 2-D (lists, length)" if matrix else "a 1-D"
-        raise TypeError(f"{who}: 'spike_indices' must be {want} integer array, got "
-                        f"{spikes.dtype}{list(spikes.shape)}")
-    want_shape = tuple(spikes.shape[:1]) if matrix else (1,)
-    if tuple(count.shape) != want_shape or not jnp.issubdtype(count.dtype, jnp.integer):
-        want = f"one integer per list, shape {want_shape}" if matrix else "an integer scalar"
-        raise TypeError(f"{who}: 'spike_count' must be {want}, got "
-                        f"{count.dtype}{list(count.shape)}")
 
 
 def _weight_cotangent(ct, w_aval, indices, indptr, spikes, count, *, shape, transpose):
@@ -124,7 +109,7 @@ def _weight_cotangent(ct, w_aval, indices, indptr, spikes, count, *, shape, tran
     rows = _common.row_ids(indptr, indices.shape[0])
     times = _per_entry(cnt, rows, indices, transpose)
     ct = ct.astype(dtype)
-    target = ct.at[indices].get(mode="fill", fill_value=0) if transpose else ct[rows]
+    target = _scaffold.take_fill(ct, indices if transpose else rows)
     g = jnp.where(times != 0, times * target, 0)
     if _common.is_homogeneous(w_aval, indices):
         g = jnp.sum(g).reshape(1)
@@ -200,20 +185,6 @@ del _platform, _matrix, _k
 
 
 # ----------------------------------------------------------------------------- public calls
-def _check_concrete(spikes, count, size: int) -> None:
-    """Eager checks of a concrete spike list (traced ones give NaN in the kernel instead)."""
-    if isinstance(spikes, Tracer) or isinstance(count, Tracer):
-        return
-    s, c = np.asarray(spikes), int(np.asarray(count).reshape(-1)[0])
-    if not 0 <= c <= s.shape[0]:
-        raise ValueError(f"{_WHO}: 'spike_count' must be in [0, {s.shape[0]}] (the length of "
-                         f"'spike_indices'), got {c}")
-    bad = s[:c][(s[:c] < 0) | (s[:c] >= size)]
-    if bad.size:
-        raise IndexError(f"{_WHO}: 'spike_indices' holds {int(bad[0])}, outside [0, {size}) "
-                         f"(the sources of the product)")
-
-
 def binary_csrmv_spikes(data: Any, indices: Any, indptr: Any, spike_indices: Any,
                          spike_count: Any = None, *, shape: tuple[int, int],
                          transpose: bool = False, backend: str | None = None) -> jax.Array:
@@ -256,18 +227,8 @@ def binary_csrmv_spikes(data: Any, indices: Any, indptr: Any, spike_indices: Any
     data = _scaffold.float_weights(data, who=_WHO, name="data")
     indices = _scaffold.index_array(indices, _WHO, "indices")
     indptr = _scaffold.index_array(indptr, _WHO, "indptr")
-    spikes = _scaffold.index_array(spike_indices, _WHO, "spike_indices")
-    if spikes.ndim != 1 or not jnp.issubdtype(spikes.dtype, jnp.integer):
-        raise TypeError(f"{_WHO}: 'spike_indices' must be a 1-D integer array, got "
-                        f"{spikes.dtype}{list(spikes.shape)}")
-    if spike_count is None:
-        spike_count = spikes.shape[0]
-    count = jnp.asarray(spike_count)
-    if count.size != 1 or not jnp.issubdtype(count.dtype, jnp.integer):
-        raise TypeError(f"{_WHO}: 'spike_count' must be an integer scalar, got "
-                        f"{count.dtype}{list(count.shape)}")
-    count = count.reshape(1).astype(spikes.dtype)
-    _check_concrete(spikes, count, shape[0] if transpose else shape[1])
+    spikes, count = _spikes.list_args(_WHO, spike_indices, spike_count,
+                                      shape[0] if transpose else shape[1], False)
     return binary_csrmv_spikes_p(data, indices, indptr, spikes, count, shape=shape,
                                   transpose=bool(transpose), backend=backend)
 
@@ -311,18 +272,8 @@ def binary_csrmm_spikes(data: Any, indices: Any, indptr: Any, spike_indices: Any
     data = _scaffold.float_weights(data, who=_WHO_MM, name="data")
     indices = _scaffold.index_array(indices, _WHO_MM, "indices")
     indptr = _scaffold.index_array(indptr, _WHO_MM, "indptr")
-    spikes = _scaffold.index_array(spike_indices, _WHO_MM, "spike_indices")
-    if spike_count is None:
-        spike_count = spikes.shape[-1] if spikes.ndim else 0
-    count = jnp.asarray(spike_count)
-    if spikes.ndim == 2 and count.ndim == 0 and jnp.issubdtype(count.dtype, jnp.integer):
-        count = jnp.broadcast_to(count, spikes.shape[:1])
-    _check_list(_WHO_MM, spikes, count, True)
-    count = count.astype(spikes.dtype)
-    size = shape[0] if transpose else shape[1]
-    if not isinstance(spikes, Tracer) and not isinstance(count, Tracer):
-        for s, c in zip(np.asarray(spikes), np.asarray(count)):
-            _check_concrete(s, c.reshape(1), size)
+    spikes, count = _spikes.list_args(_WHO_MM, spike_indices, spike_count,
+                                      shape[0] if transpose else shape[1], True)
     return binary_csrmm_spikes_p(data, indices, indptr, spikes, count, shape=shape,
                                   transpose=bool(transpose), backend=backend)
 
