@@ -77,8 +77,12 @@ def test_traced_starts_one_column_window_per_device_index(backend):
     padded = np.zeros((M, 4 * width))
     padded[:, :N] = DENSE["homo"] / 0.75 * 0.5
     np.testing.assert_allclose(np.asarray(y).ravel(), spikes @ padded, rtol=1e-6)
-    # a negative or far start puts the whole window outside: zeros
-    far = jax.jit(part)(jnp.int32(-3)), jax.jit(part)(jnp.int32(10 * N))
+    # a negative start: the window's first 3 columns lie before W (zeros), the rest are W's
+    before = np.zeros((M, width))
+    before[:, 3:] = padded[:, :width - 3]
+    np.testing.assert_allclose(jax.jit(part)(jnp.int32(-3)), spikes @ before, rtol=1e-6)
+    # a start a whole window before W or far past it: zeros
+    far = jax.jit(part)(jnp.int32(-width)), jax.jit(part)(jnp.int32(10 * N))
     np.testing.assert_array_equal(np.stack(far), 0)
 
 

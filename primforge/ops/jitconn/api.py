@@ -74,19 +74,21 @@ def _name(binary: bool, matrix: bool) -> str:
 def _block_window(seed, shape, block):
     """``(rows, row_ok, c0, stop)`` of the block that ``seed = (seed, r0, c0)`` places.
 
-    ``rows`` are the block's global row indices (uint32), ``row_ok`` those inside the
-    matrix; the block's columns are ``c0 ..`` (int32, clipped to the matrix) and every row
-    is generated up to column ``stop``: past the window it is not needed.
+    ``r0`` and ``c0`` are the uint32 bits of signed int32 starts. ``rows`` are the block's
+    global row indices (int32), ``row_ok`` those inside the matrix; the block's columns are
+    ``c0 ..`` (int32, clipped to ``[-w, n]``, which keeps the same columns inside the
+    matrix) and every row is generated up to column ``stop``: past the window it is not
+    needed.
     """
     m, n = shape
     h, w = block
-    r0, c0 = seed[1], seed[2]
-    local = jnp.arange(h, dtype=jnp.uint32)
-    # r0 + i cannot wrap: r0 < m < 2**31 wherever row_ok holds, and i < 2**31.
-    row_ok = (r0 < jnp.uint32(m)) & (local < jnp.uint32(m) - r0)
-    c0 = jnp.minimum(c0, jnp.uint32(n)).astype(jnp.int32)
+    r0, c0 = (jax.lax.bitcast_convert_type(v, jnp.int32) for v in (seed[1], seed[2]))
+    r0 = jnp.clip(r0, -h, m)  # no overflow in r0 + i below; the same rows inside W
+    rows = r0 + jnp.arange(h, dtype=jnp.int32)
+    row_ok = (rows >= 0) & (rows < m)
+    c0 = jnp.clip(c0, -w, n)
     stop = c0 + jnp.minimum(jnp.int32(w), jnp.int32(n) - c0)
-    return r0 + local, row_ok, c0, stop
+    return jnp.maximum(rows, 0), row_ok, c0, stop
 
 
 def _jax_generator(binary: bool, matrix: bool):
@@ -244,6 +246,19 @@ def _window(window, size, who, name):
     return start, length, start == 0 and length == size
 
 
+def _int32_start(start):
+    """A block start (int or integer scalar, maybe traced) as int32, clamped into range."""
+    start = jnp.asarray(start)
+    if start.dtype == jnp.int32:
+        return start
+    lo, hi = jnp.iinfo(jnp.int32).min, jnp.iinfo(jnp.int32).max
+    if jnp.issubdtype(start.dtype, jnp.unsignedinteger):
+        return jnp.minimum(start, jnp.asarray(hi).astype(start.dtype)).astype(jnp.int32)
+    if jnp.iinfo(start.dtype).bits > 32:
+        return jnp.clip(start, lo, hi).astype(jnp.int32)
+    return start.astype(jnp.int32)
+
+
 def _public(binary: bool, matrix: bool, weight, seed, x, *, shape, prob, transpose,
             weight_kind, backend, rows=None, cols=None):
     who = FAMILY.name(binary, matrix)
@@ -261,8 +276,10 @@ def _public(binary: bool, matrix: bool, weight, seed, x, *, shape, prob, transpo
         if backend == "pallas":
             raise ValueError(f"{who}: backend 'pallas' does not take 'rows' or 'cols' (a block "
                              f"of W); use backend 'jax' or 'numba'")
-        # Wrapping to uint32 sends a negative traced start past the matrix (zeros).
-        starts = [jnp.asarray(v).astype(jnp.int32).astype(jnp.uint32).reshape(1)
+        # The starts travel as the uint32 bits of int32 values (the kernels read them
+        # back signed); a 64-bit or unsigned start is first clamped into int32, where
+        # every start past the matrix gives the same zero block.
+        starts = [jax.lax.bitcast_convert_type(_int32_start(v), jnp.uint32).reshape(1)
                   for v in (r0, c0)]
         seed = jnp.concatenate([seed, *starts])
         params["block"] = (h, w)
@@ -287,7 +304,9 @@ _ARGS_DOC = """
             (default all), i.e. ``W[start:start + size]``, the rows of the same global
             matrix. ``size`` is a static int; ``start`` may be traced (for example
             ``jax.lax.axis_index`` times a block size inside ``jax.shard_map``). A traced
-            start that puts part of the block outside ``W`` makes that part zero.
+            start that puts part of the block outside ``W`` (negative, or past its end)
+            makes that part zero and keeps ``W``'s rows in the rest; a concrete start
+            must put the whole block inside ``W`` (``ValueError`` otherwise).
         cols: ``(start, size)``: the same for the columns: ``W[:, start:start + size]``.
             Each generated row stops past the block's last column. With a block the input
             and output have the block's lengths; the transpose of a block product is the

@@ -171,16 +171,23 @@ def kernel(binary: bool, matrix: bool, transpose: bool, kind: str, prob: float,
     M_ALL, N_ALL = blocked if BLOCKED else (0, 0)
 
     @numba.njit(inline="always", nogil=True)
+    def signed(v):  # the uint32 bits of an int32 start, read back signed
+        v = np.int64(v)
+        return v - np.int64(1 << 32) if v >= np.int64(1 << 31) else v
+
+    @numba.njit(inline="always", nogil=True)
     def window(seed, h, w):
-        """``(r0, c0, stop, row_end)``: the block's first row and column, the column where
-        each row's generation stops and the number of its rows inside the matrix."""
+        """``(r0, c0, stop, row_begin, row_end)``: the block's first row and column (either
+        may be negative), the column where each row's generation stops, and the block's
+        rows ``row_begin .. row_end - 1`` that lie inside the matrix."""
         if BLOCKED:
-            r0 = np.int64(seed[1])
-            c0 = min(np.int64(seed[2]), np.int64(N_ALL))
+            r0 = signed(seed[1])
+            c0 = max(min(signed(seed[2]), np.int64(N_ALL)), -np.int64(w))
             stop = c0 + min(np.int64(w), N_ALL - c0)
             row_end = max(np.int64(0), min(np.int64(h), M_ALL - r0))
-            return r0, c0, stop, row_end
-        return np.int64(0), np.int64(0), np.int64(w), np.int64(h)
+            row_begin = min(max(np.int64(0), -r0), row_end)
+            return r0, c0, stop, row_begin, row_end
+        return np.int64(0), np.int64(0), np.int64(w), np.int64(0), np.int64(h)
 
     weight, params = weight_helpers(kind)
 
@@ -189,10 +196,11 @@ def kernel(binary: bool, matrix: bool, transpose: bool, kind: str, prob: float,
         @numba.njit(nogil=True)
         def jitc_mv(theta, seed, table, x, out):
             m = out.shape[0]
-            r0, c0, stop, row_end = window(seed, m, x.shape[0])
+            r0, c0, stop, row_begin, row_end = window(seed, m, x.shape[0])
             keys = seed_keys(seed[0])
             th = params(theta)
-            for i in range(row_end):
+            out[:row_begin] = 0
+            for i in range(row_begin, row_end):
                 ctr, gamma, step = row_stream(keys, r0 + i)
                 j = -1
                 count = 0  # shared weight, binary events: an exact integer count
@@ -226,7 +234,7 @@ def kernel(binary: bool, matrix: bool, transpose: bool, kind: str, prob: float,
 
         @numba.njit(nogil=True)
         def jitc_t_mv(theta, seed, table, x, out):
-            r0, c0, stop, row_end = window(seed, x.shape[0], out.shape[0])
+            r0, c0, stop, row_begin, row_end = window(seed, x.shape[0], out.shape[0])
             keys = seed_keys(seed[0])
             th = params(theta)
             out[:] = 0
@@ -239,7 +247,7 @@ def kernel(binary: bool, matrix: bool, transpose: bool, kind: str, prob: float,
                 if lo >= row_end:  # past the block's last row
                     break
                 hi = min(8 * (b + 1) // size if b < n_words else x.shape[0], row_end)
-                for i in range(lo, hi):
+                for i in range(max(lo, row_begin), hi):
                     xi = x[i]
                     if xi == 0:
                         continue
@@ -265,11 +273,11 @@ def kernel(binary: bool, matrix: bool, transpose: bool, kind: str, prob: float,
         @numba.njit(nogil=True)
         def jitc_mm(theta, seed, table, x, out):
             n, kcols = x.shape
-            r0, c0, stop, row_end = window(seed, out.shape[0], n)
+            r0, c0, stop, row_begin, row_end = window(seed, out.shape[0], n)
             keys = seed_keys(seed[0])
             th = params(theta)
             out[:] = 0
-            for i in range(row_end):
+            for i in range(row_begin, row_end):
                 ctr, gamma, step = row_stream(keys, r0 + i)
                 j = -1
                 while True:
@@ -296,12 +304,12 @@ def kernel(binary: bool, matrix: bool, transpose: bool, kind: str, prob: float,
     @numba.njit(nogil=True)
     def jitc_t_mm(theta, seed, table, x, out):
         kcols = x.shape[1]
-        r0, c0, stop, row_end = window(seed, x.shape[0], out.shape[0])
+        r0, c0, stop, row_begin, row_end = window(seed, x.shape[0], out.shape[0])
         keys = seed_keys(seed[0])
         th = params(theta)
         out[:] = 0
         act = np.empty(kcols, np.int64)  # the columns of x that fire in row i
-        for i in range(row_end):
+        for i in range(row_begin, row_end):
             na = 0
             for c in range(kcols):
                 if x[i, c] != 0:
