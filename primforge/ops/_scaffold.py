@@ -69,8 +69,10 @@ def check_packed_words(who: str, shape: tuple[int, int], transpose: bool, n: Any
                          f"words, got n = {n} in {words.dtype}{list(words.shape)}")
 
 
-def check_shape(shape: Any, who: str, *, int32: bool = False) -> tuple[int, int]:
-    """``shape`` as a pair of non-negative ints (below ``2**31 - 1`` with ``int32``).
+def check_shape(shape: Any, who: str, *, int32: bool | None = None) -> tuple[int, int]:
+    """``shape`` as a pair of non-negative ints; below ``2**31 - 1`` with ``int32``, which
+    by default holds while ``jax_enable_x64`` is off (the indices are then int32, and a
+    larger extent could only be reached through wrapped ones).
 
     Example:
         >>> check_shape((3, 4), 'csrmv')
@@ -79,17 +81,69 @@ def check_shape(shape: Any, who: str, *, int32: bool = False) -> tuple[int, int]
         Traceback (most recent call last):
         ...
         ValueError: csrmv: 'shape' must be non-negative, got (3, -1)
+        >>> check_shape((1, 2**33), 'csrmv', int32=True)
+        Traceback (most recent call last):
+        ...
+        ValueError: csrmv: 'shape' must be non-negative and below 2**31 - 1, got (1, 8589934592)
     """
+    if int32 is None:
+        int32 = not jax.config.jax_enable_x64
     try:  # operator.index: an int or integer scalar, never a float silently truncated
         m, n = (operator.index(s) for s in shape)
     except (TypeError, ValueError):
         raise TypeError(
             f"{who}: 'shape' must be a pair of ints (rows, cols), got {shape!r}") from None
+    m, n = int(m), int(n)  # NumPy scalars (uint64 included) as Python ints
     if int32 and (m < 0 or n < 0 or max(m, n) >= 2**31 - 1):
-        raise ValueError(f"{who}: 'shape' must be non-negative and below 2**31 - 1, got {shape!r}")
+        raise ValueError(f"{who}: 'shape' must be non-negative and below 2**31 - 1, got "
+                         f"{(m, n)!r}")
     if m < 0 or n < 0:
-        raise ValueError(f"{who}: 'shape' must be non-negative, got {shape!r}")
+        raise ValueError(f"{who}: 'shape' must be non-negative, got {(m, n)!r}")
     return m, n
+
+
+def check_int32(x: Any, who: str, name: str) -> None:
+    """Raise when a concrete 64-bit integer array holds values past int32 while
+    ``jax_enable_x64`` is off (JAX would wrap them when it converts the array). JAX
+    arrays and tracers were converted already and pass.
+
+    Example:
+        >>> check_int32(np.array([2**31]), 'CSR', 'indptr')  # doctest: +ELLIPSIS
+        Traceback (most recent call last):
+        ...
+        ValueError: CSR: 'indptr' holds 2147483648, outside the int32 range ...
+    """
+    if isinstance(x, (jax.Array, Tracer)) or jax.config.jax_enable_x64:
+        return
+    a = np.asarray(x)
+    if a.size and a.dtype.kind in "iu" and a.dtype.itemsize > 4:
+        lo, hi = a.min(), a.max()
+        if lo < -(2**31) or hi >= 2**31:
+            bad = int(hi if hi >= 2**31 else lo)
+            raise ValueError(
+                f"{who}: {name!r} holds {bad}, outside the int32 range that JAX uses for "
+                f"64-bit integers while jax_enable_x64 is off")
+
+
+def check_count(value: Any, who: str, name: str) -> int:
+    """A non-negative integer size or count (Python or NumPy integer) below ``2**31 - 1``.
+
+    Example:
+        >>> check_count(np.uint64(5), 'fixed_num', 'k')
+        5
+        >>> check_count(2**32, 'fixed_num', 'k')
+        Traceback (most recent call last):
+        ...
+        ValueError: fixed_num: 'k' must be a non-negative int below 2**31 - 1, got 4294967296
+    """
+    try:
+        v = int(operator.index(value))
+    except TypeError:
+        raise TypeError(f"{who}: {name!r} must be an int, got {value!r}") from None
+    if not 0 <= v < 2**31 - 1:
+        raise ValueError(f"{who}: {name!r} must be a non-negative int below 2**31 - 1, "
+                         f"got {v}")
+    return v
 
 
 def index_array(x: Any, who: str, name: str) -> jax.Array:
@@ -105,16 +159,24 @@ def index_array(x: Any, who: str, name: str) -> jax.Array:
         ...
         ValueError: csrmv: 'indices' holds 4294967297, outside the int32 range ...
     """
-    if not isinstance(x, (jax.Array, Tracer)) and not jax.config.jax_enable_x64:
-        a = np.asarray(x)
-        if a.size and a.dtype.kind in "iu" and a.dtype.itemsize > 4:
-            lo, hi = a.min(), a.max()
-            if lo < -(2**31) or hi >= 2**31:
-                bad = int(hi if hi >= 2**31 else lo)
-                raise ValueError(
-                    f"{who}: {name!r} holds {bad}, outside the int32 range that JAX uses for "
-                    f"64-bit integers while jax_enable_x64 is off")
+    check_int32(x, who, name)
     return jnp.asarray(x)
+
+
+def take_fill(arr: Any, idx: Any, fill_value: Any = 0) -> jax.Array:
+    """``arr[idx]`` along the first axis, ``fill_value`` where ``idx`` is outside it; an
+    empty ``arr`` (a matrix with no rows or no columns) gives ``fill_value`` everywhere,
+    where XLA's gather would refuse the zero-size operand.
+
+    Example:
+        >>> take_fill(jnp.arange(3.0), jnp.array([2, 5])).tolist()
+        [2.0, 0.0]
+        >>> take_fill(jnp.zeros((0,)), jnp.array([0, 1])).tolist()
+        [0.0, 0.0]
+    """
+    if arr.shape[0] == 0:
+        return jnp.full(tuple(idx.shape) + tuple(arr.shape[1:]), fill_value, arr.dtype)
+    return arr.at[idx].get(mode="fill", fill_value=fill_value)
 
 
 def input_name(binary: bool, matrix: bool) -> str:

@@ -54,12 +54,12 @@ def _jax_generator(binary: bool, matrix: bool):
             # shared weight multiplies each row's summed input once.
             if transpose:
                 # out[indices[k]] += w_k * x[row_k]
-                got = ev.at[rows].get(mode="fill", fill_value=0)  # padding: row m, no event
+                got = _scaffold.take_fill(ev, rows)  # padding: row m, no event
                 contrib = jnp.where(got != 0, w * got, 0)
                 y = jnp.zeros(outs[0].shape, dtype).at[indices].add(contrib, mode="drop")
             else:
                 # out[row_k] += w_k * x[indices[k]]
-                got = ev.at[indices].get(mode="fill", fill_value=0)
+                got = _scaffold.take_fill(ev, indices)
                 contrib = got if homo else (jnp.where(got != 0, w, 0) if binary else w * got)
                 y = jax.ops.segment_sum(contrib, rows, num_segments=m)
                 y = y * w if homo else y

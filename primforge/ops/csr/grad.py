@@ -24,8 +24,8 @@ def _reference(binary, transpose, matrix, dtype):
         ev = (x != 0).astype(dtype) if binary else x.astype(dtype)
         by_row, by_col = (ev, ct.astype(dtype)) if transpose else (ct.astype(dtype), ev)
         rows = _common.row_ids(indptr, nnz)
-        a = by_row.at[rows].get(mode="fill", fill_value=0)
-        b = by_col.at[indices].get(mode="fill", fill_value=jnp.nan)
+        a = _scaffold.take_fill(by_row, rows)
+        b = _scaffold.take_fill(by_col, indices, jnp.nan)
         g = jnp.sum(a * b, axis=-1) if matrix else a * b
         g = jnp.where(_common.live_entries(indptr, nnz), g, 0)  # the padding has no weight
         ok = _common.structure_ok(indices, indptr, by_col.shape[0])

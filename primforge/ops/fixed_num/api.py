@@ -62,7 +62,7 @@ def _jax_generator(binary: bool, matrix: bool):
                 contrib = jnp.broadcast_to(contrib, indices.shape + tuple(ev.shape[1:]))
                 return jnp.zeros(outs[0].shape, dtype).at[safe].add(contrib, mode="drop")
             safe, _ = safe_indices(indices, n)  # out[i] = sum_j w_ij x[indices[i, j]]
-            got = ev.at[safe].get(mode="fill", fill_value=0)
+            got = _scaffold.take_fill(ev, safe)
             if shared:
                 return (jnp.sum(got, axis=1) * w).astype(dtype)
             return jnp.sum(jnp.where(got != 0, w, 0) if binary else w * got, axis=1).astype(dtype)
@@ -154,11 +154,11 @@ def _weight_cotangent(binary, matrix, ct, w_aval, structure, x, *, shape, transp
     if transpose:  # y[indices[i, j]] += w_ij x[i]
         safe, _ = safe_indices(indices, ct.shape[0])
         a = ev[:, None, :] if matrix else ev[:, None]
-        b = ct.at[safe].get(mode="fill", fill_value=0)
+        b = _scaffold.take_fill(ct, safe)
     else:  # y[i] += w_ij x[indices[i, j]]
         safe, _ = safe_indices(indices, shape[1])
         a = ct[:, None, :] if matrix else ct[:, None]
-        b = ev.at[safe].get(mode="fill", fill_value=0)
+        b = _scaffold.take_fill(ev, safe)
     g = jnp.sum(a * b, axis=-1) if matrix else a * b
     return g.astype(w_aval.dtype)
 

@@ -24,7 +24,7 @@ def _reference(binary, transpose, matrix, dtype):
         n = by_col.shape[0]
         safe = jnp.where((indices >= 0) & (indices < n), indices, n)
         a = by_row[:, None, :] if matrix else by_row[:, None]
-        b = by_col.at[safe].get(mode="fill", fill_value=0)
+        b = _scaffold.take_fill(by_col, safe)
         g = jnp.sum(a * b, axis=-1) if matrix else a * b
         return g.astype(dtype)
 

@@ -44,7 +44,7 @@ def _reference(weights, indices, spikes, valid, *, shape, transpose):
         return jnp.zeros((n,), dtype).at[safe].add(contrib, mode="drop")
     times = jnp.zeros((n,), dtype).at[spikes].add(valid.astype(dtype))
     safe, _ = safe_indices(indices, n)
-    got = times.at[safe].get(mode="fill", fill_value=0)
+    got = _scaffold.take_fill(times, safe)
     w = weights[0] if homo else weights
     return jnp.sum(jnp.where(got != 0, w * got, 0), axis=1)
 

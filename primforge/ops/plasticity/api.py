@@ -52,7 +52,7 @@ def _compressed_masks(data, indices, indptr, spikes, *, shape, on_rows, masked):
     valid = (indices >= 0) & (indices < n) & live
     safe = jnp.where(valid, indices, 0)
     if on_rows:
-        touched = spikes.at[rows].get(mode="fill", fill_value=0) != 0
+        touched = _scaffold.take_fill(spikes, rows) != 0
     else:
         touched = spikes[safe] != 0
     if masked:
@@ -70,7 +70,7 @@ def _compressed_reference(data, indices, indptr, spikes, trace, *, shape, on_row
                           w_min, w_max):
     touched, safe, rows, poisoned = _compressed_masks(
         data, indices, indptr, spikes, shape=shape, on_rows=on_rows, masked=masked)
-    add = trace[safe] if on_rows else trace.at[rows].get(mode="fill", fill_value=0)
+    add = trace[safe] if on_rows else _scaffold.take_fill(trace, rows)
     new = jnp.where(touched, _common.clip_to(data + add.astype(data.dtype), w_min, w_max), data)
     return jnp.where(poisoned, jnp.nan, new).astype(data.dtype)
 
