@@ -12,6 +12,7 @@ import jax
 import jax.numpy as jnp
 import numpy as np
 
+from primforge.ops import _scaffold
 from primforge.ops.csr.matrix import CSR
 
 __all__ = ["fixed_prob"]
@@ -77,6 +78,7 @@ def fixed_prob(
     n_rows, n_cols = int(n_rows), int(n_cols)
     if n_rows < 0 or n_cols < 0:
         raise ValueError(f"fixed_prob: sizes must be non-negative, got ({n_rows}, {n_cols})")
+    n_rows, n_cols = _scaffold.check_shape((n_rows, n_cols), "fixed_prob", int32=True)
     if not 0.0 <= float(prob) <= 1.0:
         raise ValueError(f"fixed_prob: 'prob' must lie in [0, 1], got {prob!r}")
     prob = float(prob)

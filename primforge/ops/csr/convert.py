@@ -9,7 +9,9 @@ Design:
       computed with ``jax.numpy``, so the functions also run under ``jit`` (every output
       shape follows from the input shapes and ``shape``).
     * Coordinates (``indices``) come back as int32; ``indptr`` and ``perm`` as int32 too,
-      int64 only for NumPy input with more than ``2**31 - 1`` entries.
+      int64 only for NumPy input with more than ``2**31 - 1`` entries. A ``shape`` at or
+      past ``2**31 - 1`` raises (its coordinates would not fit), whatever
+      ``jax_enable_x64``.
     * Bad input raises, naming the argument: a float or non-1-D index array (``TypeError``
       / ``ValueError``), an ``indptr`` that is not non-decreasing from 0 to nnz or an index
       outside the shape (:class:`~primforge.ops.CSRStructureError`). Concrete values are
@@ -127,7 +129,7 @@ def _coo_sort_jax(major, minor, n_major: int):
 def _coo_args(who: str, rows: Any, cols: Any, row_name: str, col_name: str,
               shape: tuple[int, int]):
     """Checked COO arguments: ``(m, n, rows, cols)``, each index in range, equal lengths."""
-    m, n = _scaffold.check_shape(shape, who)
+    m, n = _scaffold.check_shape(shape, who, int32=True)
     rows, cols = _index(rows, who, row_name), _index(cols, who, col_name)
     if rows.shape != cols.shape:
         raise ValueError(f"{who}: {row_name!r} and {col_name!r} must have the same length, "
@@ -240,7 +242,7 @@ def csr_to_csc_index(csr_indptr: Any, csr_indices: Any, *, shape: tuple[int, int
         ([0, 1, 1, 3], [0, 0, 1], [1, 0, 2])
     """
     who = "csr_to_csc_index"
-    m, n = _scaffold.check_shape(shape, who)
+    m, n = _scaffold.check_shape(shape, who, int32=True)
     csr_indptr = _index(csr_indptr, who, "csr_indptr")
     csr_indices = _index(csr_indices, who, "csr_indices")
     if csr_indptr.shape[0] != m + 1:
@@ -277,7 +279,7 @@ def csc_to_csr_index(csc_indptr: Any, csc_indices: Any, *, shape: tuple[int, int
         ([0, 2, 3], [0, 2, 2], [0, 1, 2])
     """
     who = "csc_to_csr_index"
-    m, n = _scaffold.check_shape(shape, who)
+    m, n = _scaffold.check_shape(shape, who, int32=True)
     csc_indptr = _index(csc_indptr, who, "csc_indptr")
     csc_indices = _index(csc_indices, who, "csc_indices")
     if csc_indptr.shape[0] != n + 1:

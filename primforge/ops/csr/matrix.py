@@ -79,6 +79,8 @@ class _Compressed:
         who = type(self).__name__
         shape = _common.check_shape_param(self.shape, who)
         object.__setattr__(self, "shape", shape)
+        for name in ("indices", "indptr"):
+            _scaffold.check_int32(getattr(self, name), who, name)
         data = self.data
         if not hasattr(data, "shape"):
             data = jnp.asarray(data)

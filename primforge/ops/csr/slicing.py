@@ -329,8 +329,9 @@ def csr_row_blocks(W, num_blocks: int) -> CSRRowBlocks:
     if getattr(W, "_TRANSPOSED", True) or not hasattr(W, "indptr"):  # a CSR, not a CSC
         raise TypeError(f"{who}: 'W' must be a CSR matrix, got {type(W).__name__}")
     if isinstance(num_blocks, bool) or not isinstance(num_blocks, (int, np.integer)) \
-            or num_blocks < 1:
-        raise ValueError(f"{who}: 'num_blocks' must be a positive integer, got {num_blocks!r}")
+            or not 1 <= num_blocks < 2**31 - 1:
+        raise ValueError(f"{who}: 'num_blocks' must be a positive integer below 2**31 - 1, "
+                         f"got {num_blocks!r}")
     m, n = W.shape
     data, indices, indptr = (np.asarray(a) for a in (W.data, W.indices, W.indptr))
     _common.validate_concrete(indices, indptr, (m, n), who)

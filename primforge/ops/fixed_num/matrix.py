@@ -111,6 +111,7 @@ class FixedNum:
         if self.per not in ("pre", "post"):
             raise ValueError(f"FixedNum: 'per' must be 'pre' or 'post', got {self.per!r}")
         object.__setattr__(self, "shape", _scaffold.check_shape(self.shape, "FixedNum"))
+        _scaffold.check_int32(self.indices, "FixedNum", "indices")
         weights = self.weights
         if not hasattr(weights, "shape") or jnp.ndim(weights) == 0:
             weights = _scaffold.float_weights(weights)
@@ -354,6 +355,8 @@ def fixed_num(n_pre: int, n_post: int, k: int, *, per: str = "pre", weight: Any 
     n_pre, n_post, k = int(n_pre), int(n_post), int(k)
     if min(n_pre, n_post, k) < 0:
         raise ValueError(f"fixed_num: sizes and k must be non-negative, got {(n_pre, n_post, k)}")
+    n_pre, n_post = _scaffold.check_shape((n_pre, n_post), "fixed_num", int32=True)
+    k = _scaffold.check_count(k, "fixed_num", "k")
     rows, cands = (n_pre, n_post) if per == "pre" else (n_post, n_pre)
     self_free = not allow_self_connections
     if self_free and n_pre != n_post:
