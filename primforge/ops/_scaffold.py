@@ -94,11 +94,11 @@ def check_shape(shape: Any, who: str, *, int32: bool | None = None) -> tuple[int
         raise TypeError(
             f"{who}: 'shape' must be a pair of ints (rows, cols), got {shape!r}") from None
     m, n = int(m), int(n)  # NumPy scalars (uint64 included) as Python ints
-    if int32 and (m < 0 or n < 0 or max(m, n) >= 2**31 - 1):
-        raise ValueError(f"{who}: 'shape' must be non-negative and below 2**31 - 1, got "
-                         f"{(m, n)!r}")
     if m < 0 or n < 0:
         raise ValueError(f"{who}: 'shape' must be non-negative, got {(m, n)!r}")
+    if int32 and max(m, n) >= 2**31 - 1:
+        raise ValueError(f"{who}: 'shape' must be non-negative and below 2**31 - 1, got "
+                         f"{(m, n)!r}")
     return m, n
 
 
