@@ -134,3 +134,92 @@ def test_suite_runs_do_not_load_the_benchmark_plugin():
     # suite's warnings-as-errors turned into an internal error before any test ran.
     cmd = _driver._pytest_cmd("tests", 4)
     assert cmd[cmd.index("no:benchmark") - 1] == "-p"
+
+
+# --- Bad arguments: refused with one line before any step runs ----------------------------
+
+
+@pytest.fixture
+def no_step_runs(monkeypatch):
+    def refuse(*args, **kwargs):
+        raise AssertionError("a step was started")
+
+    monkeypatch.setattr(_driver, "_Step", refuse)
+
+
+def _unwritable_folder(tmp_path: pathlib.Path) -> pathlib.Path:
+    if os.geteuid() != 0:
+        folder = tmp_path / "read-only"
+        folder.mkdir()
+        folder.chmod(0o555)
+        return folder
+    return pathlib.Path("/proc/pf-acceptance-out")  # root writes anywhere but here
+
+
+def test_a_bad_out_folder_is_refused_in_one_line_before_any_step(tmp_path, capsys,
+                                                                 no_step_runs):
+    a_file = tmp_path / "a-file"
+    a_file.write_text("not a folder\n")
+    report_folder = tmp_path / "taken"
+    (report_folder / "report.json").mkdir(parents=True)
+    cases = {
+        a_file: "is a file, not a folder",
+        a_file / "sub" / "out": f"{a_file} is a file, not a folder",
+        report_folder: "report.json is a folder",
+        _unwritable_folder(tmp_path): None,  # "not writable" or "cannot create the folder"
+    }
+    try:
+        for out, expected in cases.items():
+            assert _driver.main(["--out", str(out), "--rehearse"]) == 2, out
+            err = capsys.readouterr().err
+            assert err.count("\n") == 1 and err.startswith(
+                f"python -m primforge.gpu_acceptance: error: --out {out}: "), err
+            if expected is None:
+                assert "not writable (" in err or "cannot create the folder (" in err, err
+            else:
+                assert expected in err, err
+    finally:
+        if os.geteuid() != 0:
+            (tmp_path / "read-only").chmod(0o755)
+    assert a_file.read_text() == "not a folder\n"
+
+
+def test_the_command_with_out_a_file_exits_with_an_error_not_a_traceback(tmp_path):
+    a_file = tmp_path / "a-file"
+    a_file.write_text("x")
+    env = {**os.environ, "JAX_PLATFORMS": "cpu",
+           "PYTHONPATH": os.pathsep.join(filter(None, [str(ROOT), os.environ.get("PYTHONPATH")]))}
+    proc = subprocess.run([sys.executable, "-m", "primforge.gpu_acceptance", "--out",
+                           str(a_file / "out")], cwd=ROOT, env=env, capture_output=True,
+                          text=True, timeout=120, check=False)
+    assert proc.returncode == 2, proc.stderr[-3000:]
+    assert "Traceback" not in proc.stderr
+    assert f"error: --out {a_file / 'out'}: {a_file} is a file, not a folder" in proc.stderr
+
+
+@pytest.mark.parametrize("option,value,expected", [
+    ("--total", "nan", "expected a positive finite number of seconds"),
+    ("--budgets", "env=inf", "a positive finite number of seconds"),
+    ("--workers", "0", "expected a positive integer"),
+])
+def test_bad_numbers_are_refused_by_name(capsys, option, value, expected):
+    with pytest.raises(SystemExit) as info:
+        _driver.parser().parse_args(["--out", "x", option, value])
+    assert info.value.code == 2
+    err = capsys.readouterr().err
+    assert f"argument {option}: " in err and expected in err, err
+
+
+@pytest.mark.exhaustive
+def test_every_bad_number_is_refused_by_name(capsys):
+    bad = {"--total": ["nan", "inf", "-inf", "-1", "0", "x", ""],
+           "--max-cases": ["0", "-1", "1.5", "nan", "x"],
+           "--workers": ["0", "-1", "1.5", "inf", "x"],
+           "--budgets": [f"bench={v}" for v in ("nan", "inf", "-1", "0", "x", "")]}
+    for option, values in bad.items():
+        for value in values:
+            with pytest.raises(SystemExit) as info:
+                _driver.parser().parse_args(["--out", "x", f"{option}={value}"])
+            assert info.value.code == 2
+            err = capsys.readouterr().err
+            assert f"argument {option}: " in err, (option, value, err)

@@ -11,6 +11,7 @@ from __future__ import annotations
 import argparse
 import importlib.util
 import json
+import math
 import os
 import pathlib
 import shlex
@@ -52,11 +53,36 @@ def _parse_budgets(text: str) -> dict:
             raise argparse.ArgumentTypeError(
                 f"--budgets: unknown step {name!r}; steps: {', '.join(STEPS)}")
         try:
-            out[name] = float(value)
+            seconds = float(value)
         except ValueError:
+            seconds = math.nan
+        if not (math.isfinite(seconds) and seconds > 0):
             raise argparse.ArgumentTypeError(
-                f"--budgets: {part!r} must be STEP=SECONDS") from None
+                f"--budgets: {part!r} must be STEP=SECONDS, with a positive finite number "
+                "of seconds")
+        out[name] = seconds
     return out
+
+
+def _seconds(text: str) -> float:
+    try:
+        value = float(text)
+    except ValueError:
+        value = math.nan
+    if not (math.isfinite(value) and value > 0):
+        raise argparse.ArgumentTypeError(
+            f"expected a positive finite number of seconds, got {text!r}")
+    return value
+
+
+def _count(text: str) -> int:
+    try:
+        value = int(text)
+    except ValueError:
+        value = 0
+    if value <= 0:
+        raise argparse.ArgumentTypeError(f"expected a positive integer, got {text!r}")
+    return value
 
 
 def _csv(text: str) -> list[str]:
@@ -71,7 +97,7 @@ def parser() -> argparse.ArgumentParser:
     p.add_argument("--rehearse", action="store_true",
                    help="CPU runners and small sizes even where a GPU is visible "
                         "(automatic without a GPU)")
-    p.add_argument("--total", type=float, default=DEFAULT_TOTAL,
+    p.add_argument("--total", type=_seconds, default=DEFAULT_TOTAL,
                    help=f"seconds for the whole run (default {DEFAULT_TOTAL})")
     p.add_argument("--budgets", type=_parse_budgets, default={},
                    help="per-step seconds, e.g. env=30,bench=120 (steps: "
@@ -83,14 +109,14 @@ def parser() -> argparse.ArgumentParser:
                    help="restrict kernel checks and benchmarks to these backends")
     p.add_argument("--kernels", type=_csv, default=None,
                    help="restrict the kernel checks to these kernel names (fnmatch patterns)")
-    p.add_argument("--max-cases", type=int, default=None,
+    p.add_argument("--max-cases", type=_count, default=None,
                    help="benchmark cases per kernel (default 3, rehearsal 1)")
     p.add_argument("--gpu-tests", default=_GPU_TEST_ARGS,
                    help=f"pytest arguments of the GPU test step (default {_GPU_TEST_ARGS!r})")
     p.add_argument("--suite", default=None,
                    help=f"pytest arguments of the CPU suite step (default {_SUITE_ARGS!r}; "
                         f"rehearsal {_REHEARSAL_SUITE_ARGS!r})")
-    p.add_argument("--workers", type=int, default=None,
+    p.add_argument("--workers", type=_count, default=None,
                    help="pytest-xdist workers of the CPU suite (default: cores - 5 on a GPU "
                         "machine, 2 in a rehearsal)")
     p.add_argument("--serial", action="store_true",
@@ -189,14 +215,54 @@ def _pytest_cmd(args: str, workers: int | None, extra: tuple[str, ...] = ()) -> 
     return cmd
 
 
+def check_out(out: pathlib.Path) -> str | None:
+    """Why the report cannot be written under ``out`` (``None``: it can), found before any
+    step runs. Creates the folder and its ``logs/``."""
+    for above in [out, *out.parents]:
+        if above.exists() or above.is_symlink():
+            if not above.is_dir():
+                return ("is a file, not a folder" if above == out
+                        else f"{above} is a file, not a folder")
+            break
+    existed = out.is_dir()
+    try:
+        (out / "logs").mkdir(parents=True, exist_ok=True)
+    except OSError as e:
+        what = "not writable" if existed else "cannot create the folder"
+        return f"{what} ({e.strerror or e}: {e.filename or out})"
+    for name in ("report.json", "report.md"):
+        path = out / name
+        if path.is_dir():
+            return f"{path} is a folder, where the report goes"
+    try:
+        for name in ("report.json", "report.md"):
+            path = out / name
+            if path.exists():
+                with open(path, "ab"):
+                    pass
+        for folder in (out, out / "logs"):
+            fd, probe = tempfile.mkstemp(dir=folder, prefix=".pf-acceptance-")
+            os.close(fd)
+            os.unlink(probe)
+    except OSError as e:
+        return f"not writable ({e.strerror or e}: {getattr(e, 'filename', None) or out})"
+    return None
+
+
 def main(argv: list[str] | None = None) -> int:
     """Run the acceptance steps and write ``report.json`` and ``report.md`` under ``--out``.
 
-    Returns 0 once the report is written, whatever the steps found (the report says it).
+    Returns 0 once the report is written, whatever the steps found (the report says it);
+    2 with a one-line error, before any step runs, when ``--out`` cannot hold the report
+    (a file, a path under a file, a folder that cannot be written).
     """
     args = parser().parse_args(argv)
     out = pathlib.Path(args.out).resolve()
-    out.mkdir(parents=True, exist_ok=True)
+    problem = check_out(out)
+    if problem is not None:
+        print(f"python -m primforge.gpu_acceptance: error: --out {args.out}: {problem}",
+              file=sys.stderr, flush=True)
+        return 2
     start = time.monotonic()
     deadline = start + args.total - RESERVE_S
     # A run started from a pytest-xdist worker must not make its own pytest runs act as one.
