@@ -6,6 +6,7 @@ from __future__ import annotations
 import json
 import os
 import pathlib
+import signal
 import subprocess
 import sys
 import time
@@ -223,3 +224,78 @@ def test_every_bad_number_is_refused_by_name(capsys):
             assert info.value.code == 2
             err = capsys.readouterr().err
             assert f"argument {option}: " in err, (option, value, err)
+
+
+# --- A signal to the driver stops the running steps ---------------------------------------
+
+# The driver, each step replaced by a script that starts a `sleep 600`, writes its pid and
+# its child's to PIDS/<step> and sleeps.
+_DRIVER = """
+import os, signal, sys
+for s in (signal.SIGTERM, signal.SIGHUP):
+    signal.signal(s, signal.SIG_DFL)
+signal.signal(signal.SIGINT, signal.default_int_handler)
+from primforge.gpu_acceptance import _driver
+STEP = ("import os, subprocess, sys, time\\n"
+        "c = subprocess.Popen(['sleep', '600'])\\n"
+        "path = os.path.join(sys.argv[1], sys.argv[2])\\n"
+        "open(path + '.tmp', 'w').write(f'{os.getpid()} {c.pid}')\\n"
+        "os.replace(path + '.tmp', path)\\n"
+        "time.sleep(600)\\n")
+original = _driver._Step.__init__
+def fake(self, name, cmd, env, budget, work, out):
+    original(self, name, [sys.executable, "-c", STEP, sys.argv[1], name], env, budget, work,
+             out)
+_driver._Step.__init__ = fake
+sys.exit(_driver.main(sys.argv[2:]))
+"""
+
+
+def _alive(pid: int) -> bool:
+    try:
+        os.kill(pid, 0)
+        with open(f"/proc/{pid}/stat") as f:
+            return f.read().rsplit(")", 1)[1].split()[0] != "Z"  # a zombie is dead
+    except (ProcessLookupError, FileNotFoundError):
+        return False
+
+
+def _signal_the_driver(tmp_path: pathlib.Path, sig: signal.Signals) -> None:
+    pids_dir = tmp_path / "pids"
+    pids_dir.mkdir()
+    env = {**os.environ, "JAX_PLATFORMS": "cpu",
+           "PYTHONPATH": os.pathsep.join(filter(None, [str(ROOT), os.environ.get("PYTHONPATH")]))}
+    proc = subprocess.Popen([sys.executable, "-c", _DRIVER, str(pids_dir), "--out",
+                             str(tmp_path / "out"), "--rehearse", "--steps", "env"],
+                            cwd=ROOT, env=env, stdout=subprocess.PIPE, stderr=subprocess.PIPE,
+                            text=True)
+    pids = [proc.pid]
+    try:
+        deadline = time.monotonic() + 60
+        while not (pids_dir / "env").exists() and proc.poll() is None:
+            assert time.monotonic() < deadline, "the step never started"
+            time.sleep(0.05)
+        pids += [int(p) for p in (pids_dir / "env").read_text().split()]
+        proc.send_signal(sig)
+        _, err = proc.communicate(timeout=60)
+        assert proc.returncode == 128 + sig, err[-3000:]
+        assert f"{sig.name} received; the running steps were stopped" in err
+        deadline = time.monotonic() + 20
+        while any(_alive(p) for p in pids) and time.monotonic() < deadline:
+            time.sleep(0.05)
+        assert [p for p in pids if _alive(p)] == []
+    finally:
+        for p in pids:
+            if _alive(p):
+                os.kill(p, signal.SIGKILL)
+        proc.communicate()
+
+
+def test_sigterm_to_the_command_stops_the_running_step_and_its_children(tmp_path):
+    _signal_the_driver(tmp_path, signal.SIGTERM)
+
+
+@pytest.mark.exhaustive
+@pytest.mark.parametrize("sig", ["SIGHUP", "SIGINT"])
+def test_sighup_and_sigint_to_the_command_stop_the_running_step(tmp_path, sig):
+    _signal_the_driver(tmp_path, signal.Signals[sig])

@@ -19,6 +19,7 @@ import signal
 import subprocess
 import sys
 import tempfile
+import threading
 import time
 
 from primforge.gpu_acceptance import _report
@@ -254,7 +255,9 @@ def main(argv: list[str] | None = None) -> int:
 
     Returns 0 once the report is written, whatever the steps found (the report says it);
     2 with a one-line error, before any step runs, when ``--out`` cannot hold the report
-    (a file, a path under a file, a folder that cannot be written).
+    (a file, a path under a file, a folder that cannot be written); 128 + the signal when
+    ``SIGTERM``, ``SIGHUP`` or ``SIGINT`` stopped the run (the running steps' process
+    groups are stopped first, and no report is written).
     """
     args = parser().parse_args(argv)
     out = pathlib.Path(args.out).resolve()
@@ -263,6 +266,87 @@ def main(argv: list[str] | None = None) -> int:
         print(f"python -m primforge.gpu_acceptance: error: --out {args.out}: {problem}",
               file=sys.stderr, flush=True)
         return 2
+    started: list[_Step] = []
+    signals = _Signals()
+    try:
+        with signals:
+            return _run(args, argv, out, started)
+    except (_Stopped, KeyboardInterrupt) as e:
+        _stop_steps(started)
+        sig = signal.Signals(e.code - 128 if isinstance(e, _Stopped) else signal.SIGINT)
+        print(f"python -m primforge.gpu_acceptance: {sig.name} received; the running steps "
+              "were stopped and no report was written", file=sys.stderr, flush=True)
+        return 128 + sig
+    finally:
+        _stop_steps(started)
+        signals.restore()
+
+
+class _Stopped(SystemExit):
+    """``SIGTERM`` or ``SIGHUP`` reached the driver; the code is 128 + the signal."""
+
+
+class _Signals:
+    """While the steps run (main thread only, signals at their default handlers):
+    ``SIGTERM`` and ``SIGHUP`` raise :class:`_Stopped` and ``SIGINT`` ``KeyboardInterrupt``,
+    once; a later one is ignored, so that the steps' stop runs to its end."""
+
+    def __init__(self):
+        self._old: dict = {}
+        self.received = False
+
+    def __enter__(self):
+        if threading.current_thread() is threading.main_thread():
+            for name in ("SIGTERM", "SIGHUP", "SIGINT"):
+                sig = getattr(signal, name, None)
+                if sig is None:
+                    continue
+                default = signal.default_int_handler if name == "SIGINT" else signal.SIG_DFL
+                if signal.getsignal(sig) is default:
+                    self._old[sig] = default
+                    signal.signal(sig, self._raise)
+        return self
+
+    def __exit__(self, *exc) -> None:
+        # Left in place while an exception goes up to main's stop; restored after it.
+        if exc[0] is None:
+            self.restore()
+
+    def restore(self) -> None:
+        for sig, old in self._old.items():
+            signal.signal(sig, old)
+        self._old = {}
+
+    def _raise(self, signum, frame) -> None:
+        if self.received:
+            return
+        self.received = True
+        if signum == signal.SIGINT:
+            raise KeyboardInterrupt
+        raise _Stopped(128 + signum)
+
+
+def _stop_steps(steps: list[_Step], grace: float = 5.0) -> None:
+    """SIGTERM to the process group of every step still running, SIGKILL after ``grace``."""
+    running = [s for s in steps if s.proc.poll() is None]
+    for sig in (signal.SIGTERM, signal.SIGKILL):
+        for s in running:
+            try:
+                os.killpg(s.proc.pid, sig)
+            except (ProcessLookupError, PermissionError):
+                pass
+        deadline = time.monotonic() + grace
+        for s in running:
+            try:
+                s.proc.wait(max(0.0, deadline - time.monotonic()))
+            except subprocess.TimeoutExpired:
+                pass
+        running = [s for s in running if s.proc.poll() is None]
+        if not running:
+            return
+
+
+def _run(args, argv, out: pathlib.Path, started: list[_Step]) -> int:
     start = time.monotonic()
     deadline = start + args.total - RESERVE_S
     # A run started from a pytest-xdist worker must not make its own pytest runs act as one.
@@ -295,7 +379,8 @@ def main(argv: list[str] | None = None) -> int:
                 results[name] = {"status": "skipped",
                                  "reason": "no time left in the total budget (--total)"}
                 return None
-            return _Step(name, cmd, step_env, budget, work, out)
+            started.append(_Step(name, cmd, step_env, budget, work, out))
+            return started[-1]
 
         def finish(steps: list) -> None:
             steps = [s for s in steps if s is not None]
