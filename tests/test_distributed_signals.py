@@ -266,7 +266,7 @@ def test_the_rank_does_not_pass_the_launcher_pid_to_the_script(tmp_path):
 # --- Arguments: every bad value refused by name before any process starts -----------------
 
 BAD_COUNTS = [0, -1, 1.5, 2.0, math.nan, math.inf, True, "2", None]
-BAD_TIMEOUTS = [0, -1, math.nan, math.inf, -math.inf, True, "10"]
+BAD_TIMEOUTS = [0, -1, math.nan, math.inf, -math.inf, 10**400, True, "10"]
 BAD_GRACES = [-1, -0.5, math.nan, math.inf, -math.inf, True, False, "1", None]
 
 

@@ -134,8 +134,13 @@ def _check_count(name: str, value) -> None:
 
 
 def _is_seconds(value, *, zero: bool) -> bool:
-    return (not isinstance(value, bool) and isinstance(value, numbers.Real)
-            and math.isfinite(value) and (value >= 0 if zero else value > 0))
+    if isinstance(value, bool) or not isinstance(value, numbers.Real):
+        return False
+    try:
+        finite = math.isfinite(value)
+    except OverflowError:  # an integer beyond any float
+        return False
+    return finite and (value >= 0 if zero else value > 0)
 
 
 def _check_arguments(script, args, num_processes, devices_per_process, timeout, grace) -> None:
@@ -384,6 +389,9 @@ def launch(script: str | os.PathLike, args: Sequence[str] = (), *, num_processes
         ['rank 0\\n', 'rank 1\\n']
     """
     _check_arguments(script, args, num_processes, devices_per_process, timeout, grace)
+    num_processes = int(num_processes)
+    devices_per_process = None if devices_per_process is None else int(devices_per_process)
+    timeout, grace = (None if timeout is None else float(timeout)), float(grace)
     args = [str(a) for a in args]
     base = dict(os.environ if env is None else env)
     port = _free_port()
