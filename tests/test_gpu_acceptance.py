@@ -14,11 +14,16 @@ import time
 import jax
 import pytest
 
-from primforge.gpu_acceptance import STEPS, _driver
-from primforge.gpu_acceptance._pytest_plugin import GPU_SKIP_REASON
 from primforge.kernel.backends import KNOWN_BACKENDS
 
 ROOT = pathlib.Path(__file__).resolve().parents[1]
+# The command lives in the repository's tools/, not in the installed package.
+if str(ROOT) not in sys.path:
+    sys.path.insert(0, str(ROOT))
+
+from tools.gpu_acceptance import STEPS, _driver
+from tools.gpu_acceptance._pytest_plugin import GPU_SKIP_REASON
+
 STATUSES = {"passed", "failed", "timeout", "error", "skipped"}
 
 
@@ -27,7 +32,7 @@ def rehearsal(tmp_path_factory):
     out = tmp_path_factory.mktemp("acceptance")
     env = {**os.environ, "JAX_PLATFORMS": "cpu",
            "PYTHONPATH": os.pathsep.join(filter(None, [str(ROOT), os.environ.get("PYTHONPATH")]))}
-    cmd = [sys.executable, "-m", "primforge.gpu_acceptance", "--out", str(out), "--rehearse",
+    cmd = [sys.executable, "-m", "tools.gpu_acceptance", "--out", str(out), "--rehearse",
            "--total", "280", "--budgets", "env=60,bench=60,gpu_tests=60,kernels=60,cpu_suite=60",
            "--kernels", "primforge.ops.binary_csrmv", "--backends", "numba",
            "--gpu-tests", "tests/test_ops_csr_cuda.py",
@@ -101,7 +106,7 @@ def test_a_step_over_its_budget_is_stopped_and_recorded(tmp_path):
     while not step.poll():
         time.sleep(0.1)
     assert step.timed_out and step.proc.returncode is not None
-    from primforge.gpu_acceptance import _report
+    from tools.gpu_acceptance import _report
 
     result = _report.summarize("bench", step.read(), step)
     assert result["status"] == "timeout" and "budget" in result["reason"]
@@ -120,7 +125,7 @@ def test_the_environment_step_runs_even_when_not_selected(tmp_path):
     # GPU machine ran the selected steps as a CPU rehearsal.
     env = {**os.environ, "JAX_PLATFORMS": "cpu",
            "PYTHONPATH": os.pathsep.join(filter(None, [str(ROOT), os.environ.get("PYTHONPATH")]))}
-    cmd = [sys.executable, "-m", "primforge.gpu_acceptance", "--out", str(tmp_path),
+    cmd = [sys.executable, "-m", "tools.gpu_acceptance", "--out", str(tmp_path),
            "--total", "120", "--steps", "kernels", "--kernels", "no.such.kernel*"]
     proc = subprocess.run(cmd, cwd=ROOT, env=env, capture_output=True, text=True, timeout=200,
                           check=False)
@@ -174,7 +179,7 @@ def test_a_bad_out_folder_is_refused_in_one_line_before_any_step(tmp_path, capsy
             assert _driver.main(["--out", str(out), "--rehearse"]) == 2, out
             err = capsys.readouterr().err
             assert err.count("\n") == 1 and err.startswith(
-                f"python -m primforge.gpu_acceptance: error: --out {out}: "), err
+                f"python -m tools.gpu_acceptance: error: --out {out}: "), err
             if expected is None:
                 assert "not writable (" in err or "cannot create the folder (" in err, err
             else:
@@ -190,7 +195,7 @@ def test_the_command_with_out_a_file_exits_with_an_error_not_a_traceback(tmp_pat
     a_file.write_text("x")
     env = {**os.environ, "JAX_PLATFORMS": "cpu",
            "PYTHONPATH": os.pathsep.join(filter(None, [str(ROOT), os.environ.get("PYTHONPATH")]))}
-    proc = subprocess.run([sys.executable, "-m", "primforge.gpu_acceptance", "--out",
+    proc = subprocess.run([sys.executable, "-m", "tools.gpu_acceptance", "--out",
                            str(a_file / "out")], cwd=ROOT, env=env, capture_output=True,
                           text=True, timeout=120, check=False)
     assert proc.returncode == 2, proc.stderr[-3000:]
@@ -235,7 +240,7 @@ import os, signal, sys
 for s in (signal.SIGTERM, signal.SIGHUP):
     signal.signal(s, signal.SIG_DFL)
 signal.signal(signal.SIGINT, signal.default_int_handler)
-from primforge.gpu_acceptance import _driver
+from tools.gpu_acceptance import _driver
 STEP = ("import os, subprocess, sys, time\\n"
         "c = subprocess.Popen(['sleep', '600'])\\n"
         "path = os.path.join(sys.argv[1], sys.argv[2])\\n"

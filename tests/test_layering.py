@@ -38,7 +38,7 @@ LAYERS: list[tuple[str, list[str]]] = [
     ("autotune", ["primforge.autotune"]),
     ("library", ["primforge.ops", "primforge.testing", "primforge._gpu_compile"]),
     ("entry points", ["primforge.cli", "primforge.__main__", "primforge", "primforge.runtime",
-                      "primforge.gpu_acceptance", "primforge.distributed"]),
+                      "primforge.distributed"]),
 ]
 
 #: Prefixes that match only the module itself, not its submodules: the top package's

@@ -129,3 +129,37 @@ def test_installed_metadata_matches_the_package():
         pytest.skip("primforge was not pip-installed from this source tree (running from source)")
     for dist in ours:
         assert dist.version == primforge.__version__
+
+
+def _wheel_contents():
+    """tools/wheel_contents.py, the checker tools/check_wheel.sh runs, loaded by path."""
+    path = ROOT / "tools" / "wheel_contents.py"
+    spec = importlib.util.spec_from_file_location("primforge_wheel_contents", path)
+    module = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(module)
+    return module
+
+
+def test_wheel_holds_no_test_runner_or_release_tooling(wheel):
+    assert _wheel_contents().problems(wheel) == []
+
+
+def test_the_wheel_check_finds_planted_tooling(tmp_path):
+    planted = tmp_path / "primforge-0.0.0-py3-none-any.whl"
+    with zipfile.ZipFile(planted, "w") as zf:
+        zf.writestr("primforge/__init__.py", "import jax\n")
+        zf.writestr("primforge/gpu_acceptance/_driver.py", "import os\n")
+        zf.writestr("primforge/_pytest_plugin.py", "")
+        zf.writestr("primforge/tests/test_x.py", "")
+        zf.writestr("conftest.py", "")
+        zf.writestr("primforge/helpers.py", "def f():\n    import pytest\n")
+    checker = _wheel_contents()
+    found = checker.problems(str(planted))
+    assert [line.split(":")[0] for line in found] == [
+        "conftest.py", "primforge/_pytest_plugin.py", "primforge/gpu_acceptance/_driver.py",
+        "primforge/helpers.py", "primforge/tests/test_x.py"]
+    proc = subprocess.run([sys.executable, str(ROOT / "tools" / "wheel_contents.py"),
+                           str(planted)], capture_output=True, text=True, check=False)
+    assert proc.returncode == 1, proc.stdout + proc.stderr
+    assert "primforge/gpu_acceptance/_driver.py" in proc.stdout
+    assert "checked 6 files" in proc.stdout

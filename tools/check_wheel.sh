@@ -1,21 +1,39 @@
 #!/usr/bin/env bash
-# Build the wheel of the committed tree (HEAD), install it into a fresh virtual environment
-# (outside the source tree, so the installed package is the one imported), and run the
-# quickstart and the command. The source tree is left untouched.
+# Build the wheel of the tracked files of the working tree into a temporary folder and
+# check that it holds only the library: no test runner and no release tooling (see
+# tools/wheel_contents.py for what is checked; it prints the list and names any file found).
+# With --install, also install the wheel into a fresh virtual environment (outside the
+# source tree, so the installed package is the one imported) and run the quickstart and the
+# command; that needs the network or a pip cache for jax, numpy and numba.
+# The source tree is left untouched.
 #
-# Usage: tools/check_wheel.sh [PYTHON]      (PYTHON defaults to python3; needs the network
-#                                             or a pip cache for jax, numpy and numba)
+# Usage: tools/check_wheel.sh [--install] [PYTHON]      (PYTHON defaults to python3)
 set -euo pipefail
 root="$(cd "$(dirname "$0")/.." && pwd)"
+install=0
+if [ "${1:-}" = "--install" ]; then
+  install=1
+  shift
+fi
 python="${1:-python3}"
 work="$(mktemp -d)"
 trap 'rm -rf "$work"' EXIT
 
-"$python" -m pip install --quiet build
-mkdir "$work/src"
-git -C "$root" archive HEAD | tar -x -C "$work/src"
-"$python" -m build --wheel --outdir "$work/dist" "$work/src"
+mkdir "$work/src" "$work/dist"
+(cd "$root" && git ls-files -z | while IFS= read -r -d '' f; do
+  [ -f "$f" ] && printf '%s\0' "$f"
+done | tar --null -T - -cf -) | tar -x -C "$work/src"
+if "$python" -c "import build" 2> /dev/null; then
+  "$python" -m build --wheel --no-isolation --outdir "$work/dist" "$work/src" > "$work/build.log" 2>&1 \
+    || { tail -n 40 "$work/build.log"; exit 1; }
+else
+  "$python" -m pip wheel --no-deps --no-build-isolation -w "$work/dist" "$work/src" \
+    > "$work/build.log" 2>&1 || { tail -n 40 "$work/build.log"; exit 1; }
+fi
 wheel="$(ls "$work"/dist/primforge-*.whl)"
+"$python" "$root/tools/wheel_contents.py" "$wheel"
+[ "$install" = 1 ] || exit 0
+
 "$python" -m venv "$work/venv"
 "$work/venv/bin/python" -m pip install --quiet "$wheel" numba
 

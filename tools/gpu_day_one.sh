@@ -3,7 +3,7 @@
 # but no primforge installed (and no package index). Writes report.json, report.md and
 # logs/ into $OUT (or the folder given as the first argument) and prints a summary last.
 #
-# Usage: tools/gpu_day_one.sh [OUT_DIR] [further options of python -m primforge.gpu_acceptance]
+# Usage: tools/gpu_day_one.sh [OUT_DIR] [further options of python -m tools.gpu_acceptance]
 #   PYTHON   interpreter to use (default python3)
 #   TOTAL    seconds for the whole run (default 470, just under 8 minutes)
 # Wheels in wheels/ (pure-Python packages the machine lacks, e.g. pytest-xdist or
@@ -31,4 +31,4 @@ if ! "$python" -c "import primforge" > "$out/import_error.txt" 2>&1; then
   exit 0
 fi
 rm -f "$out/import_error.txt"
-exec "$python" -m primforge.gpu_acceptance --out "$out" --total "${TOTAL:-470}" "$@"
+exec "$python" -m tools.gpu_acceptance --out "$out" --total "${TOTAL:-470}" "$@"

@@ -1,4 +1,4 @@
-"""Entry point of one step's process: ``python -m primforge.gpu_acceptance._child STEP
+"""Entry point of one step's process: ``python -m tools.gpu_acceptance._child STEP
 CONFIG`` runs the step, appending one JSON record per result to the file named by
 ``PF_ACCEPTANCE_LOG``."""
 
@@ -34,17 +34,17 @@ def run(step: str, log: str, config: dict) -> None:
     platform = _platform(config.get("platform", "auto"))
     backends = config.get("backends")
     if step == "env":
-        from primforge.gpu_acceptance import _env
+        from tools.gpu_acceptance import _env
 
         emit({"kind": "platform", "platform": platform})
         _env.collect(emit, platform=platform, backends=backends)
     elif step == "kernels":
-        from primforge.gpu_acceptance import _kernels
+        from tools.gpu_acceptance import _kernels
 
         _kernels.check_all(emit, platform=platform, patterns=config.get("kernels"),
                            backends=backends, max_cases=int(config.get("max_cases", 4)))
     elif step == "bench":
-        from primforge.gpu_acceptance import _bench
+        from tools.gpu_acceptance import _bench
 
         _bench.run_all(emit, platform=platform, backends=backends)
     else:

@@ -1,6 +1,6 @@
 """A pytest plugin for the acceptance command: selects tests and logs each result at once.
 
-Loaded with ``-p primforge.gpu_acceptance._pytest_plugin``. ``PF_ACCEPTANCE_LOG`` names a
+Loaded with ``-p tools.gpu_acceptance._pytest_plugin``. ``PF_ACCEPTANCE_LOG`` names a
 file that gets one JSON line per test result, as it happens (a run stopped at its time
 budget keeps what finished). ``PF_ACCEPTANCE_SELECT=gpu`` keeps only the tests marked to
 skip without a GPU (the reason :data:`GPU_SKIP_REASON`), ``cpu`` drops them.

@@ -177,7 +177,7 @@ def affine_kernel(platform: str) -> XLACustomKernel:
 
     Registering a backend whose package is missing is allowed: the call fails, naming it.
     """
-    k = XLACustomKernel(f"primforge.gpu_acceptance.affine_{platform}", replace=True)
+    k = XLACustomKernel(f"tools.gpu_acceptance.affine_{platform}", replace=True)
     k.def_kernel("jax", platform, _jax_gen)
     for name in BACKENDS[platform]:
         k.def_kernel(name, platform, _GENERATORS[name])

@@ -114,8 +114,8 @@ def collect(emit, *, platform: str, backends: list[str] | None) -> None:
                          "path": os.path.dirname(primforge.__file__)}
     emit(info)
 
-    from primforge.gpu_acceptance import _affine
     from primforge.kernel.backends import KNOWN_BACKENDS, get_backend
+    from tools.gpu_acceptance import _affine
 
     x = np.linspace(-1, 1, 4096, dtype=np.float32)
     # cuda_raw last: its nvcc build is the slowest probe.

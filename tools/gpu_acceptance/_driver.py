@@ -22,7 +22,7 @@ import tempfile
 import threading
 import time
 
-from primforge.gpu_acceptance import _report
+from tools.gpu_acceptance import _report
 
 ROOT = pathlib.Path(__file__).resolve().parents[2]
 
@@ -92,7 +92,7 @@ def _csv(text: str) -> list[str]:
 
 def parser() -> argparse.ArgumentParser:
     p = argparse.ArgumentParser(
-        prog="python -m primforge.gpu_acceptance",
+        prog="python -m tools.gpu_acceptance",
         description="Prove primforge on a GPU machine in one call (or rehearse on a CPU).")
     p.add_argument("--out", required=True, help="folder for report.json, report.md, logs/")
     p.add_argument("--rehearse", action="store_true",
@@ -210,7 +210,7 @@ def _has(module: str) -> bool:
 def _pytest_cmd(args: str, workers: int | None, extra: tuple[str, ...] = ()) -> list[str]:
     cmd = [sys.executable, "-m", "pytest", *shlex.split(args), *extra, "-q",
            "-p", "no:cacheprovider", "-p", "no:benchmark",
-           "--continue-on-collection-errors", "-p", "primforge.gpu_acceptance._pytest_plugin"]
+           "--continue-on-collection-errors", "-p", "tools.gpu_acceptance._pytest_plugin"]
     if workers and workers > 1 and _has("xdist"):
         cmd += ["-n", str(workers)]
     return cmd
@@ -263,7 +263,7 @@ def main(argv: list[str] | None = None) -> int:
     out = pathlib.Path(args.out).resolve()
     problem = check_out(out)
     if problem is not None:
-        print(f"python -m primforge.gpu_acceptance: error: --out {args.out}: {problem}",
+        print(f"python -m tools.gpu_acceptance: error: --out {args.out}: {problem}",
               file=sys.stderr, flush=True)
         return 2
     started: list[_Step] = []
@@ -274,7 +274,7 @@ def main(argv: list[str] | None = None) -> int:
     except (_Stopped, KeyboardInterrupt) as e:
         _stop_steps(started)
         sig = signal.Signals(e.code - 128 if isinstance(e, _Stopped) else signal.SIGINT)
-        print(f"python -m primforge.gpu_acceptance: {sig.name} received; the running steps "
+        print(f"python -m tools.gpu_acceptance: {sig.name} received; the running steps "
               "were stopped and no report was written", file=sys.stderr, flush=True)
         return 128 + sig
     finally:
@@ -389,7 +389,7 @@ def _run(args, argv, out: pathlib.Path, started: list[_Step]) -> int:
             for s in steps:
                 results[s.name] = _report.summarize(s.name, s.read(), s)
 
-        child = [sys.executable, "-m", "primforge.gpu_acceptance._child"]
+        child = [sys.executable, "-m", "tools.gpu_acceptance._child"]
         finish([launch("env", child + ["env", config(
             "cpu" if args.rehearse else "auto")], env, args.rehearse)])
         platform = _report.platform_of(results.get("env"))

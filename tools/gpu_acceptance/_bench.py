@@ -18,8 +18,8 @@ import numpy as np
 
 import primforge
 from primforge import ops
-from primforge.gpu_acceptance import _affine
 from primforge.kernel.backends import KNOWN_BACKENDS, get_backend
+from tools.gpu_acceptance import _affine
 
 #: Seconds per simulated second of brainevent's COBA example on an RTX A6000, per scale.
 BRAINEVENT_A6000 = {1: 0.27, 10: 0.32, 100: 1.17}
@@ -133,7 +133,7 @@ def csr_products(emit, platform: str, backends: list[str] | None) -> None:
 
 
 def _load_coba():
-    path = pathlib.Path(primforge.__file__).resolve().parents[1] / "examples" / "coba.py"
+    path = pathlib.Path(__file__).resolve().parents[2] / "examples" / "coba.py"
     if not path.is_file():
         raise FileNotFoundError(f"{path} (the COBA example travels with the repository)")
     spec = importlib.util.spec_from_file_location("primforge_acceptance_coba", path)

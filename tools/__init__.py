@@ -1,0 +1,1 @@
+"""Repository tooling (release checks, the GPU acceptance command); not part of the wheel."""
