@@ -37,7 +37,7 @@ PATTERNS = [
     r"(?<![\w-])runs? \d+(?:-\d+)?\b(?!\s*(?:steps?|calls?|times|seconds?|rounds?|processes"
     r"|repetitions?|seeds?|chunks?|iterations?|ms|s)\b)",
     # A run-numbered record outside a ``benchmarks/reference/`` path (see ``findings``).
-    r"run\d+",
+    r"run(?:\d+|\{\d)",
     # A commit hash: 7-40 hex digits, at least one digit and one letter, in backticks or
     # after "commit" / "--against".
     r"(?:`|\bcommits?\s+|--against\s+)(?=[0-9a-f]*[a-f])(?=[0-9a-f]*\d)[0-9a-f]{7,40}\b",
@@ -52,7 +52,7 @@ WORDING = re.compile("|".join(PATTERNS), re.IGNORECASE)
 COMMENT = re.compile(r"<!--.*?-->", re.DOTALL)
 # A stored record named by its path may carry a run number in its file name: a page may
 # name the record a table comes from, not list runs by number.
-RECORD = re.compile(r"benchmarks/reference/[\w.-]+")
+RECORD = re.compile(r"benchmarks/reference/[\w.-]+(?![\w.{-])")
 
 
 def user_pages():
@@ -94,6 +94,7 @@ PLANTED = [
     "In runs 1-6, in one call, two threads took 0.64-0.72x.",
     "Run 9, the same command with a fourth way.",
     "JSON in `coba_threads_cpu_run13.json`.",
+    "JSON of both in `benchmarks/reference/ops_brainevent_cpu_run{1,2}.json`.",
     "the threaded kernel of commit 5e21f2a",
     "`python benchmarks/coba_threads.py --against 4e0b0b7`",
     "beside the kernel before (`c588579`)",
