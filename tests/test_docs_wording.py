@@ -34,8 +34,8 @@ PATTERNS = [
     r"\bbefore (?:the|this) (?:change|fix|rewrite)\b",
     # A run number as a label ("run 14", "(run 16)", "runs 1-6", "Run 9,"), not a count of
     # steps or calls ("run 10 steps", "`--runs 10`", "100 steps a call").
-    r"(?<![\w-])runs? \d+(?:-\d+)?\b(?!\s*(?:steps?|calls?|times|seconds?|rounds?|processes"
-    r"|repetitions?|seeds?|chunks?|iterations?|ms|s)\b)",
+    (r"(?<![\w-])runs? \d+(?:-\d+)?\b(?!\s*(?:steps?|calls?|times|seconds?|rounds?|processes"
+     r"|repetitions?|seeds?|chunks?|iterations?|ms|s)\b)"),
     # A run-numbered record outside a ``benchmarks/reference/`` path (see ``findings``).
     r"run(?:\d+|\{\d)",
     # A commit hash: 7-40 hex digits, at least one digit and one letter, in backticks or
