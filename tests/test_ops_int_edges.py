@@ -191,7 +191,7 @@ def _shape_takers():
         ("fixed_prob", lambda s: ops.fixed_prob(1, s, 0.0)),
         ("fixed_num", lambda s: ops.fixed_num(1, s, 0)),
         ("csrmv", lambda s: ops.csrmv(ones, zero, np.array([0, 1]), np.ones(1, np.float32),
-                                      shape=(s, 1), transpose=True)),
+                                      shape=(1, s), transpose=True)),
         ("binary_csrmv_spikes", lambda s: ops.binary_csrmv_spikes(
             ones, zero, np.array([0, 1]), zero, shape=(1, s))),
         ("binary_fixed_num_mv_spikes", lambda s: ops.binary_fixed_num_mv_spikes(
