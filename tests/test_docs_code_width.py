@@ -11,7 +11,7 @@ from __future__ import annotations
 import re
 from pathlib import Path
 
-import yaml
+from _docs import mkdocs_config
 
 ROOT = Path(__file__).resolve().parents[1]
 DOCS = ROOT / "docs"
@@ -103,13 +103,7 @@ def test_the_verbatim_commands_are_the_readmes():
 
 
 def test_stylesheet_keeps_table_code_on_one_line():
-    class Loader(yaml.SafeLoader):
-        pass
-
-    # mkdocs.yml may use !!python/name tags (Material's emoji helpers): read them as text.
-    Loader.add_multi_constructor("tag:yaml.org,2002:python/",
-                                 lambda loader, suffix, node: str(node.value))
-    config = yaml.load((ROOT / "mkdocs.yml").read_text(encoding="utf-8"), Loader=Loader)
+    config = mkdocs_config()
     sheets = config.get("extra_css") or []
     assert sheets, "mkdocs.yml registers no extra_css stylesheet"
     rules = ""

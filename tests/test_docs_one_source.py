@@ -14,7 +14,7 @@ from __future__ import annotations
 import re
 from pathlib import Path
 
-import yaml
+from _docs import mkdocs_config
 
 ROOT = Path(__file__).resolve().parents[1]
 DOCS = ROOT / "docs"
@@ -76,13 +76,7 @@ def nav_labels(nav, path=()):
 
 
 def test_nav_labels_are_unique_and_every_page_is_named():
-    class Loader(yaml.SafeLoader):
-        pass
-
-    # mkdocs.yml may use !!python/name tags (Material's emoji helpers): read them as text.
-    Loader.add_multi_constructor("tag:yaml.org,2002:python/",
-                                 lambda loader, suffix, node: str(node.value))
-    config = yaml.load((ROOT / "mkdocs.yml").read_text(encoding="utf-8"), Loader=Loader)
+    config = mkdocs_config()
     entries = list(nav_labels(config["nav"]))
     bare = [path for path, label in entries if label is None]
     assert not bare, f"nav pages without a label (shown with the page's own title): {bare}"
