@@ -54,14 +54,11 @@ def _parse_budgets(text: str) -> dict:
             raise argparse.ArgumentTypeError(
                 f"--budgets: unknown step {name!r}; steps: {', '.join(STEPS)}")
         try:
-            seconds = float(value)
-        except ValueError:
-            seconds = math.nan
-        if not (math.isfinite(seconds) and seconds > 0):
+            out[name] = _seconds(value)
+        except argparse.ArgumentTypeError:
             raise argparse.ArgumentTypeError(
                 f"--budgets: {part!r} must be STEP=SECONDS, with a positive finite number "
-                "of seconds")
-        out[name] = seconds
+                "of seconds") from None
     return out
 
 
