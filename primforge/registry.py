@@ -27,6 +27,7 @@ __all__ = [
     "list_kernels",
     "load_modules",
     "matches_tags",
+    "register_alias",
     "register_kernel",
     "select_kernels",
     "unregister_kernel",
@@ -102,12 +103,30 @@ def unregister_kernel(name: str) -> None:
     _KERNELS.pop(name, None)
 
 
+_ALIASES: dict[str, Any] = {}
+
+
+def register_alias(name: str, target: Any) -> None:
+    """Let :func:`get_kernel` find ``target`` (a kernel, or one form of an operator's
+    kernel that acts like one) under ``name``; :func:`list_kernels` lists kernels only.
+
+    Example:
+        >>> import primforge
+        >>> k = primforge.XLACustomKernel('doc_alias_target')
+        >>> register_alias('doc_alias_name', k)
+        >>> get_kernel('doc_alias_name') is k
+        True
+    """
+    _ALIASES[name] = target
+
+
 def get_kernel(name: str) -> XLACustomKernel:
     """Return the kernel registered under ``name``, or under a dotted name ending in it.
 
     A short name (the part after the last dots, ``'csrmv'`` or ``'ops.csrmv'`` for
     ``'primforge.ops.csrmv'``) finds the kernel when exactly one registered name ends in
-    it; where several do, the error lists them.
+    it; where several do, the error lists them. Names given by :func:`register_alias`
+    (the forms of the operators' kernels, ``'primforge.ops.csrmv'``) are found too.
 
     Raises:
         KeyError: naming the kernels that exist, or those a short name could mean.
@@ -121,18 +140,19 @@ def get_kernel(name: str) -> XLACustomKernel:
         >>> primforge.get_kernel('doc_short_name').name
         'docpkg.kernels.doc_short_name'
     """
+    table = {**_ALIASES, **_KERNELS}
     try:
-        return _KERNELS[name]
+        return table[name]
     except KeyError:
-        ending = [n for n in _KERNELS if n.endswith("." + name)] if name else []
+        ending = [n for n in table if n.endswith("." + name)] if name else []
         if len(ending) == 1:
-            return _KERNELS[ending[0]]
+            return table[ending[0]]
         if ending:
             raise UnknownKernelError(
                 f"{name!r} is the end of several kernel names: "
                 f"{', '.join(repr(n) for n in sorted(ending))}; give one in full"
             ) from None
-        close = close_matches(name, _KERNELS)
+        close = close_matches(name, table)
         if close:  # the close names only, not every registered kernel
             raise UnknownKernelError(
                 f"no kernel named {name!r}; did you mean "

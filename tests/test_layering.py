@@ -271,7 +271,7 @@ def test_store_layer_does_not_reach_the_kernel(module):
 OPS = "primforge.ops"
 #: What every family of :mod:`primforge.ops` builds on (it imports no family).
 OPS_SHARED = {f"{OPS}._scaffold", f"{OPS}._sharding", f"{OPS}._pallas_common", f"{OPS}.packed",
-              f"{OPS}._spikes", f"{OPS}._prefetch",
+              f"{OPS}._spikes", f"{OPS}._prefetch", f"{OPS}._operator",
               f"{OPS}.team"}
 #: Modules over the families: they wrap CSR and fixed-number matrices.
 OPS_OVER = {f"{OPS}.column_index": {"csr", "fixed_num"}, f"{OPS}.connectivity": {"csr"}}

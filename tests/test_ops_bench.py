@@ -11,6 +11,7 @@ import pytest
 
 from primforge import ops, registry
 from primforge.bench import BenchmarkMismatchWarning
+from primforge.ops._operator import forms_of
 from primforge.ops.csr.packed import binary_csrmv_packed_p as PACKED
 
 KERNELS = {
@@ -97,10 +98,14 @@ def test_cli_finds_the_ops_kernels_in_a_fresh_process():
     assert proc.returncode == 0, proc.stdout + proc.stderr
     listed = {k["name"]: set(k["tags"]) for k in json.loads(proc.stdout)
               if k["name"].startswith("primforge.ops.")}
-    assert listed == {k.name: set(k.tags) for k in OPS_KERNELS}, listed
-    # the four products and the vector product reading packed events
+    kernels = [k for k in registry.list_kernels() if k.name.startswith("primforge.ops.")]
+    assert listed == {k.name: set(k.tags) for k in kernels}, listed
+    # one kernel for CSR: the four products, the packed and the spike-list forms its forms
     csr = {name for name, tags in listed.items() if "csr" in tags}
-    assert csr == {kernel.name for kernel in KERNELS} | {PACKED.name}, csr
+    assert csr == {"primforge.ops.csr"}, csr
+    forms = {f.name for f in forms_of(registry.get_kernel("primforge.ops.csr"))}
+    assert forms == {kernel.name for kernel in KERNELS} | {PACKED.name} | {
+        "primforge.ops.binary_csrmv_spikes", "primforge.ops.binary_csrmm_spikes"}, forms
 
 
 # --- Every backend of every ops kernel against the jax reference on its benchmark cases ---
@@ -108,8 +113,8 @@ def test_cli_finds_the_ops_kernels_in_a_fresh_process():
 # backend) pairs on every benchmark case against 'jax' (or NumPy); the sweep below runs all
 # the others, so each pair runs once in CI. A kernel added to primforge.ops joins the
 # sweep by itself.
-OPS_KERNELS = sorted((k for k in registry.list_kernels() if k.name.startswith("primforge.ops.")),
-                     key=lambda k: k.name)
+OPS_KERNELS = sorted((f for k in registry.list_kernels() if k.name.startswith("primforge.ops.")
+                      for f in forms_of(k)), key=lambda k: k.name)
 _CSR = ("numba", "numba_parallel", "cuda_raw", "pallas")
 #: kernel (short name) -> (backends run on every benchmark case against 'jax', by the test)
 CHECKED_ELSEWHERE = {

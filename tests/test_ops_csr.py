@@ -9,6 +9,7 @@ import jax.numpy as jnp
 import numpy as np
 import pytest
 import scipy.sparse as sp
+from _jaxpr import eqn_names as _eqn_names
 
 from primforge import ops
 from primforge.ops import CSC, CSR, CSRStructureError, fixed_prob
@@ -197,15 +198,6 @@ def test_fixed_prob_statistics_and_structure():
 
 
 # ---------------------------------------------------------------------------- vmap
-def _eqn_names(jaxpr):
-    names = []
-    for eqn in jaxpr.eqns:
-        names.append(eqn.primitive.name)
-        for v in eqn.params.values():
-            inner = getattr(v, "jaxpr", None)
-            if inner is not None:
-                names.extend(_eqn_names(getattr(inner, "jaxpr", inner)))
-    return names
 
 
 @pytest.mark.parametrize("backend", BACKENDS)

@@ -8,22 +8,12 @@ import jax
 import jax.numpy as jnp
 import numpy as np
 import pytest
+from _jaxpr import eqn_names as _names
 from jax.test_util import check_grads
 from test_ops_csr import BACKENDS, FUNCS, K, M, N, make_input, random_csr
 
 from primforge import ops
 from primforge.ops import CSR
-
-
-def _names(jaxpr):
-    out = []
-    for eqn in jaxpr.eqns:
-        out.append(eqn.primitive.name)
-        for v in eqn.params.values():
-            inner = getattr(v, "jaxpr", None)
-            if inner is not None:
-                out.extend(_names(getattr(inner, "jaxpr", inner)))
-    return out
 
 
 @pytest.mark.parametrize(

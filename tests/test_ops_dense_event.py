@@ -8,6 +8,7 @@ import jax
 import jax.numpy as jnp
 import numpy as np
 import pytest
+from _jaxpr import eqn_names as _names
 from jax.test_util import check_grads
 
 from primforge import ops
@@ -43,15 +44,6 @@ def tol(dtype):
     return {"rtol": 1e-12, "atol": 1e-12} if dtype == np.float64 else {"rtol": 1e-5, "atol": 1e-5}
 
 
-def _names(jaxpr):
-    out = []
-    for eqn in jaxpr.eqns:
-        out.append(eqn.primitive.name)
-        for v in eqn.params.values():
-            inner = getattr(v, "jaxpr", None)
-            if inner is not None:
-                out.extend(_names(getattr(inner, "jaxpr", inner)))
-    return out
 
 
 @pytest.mark.parametrize(

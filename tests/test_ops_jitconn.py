@@ -23,6 +23,7 @@ from jax.test_util import check_grads
 
 from primforge import ops
 from primforge.kernel.kernel import KernelError
+from primforge.ops._operator import eqn_name
 from primforge.ops.jitconn import api as jitconn
 
 BACKENDS = ["jax", "numba", "pallas"]
@@ -299,7 +300,7 @@ def test_jvp_of_binary_products(backend, transpose):
 
 # ----------------------------------------------------------------------------- vmap
 def _primitives(jaxpr):
-    return [eqn.primitive.name for eqn in jaxpr.eqns]
+    return [eqn_name(eqn) for eqn in jaxpr.eqns]
 
 
 @pytest.mark.parametrize("backend", ["jax", "numba"])

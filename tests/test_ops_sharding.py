@@ -24,6 +24,7 @@ from test_ops_processes import MULTIPROCESS_VARIABLES, line
 import primforge
 from primforge import ops
 from primforge.kernel import sharding
+from primforge.ops._operator import forms_of
 
 ROOT = Path(__file__).parent.parent
 SCRIPT = Path(__file__).parent / "sharding_scripts" / "ops_sharding.py"
@@ -201,8 +202,8 @@ def test_the_ops_processes_script_as_one_process_of_these_devices(report):
 
 
 def test_every_ops_kernel_has_a_rule_and_checks():
-    kernels = {k.name: k for k in primforge.registry.list_kernels()
-               if k.name.startswith("primforge.ops.")}
+    kernels = {f.name: f for k in primforge.registry.list_kernels()
+               if k.name.startswith("primforge.ops.") for f in forms_of(k)}
     assert sorted(kernels) == sorted(KERNEL_CHECKS)
     for name, kernel in kernels.items():
         assert kernel.sharding_rule is not None, name

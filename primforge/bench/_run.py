@@ -379,6 +379,8 @@ def _run_config(kernel, config, platform, order, chosen, ref, timing, *, toleran
         bar.step(f"{kernel.name} {config.name} {backend}")
         rec, out = _one(kernel, backend, platform, config, device, *timing)
         bar.advance()
+        if rec is None:  # the backend has no kernel for this config's form
+            continue
         if backend == ref:
             ref_out, ref_ok = out, rec.success
             rec = _replace(rec, reference=ref)
@@ -426,6 +428,8 @@ def _one(kernel, backend, platform, config, device, n_warmup, n_runs, n_batch, c
         runner = _Runner(kernel, backend, platform, config, device)
         compile_time, times, out = _measure(runner, n_warmup, n_runs, n_batch)
     except Exception as e:
+        if getattr(e, "backend_declined", False):  # no kernel for this form: no record
+            return None, None
         if not catch_errors:
             raise
         return BenchmarkRecord(**base, success=False, error=f"{type(e).__name__}: {e}"), None

@@ -7,7 +7,7 @@ importing the class that assembles them.
 
 from __future__ import annotations
 
-__all__ = ["BackendUnavailableWarning", "KernelError"]
+__all__ = ["BackendDeclined", "BackendUnavailableWarning", "KernelError"]
 
 
 class KernelError(RuntimeError):
@@ -18,6 +18,21 @@ class KernelError(RuntimeError):
         >>> issubclass(KernelError, RuntimeError)
         True
     """
+
+
+class BackendDeclined(KernelError):
+    """A backend has no kernel for the params of this call (one form of an operator that
+    another backend serves); the message names the backends that have one.
+
+    The benchmark runner and the autotuner pass over a backend that declines.
+
+    Example:
+        >>> from primforge.kernel.errors import BackendDeclined, KernelError
+        >>> issubclass(BackendDeclined, KernelError)
+        True
+    """
+
+    backend_declined = True  # read by the benchmark runner, a layer below the kernel
 
 
 class BackendUnavailableWarning(UserWarning):

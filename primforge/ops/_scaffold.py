@@ -19,7 +19,7 @@ import numpy as np
 
 from primforge import _compat
 from primforge._compat import Tracer
-from primforge.kernel.kernel import XLACustomKernel
+from primforge.ops._operator import Form, Operator
 from primforge.ops.packed import PackedEvents, as_events
 
 __all__ = [
@@ -292,9 +292,15 @@ def bench_input(rs: np.random.RandomState, rows: int, binary: bool, matrix: bool
 
 # ----------------------------------------------------------------------------- the family
 class Family:
-    """The four kernels of one operator family and the rules they share.
+    """The forms of one operator family's kernel and the rules they share.
+
+    The family's one kernel (:attr:`operator`) takes the static params ``events``
+    (``'float'``, ``'bool'``, ``'spikes'``, ``'packed'``) and ``matrix``; :meth:`build`
+    adds the four dense forms, :meth:`build_packed` the packed one, and
+    :func:`primforge.ops._spikes.build` the spike-list ones.
 
     Args:
+        op: the kernel's name (``'csr'``: ``primforge.ops.csr``).
         stems: the names of the vector and the matrix product (``'csrmv', 'csrmm'``); binary
             products get the prefix ``binary_``.
         params: the static params every kernel call takes (forwarded by the rules).
@@ -306,13 +312,14 @@ class Family:
         doc: the kernels' description (the defining module's docstring).
     """
 
-    def __init__(self, stems: tuple[str, str], *, params: Sequence[str], what: str,
+    def __init__(self, op: str, stems: tuple[str, str], *, params: Sequence[str], what: str,
                  weights: str = "weights", structure: str = "", letter: str = "W",
                  cols: str = "k", ops: tuple[str, str] = ("W @ x", "W.T @ x"), doc: str = ""):
         self.stems, self.params, self.what = stems, tuple(params), what
         self.weights, self.structure = weights, structure
         self.letter, self.cols, self.ops, self.doc = letter, cols, ops, doc
-        self.kernels: dict[tuple[bool, bool], XLACustomKernel] = {}
+        self.operator = Operator(op, keys=("events", "matrix"), doc=doc)
+        self.kernels: dict[tuple[bool, bool], Form] = {}
 
     def name(self, binary: bool, matrix: bool) -> str:
         """The public name of one variant (``binary_csrmm``)."""
@@ -424,15 +431,15 @@ class Family:
     # ------------------------------------------------------------------ building
     def build(self, *, jax_gen: Callable, numba_gen: Callable, shape_rule: Callable,
               weight_cotangent: Callable, tags: Sequence[str], cuda_gen: Callable | None = None,
-              pallas_module: str | None = None) -> tuple[XLACustomKernel, ...]:
-        """Make the four kernels (float vector, binary vector, float matrix, binary matrix).
+              pallas_module: str | None = None) -> tuple[Form, ...]:
+        """Make the four dense forms (float vector, binary vector, float matrix, binary matrix).
 
         The generator arguments are factories ``gen(binary, matrix)``; ``pallas_module``
         names the module whose ``generator`` makes the opt-in Pallas kernels.
         """
         for binary, matrix in VARIANTS:
-            kernel = XLACustomKernel("primforge.ops." + self.name(binary, matrix), doc=self.doc,
-                                     replace=True)
+            kernel = self.operator.form(self.name(binary, matrix), doc=self.doc,
+                                        events="bool" if binary else "float", matrix=matrix)
             reference = jax_gen(binary, matrix)
             for platform in ("cpu", "gpu", "tpu"):
                 kernel.def_kernel("jax", platform, reference)
@@ -454,13 +461,13 @@ class Family:
 
     def build_packed(self, *, jax_gen: Callable, numba_gen: Callable, shape_rule: Callable,
                      weight_cotangent: Callable, tags: Sequence[str],
-                     doc: str) -> XLACustomKernel:
+                     doc: str) -> Form:
         """The binary vector product reading bit-packed events: ``(w, *structure, words)``
         with the static ``n`` (events) besides the family's params.
 
-        ``numba_gen`` makes the kernel reading the words; the ``jax`` reference (CPU) and
-        the ``unpacked`` GPU/TPU backend unpack them and run the binary vector product
-        (the latter with its own backend choice). The rules are those of the product on
+        ``numba_gen`` makes the kernel reading the words; the ``jax`` backend unpacks them
+        and runs the binary vector product's reference (CPU) or its default kernel (GPU,
+        TPU). The rules are those of the product on
         the unpacked events: linear in ``w``, ``vmap`` one batched unpacked product.
         """
         unpacked = self.kernels[(True, False)]
@@ -504,10 +511,10 @@ class Family:
 
             return [jax.vmap(one, in_axes=tuple(axes))(*args)], [0]
 
-        kernel = XLACustomKernel(f"primforge.ops.{who}_packed", doc=doc, replace=True)
+        kernel = self.operator.form(f"{who}_packed", doc=doc, events="packed", matrix=False)
         kernel.def_kernel("jax", "cpu", reference)
-        for platform in ("gpu", "tpu"):
-            kernel.def_kernel("unpacked", platform, delegate)
+        for platform in ("gpu", "tpu"):  # the binary product's own kernel on unpacked events
+            kernel.def_kernel("jax", platform, delegate)
         kernel.def_numba_kernel(numba_gen, asdefault=True)
         kernel.def_abstract_eval(shape_rule)
         kernel.def_jvp_rule(jvp)

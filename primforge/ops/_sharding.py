@@ -26,6 +26,7 @@ __all__ = [
     "indexed_rule",
     "install",
     "jitc_rule",
+    "replicated_rule",
 ]
 
 
@@ -282,3 +283,23 @@ def install(kernels: Iterable, rule) -> None:
     """
     for kernel in kernels:
         kernel.def_sharding_rule(rule)
+
+
+def replicated_rule(ins, outs, **_) -> ShardingRule:
+    """Every dimension of every operand and result kept whole on each device.
+
+    Example:
+        >>> import jax
+        >>> s = lambda *shape: jax.ShapeDtypeStruct(shape, 'float32')
+        >>> replicated_rule((s(4, 3), s(2), s(1)), (s(3),)).rule
+        'f0 f1, f2, f3 -> f4'
+    """
+    names, groups = [], []
+    for group in (ins, outs):
+        parts = []
+        for a in group:
+            dims = [f"f{len(names) + d}" for d in range(len(a.shape))]
+            names += dims
+            parts.append(" ".join(dims))
+        groups.append(", ".join(parts))
+    return ShardingRule(" -> ".join(groups), need_replication_factors=tuple(names))

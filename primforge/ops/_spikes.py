@@ -18,12 +18,11 @@ import numpy as np
 
 from primforge import _compat
 from primforge._compat import Tracer
-from primforge.kernel.kernel import XLACustomKernel
-from primforge.kernel.sharding import ShardingRule
-from primforge.ops import _scaffold
+from primforge.ops import _scaffold, _sharding
+from primforge.ops._operator import Form, Operator
 
 __all__ = ["batch_lists", "build", "check_concrete", "list_args", "numba_list_ok",
-           "replicated_rule"]
+           ]
 
 
 # ----------------------------------------------------------------------------- the list
@@ -166,25 +165,6 @@ def list_args(who, spike_indices, spike_count, size: int, matrix: bool):
     return widen(spikes, count)
 
 
-def replicated_rule(ins, outs, **_) -> ShardingRule:
-    """Every dimension of every operand and result kept whole on each device.
-
-    Example:
-        >>> import jax
-        >>> s = lambda *shape: jax.ShapeDtypeStruct(shape, 'float32')
-        >>> replicated_rule((s(4, 3), s(2), s(1)), (s(3),)).rule
-        'f0 f1, f2, f3 -> f4'
-    """
-    names, groups = [], []
-    for group in (ins, outs):
-        parts = []
-        for a in group:
-            dims = [f"f{len(names) + d}" for d in range(len(a.shape))]
-            names += dims
-            parts.append(" ".join(dims))
-        groups.append(", ".join(parts))
-    return ShardingRule(" -> ".join(groups), need_replication_factors=tuple(names))
-
 
 # ----------------------------------------------------------------------------- kernels
 def batch_lists(kernels: dict, matrix: bool, args, axes, kw: dict):
@@ -212,15 +192,16 @@ def batch_lists(kernels: dict, matrix: bool, args, axes, kw: dict):
     return [jax.lax.map(one, [a for a, mp in zip(moved, mapped) if mp])], [0]
 
 
-def build(name: str, *, who: str, who_mm: str, n_struct: int, params: tuple[str, ...],
-          reference: Callable,
+def build(operator: Operator, name: str, *, who: str, who_mm: str, n_struct: int,
+          params: tuple[str, ...], reference: Callable,
           numba_generator: Callable, sizes: Callable, tags: tuple[str, ...],
-          bench: tuple[str, str, str], doc: str) -> tuple[XLACustomKernel, XLACustomKernel]:
-    """The vector and matrix spike-list kernels of one family.
+          bench: tuple[str, str, str], doc: str) -> tuple[Form, Form]:
+    """The vector and matrix spike-list forms of one family's kernel.
 
     Args:
-        name: kernel name of the vector form (``primforge.ops.<name>``); ``who_mm`` the
-            matrix form's public name (its kernel is ``primforge.ops.<who_mm>``).
+        operator: the family's kernel (forms ``events='spikes'``, ``matrix`` False/True).
+        name: name of the vector form (``primforge.ops.<name>``); ``who_mm`` the
+            matrix form's public name (its form is ``primforge.ops.<who_mm>``).
         who: the vector form's public name, for messages.
         n_struct: structure operands after the weights (the kernel takes ``(weights,
             *structure, spikes, count)``).
@@ -318,8 +299,7 @@ def build(name: str, *, who: str, who_mm: str, n_struct: int, params: tuple[str,
 
     module, vec_cases, mat_cases = bench
     for matrix in (False, True):
-        k = XLACustomKernel("primforge.ops." + (who_mm if matrix else name), doc=doc,
-                            replace=True)
+        k = operator.form(who_mm if matrix else name, doc=doc, events="spikes", matrix=matrix)
         for platform in ("cpu", "gpu", "tpu"):
             k.def_kernel("jax", platform, jax_generator(matrix))
         k.def_numba_kernel(numba_generator(matrix), asdefault=True)
@@ -328,7 +308,7 @@ def build(name: str, *, who: str, who_mm: str, n_struct: int, params: tuple[str,
         k.def_transpose_rule(transpose_rule(matrix))
         k.def_batching_rule(batching_rule(matrix))
         k.def_tags(*tags, "event", "matmat" if matrix else "matvec", "spike_list")
-        k.def_sharding_rule(replicated_rule)
+        k.def_sharding_rule(_sharding.replicated_rule)
         k.def_benchmark_data(_scaffold.lazy_benchmark_data(
             module, mat_cases if matrix else vec_cases))
         kernels[matrix] = k

@@ -111,7 +111,9 @@ def select(platform: str, patterns: list[str] | None, backends: list[str] | None
     ``patterns``; ``reason`` says why a kernel has no backend to check."""
     load_modules()
     chosen = []
-    for kernel in list_kernels():
+    from primforge.ops._operator import forms_of  # each form of an operator's kernel
+
+    for kernel in (f for k in list_kernels() for f in forms_of(k)):
         if patterns and not any(fnmatch.fnmatch(kernel.name, p) for p in patterns):
             continue
         names = [b for b in kernel.available_backends(platform) if b != REFERENCE]

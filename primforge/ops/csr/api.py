@@ -31,7 +31,7 @@ __all__ = [
 ]
 
 FAMILY = _scaffold.Family(
-    ("csrmv", "csrmm"), params=("shape", "transpose"), what="CSR products", weights="data",
+    "csr", ("csrmv", "csrmm"), params=("shape", "transpose"), what="CSR products", weights="data",
     structure="'indices' or 'indptr'", doc=__doc__)
 KERNELS = FAMILY.kernels  # (binary, matrix) -> kernel
 

@@ -17,6 +17,7 @@ import numpy as np
 from primforge import _compat
 from primforge.kernel.kernel import XLACustomKernel
 from primforge.ops import _scaffold, _sharding, _spikes
+from primforge.ops.csr import api as _api
 from primforge.ops.csr import structure as _common
 
 __all__ = [
@@ -165,8 +166,8 @@ def _batching_rule(matrix: bool):
 
 _KERNELS = {}
 for _matrix in (False, True):
-    _k = XLACustomKernel("primforge.ops." + (_WHO_MM if _matrix else _WHO), doc=__doc__,
-                         replace=True)
+    _k = _api.FAMILY.operator.form(_WHO_MM if _matrix else _WHO, doc=__doc__,
+                                   events="spikes", matrix=_matrix)
     for _platform in ("cpu", "gpu", "tpu"):
         _k.def_kernel("jax", _platform, _jax_generator_mm if _matrix else _jax_generator)
     _k.def_numba_kernel(_numba_generator(_matrix), asdefault=True)

@@ -18,6 +18,7 @@ import numpy as np
 from primforge import _compat
 from primforge.kernel.kernel import XLACustomKernel
 from primforge.ops import _scaffold, _sharding
+from primforge.ops._operator import Form, Operator
 from primforge.ops.csr import structure as _common
 from primforge.ops.csr.matrix import CSC, CSR
 from primforge.ops.fixed_num.matrix import FixedNum
@@ -198,8 +199,13 @@ def _transpose(binary: bool):
     return transpose_rule
 
 
-def _make(binary: bool) -> XLACustomKernel:
-    kernel = XLACustomKernel("primforge.ops." + _name(binary), doc=__doc__, replace=True)
+#: One kernel for every delayed product: its forms are the format and the events.
+DELAYED = Operator("delayed", keys=("format", "events"), doc=__doc__)
+
+
+def _make(binary: bool) -> Form:
+    kernel = DELAYED.form(_name(binary), doc=__doc__, format="csr",
+                          events="bool" if binary else "float")
     for platform in ("cpu", "gpu", "tpu"):
         kernel.def_kernel("jax", platform, _jax_generator(binary))
     kernel.def_numba_kernel(_numba_generator(binary), asdefault=True)
@@ -765,8 +771,7 @@ def _jitc_transpose(cts, theta, seed, table, events, buffer, slot, *, outs, back
     return out
 
 
-binary_delayed_jitc_matvec_p = XLACustomKernel("primforge.ops." + _JITC, doc=__doc__,
-                                               replace=True)
+binary_delayed_jitc_matvec_p = DELAYED.form(_JITC, doc=__doc__, format="jitc", events="bool")
 for _platform in ("cpu", "gpu", "tpu"):
     binary_delayed_jitc_matvec_p.def_kernel("jax", _platform, _jitc_jax)
 del _platform

@@ -25,7 +25,7 @@ __all__ = [
 ]
 
 FAMILY = _scaffold.Family(
-    ("densemv", "densemm"), params=("transpose",), what="dense event products",
+    "dense", ("densemv", "densemm"), params=("transpose",), what="dense event products",
     cols="cols", ops=("W @ x", "x @ W"), doc=__doc__)
 KERNELS = FAMILY.kernels  # (binary, matrix) -> kernel
 

@@ -13,6 +13,7 @@ import jax
 import jax.numpy as jnp
 
 from primforge.ops import _scaffold, _spikes
+from primforge.ops.dense_event import api as _api
 
 __all__ = [
     "binary_densemm_spikes",
@@ -53,7 +54,8 @@ def _numba_generator(matrix: bool):
 
 
 _KERNELS = _spikes.build(
-    _WHO, who=_WHO, who_mm=_WHO_MM, n_struct=0, params=("transpose",),
+    _api.FAMILY.operator, _WHO,
+    who=_WHO, who_mm=_WHO_MM, n_struct=0, params=("transpose",),
     reference=_reference, numba_generator=_numba_generator, sizes=_sizes, tags=("dense",),
     bench=("primforge.ops.dense_event.bench", "spikes", "spikes_mm"), doc=__doc__)
 binary_densemv_spikes_p = _KERNELS[0]

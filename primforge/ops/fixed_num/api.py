@@ -28,7 +28,7 @@ __all__ = [
 ]
 
 FAMILY = _scaffold.Family(
-    ("fixed_num_mv", "fixed_num_mm"), params=("shape", "transpose"),
+    "fixed_num", ("fixed_num_mv", "fixed_num_mm"), params=("shape", "transpose"),
     what="fixed-number products", structure="'indices'", letter="A", cols="cols",
     ops=("A @ x", "A.T @ x"), doc=__doc__)
 KERNELS = FAMILY.kernels  # (binary, matrix) -> kernel

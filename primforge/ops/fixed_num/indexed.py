@@ -13,6 +13,7 @@ import jax
 import jax.numpy as jnp
 
 from primforge.ops import _scaffold, _spikes
+from primforge.ops.fixed_num import api as _api
 from primforge.ops.fixed_num.api import check_structure_args, safe_indices
 
 __all__ = [
@@ -60,7 +61,8 @@ def _numba_generator(matrix: bool):
 
 
 _KERNELS = _spikes.build(
-    _WHO, who=_WHO, who_mm=_WHO_MM, n_struct=1, params=("shape", "transpose"),
+    _api.FAMILY.operator, _WHO,
+    who=_WHO, who_mm=_WHO_MM, n_struct=1, params=("shape", "transpose"),
     reference=_reference, numba_generator=_numba_generator, sizes=_sizes,
     tags=("fixed_num", "sparse"),
     bench=("primforge.ops.fixed_num.bench", "spikes", "spikes_mm"), doc=__doc__)

@@ -59,7 +59,7 @@ gap, mix32, unit, MAX_TABLE = (_jitc_generator.gap, _jitc_generator.mix32, _jitc
                                _jitc_generator.MAX_TABLE)
 
 FAMILY = _scaffold.Family(
-    ("jitc_matvec", "jitc_matmat"),
+    "jitc", ("jitc_matvec", "jitc_matmat"),
     params=("shape", "prob", "transpose", "weight_kind", "block"),
     what="jitc products", weights="the weights", structure="'seed' or the threshold table",
     doc=__doc__)

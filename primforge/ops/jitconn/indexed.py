@@ -14,6 +14,7 @@ import jax
 import jax.numpy as jnp
 
 from primforge.ops import _scaffold, _spikes
+from primforge.ops.jitconn import api as _api
 from primforge.ops.jitconn.generator import (
     WEIGHT_KINDS,
     cached_table,
@@ -107,7 +108,8 @@ def _numba_generator(matrix: bool):
 
 
 _KERNELS = _spikes.build(
-    _WHO, who=_WHO, who_mm=_WHO_MM, n_struct=2, params=("shape", "prob", "weight_kind"),
+    _api.FAMILY.operator, _WHO,
+    who=_WHO, who_mm=_WHO_MM, n_struct=2, params=("shape", "prob", "weight_kind"),
     reference=_reference, numba_generator=_numba_generator, sizes=_sizes,
     tags=("jitconn", "sparse"),
     bench=("primforge.ops.jitconn.bench", "spikes", "spikes_mm"), doc=__doc__)

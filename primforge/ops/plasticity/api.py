@@ -15,8 +15,8 @@ import jax.numpy as jnp
 import numpy as np
 
 from primforge import _compat
-from primforge.kernel.kernel import XLACustomKernel
 from primforge.ops import _scaffold, _sharding
+from primforge.ops._operator import Form, Operator
 from primforge.ops.column_index import ColumnIndexed
 from primforge.ops.csr import structure as _common
 from primforge.ops.csr.matrix import CSC, CSR
@@ -314,8 +314,12 @@ def _pallas_compressed(**kw):
     return _on_fixed_rows(_pallas_plasticity.generator(_jax_compressed))(**kw)
 
 
-def _make(name, jax_gen, numba_gen, shape_rule, jvp, tags, pallas_gen=None) -> XLACustomKernel:
-    kernel = XLACustomKernel("primforge.ops." + name, doc=__doc__, replace=True)
+#: One kernel for the plasticity updates: its form is the weights' format.
+PLASTICITY = Operator("plasticity", keys=("format",), doc=__doc__)
+
+
+def _make(name, jax_gen, numba_gen, shape_rule, jvp, tags, pallas_gen=None) -> Form:
+    kernel = PLASTICITY.form(name, doc=__doc__, format=name.split("_")[0])
     for platform in ("cpu", "gpu", "tpu"):
         kernel.def_kernel("jax", platform, jax_gen)
     kernel.def_numba_kernel(numba_gen, asdefault=True)
