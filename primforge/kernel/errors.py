@@ -24,7 +24,9 @@ class BackendDeclined(KernelError):
     """A backend has no kernel for the params of this call (one form of an operator that
     another backend serves); the message names the backends that have one.
 
-    The benchmark runner and the autotuner pass over a backend that declines.
+    A call that named no backend is built with :attr:`fallback` instead (the backend
+    chosen was a default: the kernel's, or one set with :func:`primforge.use_backend`);
+    the benchmark runner and the autotuner pass over a backend that declines.
 
     Example:
         >>> from primforge.kernel.errors import BackendDeclined, KernelError
@@ -33,6 +35,12 @@ class BackendDeclined(KernelError):
     """
 
     backend_declined = True  # read by the benchmark runner, a layer below the kernel
+
+    def __init__(self, message: str, fallback: str | None = None):
+        super().__init__(message)
+        #: The backend that serves these params by default: a call that did not ask for
+        #: a backend is built with it instead.
+        self.fallback = fallback
 
 
 class BackendUnavailableWarning(UserWarning):

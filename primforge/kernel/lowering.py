@@ -25,7 +25,7 @@ from primforge.kernel import selection as _selection
 from primforge.kernel import sharding as _sharding
 from primforge.kernel.backends import get_backend, install_hint, is_available_on
 from primforge.kernel.entry import KernelEntry
-from primforge.kernel.errors import BackendUnavailableWarning, KernelError
+from primforge.kernel.errors import BackendDeclined, BackendUnavailableWarning, KernelError
 from primforge.kernel.state import KernelState
 
 __all__ = ["LoweringMixin"]
@@ -166,6 +166,12 @@ class LoweringMixin(KernelState):
                 if debug:
                     fn = self._debug_checked(entry, module, platform, ins, outs, batch,
                                              context, params, fn)
+        except BackendDeclined as e:
+            if backend is not None or e.fallback in (None, entry.backend):
+                raise
+            # A default the call did not ask for: the backend its params name instead.
+            return self.build(platform, ins=ins, outs=outs, batch=batch, backend=e.fallback,
+                              context=context, debug=debug, **params)
         except KernelError:
             raise
         except Exception as e:

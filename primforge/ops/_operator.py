@@ -64,6 +64,7 @@ class Form:
     def __init__(self, operator: Operator, name: str, key: dict[str, Any], doc: str | None):
         self.operator, self.name, self.key, self.doc = operator, name, dict(key), doc
         self.entries: dict[tuple[str, str], KernelEntry] = {}
+        self.own_defaults: dict[str, str] = {}  # platform -> this form's own default backend
         self.rules: dict[str, Callable | None] = dict.fromkeys(_RULES)
         self.sharding: Any = None
         self.tags: set[str] = set()
@@ -76,7 +77,7 @@ class Form:
         return self.operator.kernel
 
     def __getattr__(self, attr: str) -> Any:
-        if attr.startswith("__") or attr in ("operator", "entries", "rules"):
+        if attr.startswith("__") or attr in ("operator", "entries", "rules", "own_defaults"):
             raise AttributeError(attr)
         return getattr(self.operator.kernel, attr)
 
@@ -93,6 +94,8 @@ class Form:
         """Register this form's generator for ``backend`` on ``platform``."""
         platform = check_platform(self.name, backend, platform)
         self.entries[(backend, platform)] = KernelEntry(backend, platform, kg)
+        if asdefault or platform not in self.own_defaults:
+            self.own_defaults[platform] = backend
         self.operator._serve(backend, platform, asdefault)
 
     def def_numba_kernel(self, kg: Callable[..., Any], asdefault: bool = False) -> None:
@@ -258,9 +261,10 @@ class Operator:
     """One operation's kernel and its forms.
 
     Args:
-        name: the kernel's name (``primforge.ops.<name>``).
+        name: the kernel's name after ``prefix`` (``primforge.ops.<name>``).
         keys: the form params, in order (``('events', 'matrix')``).
         doc: the kernel's description.
+        prefix: what the kernel's and the forms' names start with.
 
     Example:
         >>> from primforge.ops.csr import api
@@ -268,20 +272,21 @@ class Operator:
         ['primforge.ops.binary_csrmm', 'primforge.ops.binary_csrmm_spikes']
     """
 
-    def __init__(self, name: str, *, keys: tuple[str, ...], doc: str = ""):
-        self.keys = tuple(keys)
+    def __init__(self, name: str, *, keys: tuple[str, ...], doc: str = "",
+                 prefix: str = "primforge.ops."):
+        self.keys, self.prefix = tuple(keys), prefix
         self.forms: dict[tuple, Form] = {}
-        self.kernel = XLACustomKernel("primforge.ops." + name, doc=doc, replace=True)
+        self.kernel = XLACustomKernel(prefix + name, doc=doc, replace=True)
         _OPERATORS[self.kernel.name] = self
         self._dispatched: set[str] = set()
         self.kernel.def_call(self._call)
         self.kernel.def_benchmark_data(self._benchmark_data)
 
     def form(self, name: str, *, doc: str | None = None, **key: Any) -> Form:
-        """A new form of this operator, named ``primforge.ops.<name>``."""
+        """A new form of this operator, named ``<prefix><name>``."""
         if set(key) != set(self.keys):
             raise TypeError(f"{self.kernel.name}: a form names {self.keys}, got {sorted(key)}")
-        form = Form(self, "primforge.ops." + name, key, doc)
+        form = Form(self, self.prefix + name, key, doc)
         self.forms[tuple(key[k] for k in self.keys)] = form
         registry.register_alias(form.name, form)
         return form
@@ -335,7 +340,8 @@ class Operator:
             if entry is None:
                 raise BackendDeclined(
                     f"{form.name}: backend {backend!r} has no kernel for this form on "
-                    f"{platform!r}; it has {form.available_backends(platform)}")
+                    f"{platform!r}; it has {form.available_backends(platform)}",
+                    fallback=form.own_defaults.get(platform))
             given = {k: v for k, v in params.items() if k in GENERATOR_ARGS}
             return entry.generate(**given, **rest)
 
