@@ -31,7 +31,7 @@ import jax.numpy as jnp
 import numpy as np
 
 import primforge
-from primforge.kernel.backends import get_backend
+from primforge.backends import get_backend
 
 F32 = jnp.float32
 # Peak DRAM bandwidth (GB/s) of common NVIDIA parts, by substring of the device kind.
@@ -211,7 +211,7 @@ def pallas_gen(op, platform):
 def warp_gen(op):
     import warp as wp
 
-    from primforge.kernel.backends.warp import warp_kernel
+    from primforge.backends.warp import warp_kernel
 
     if op == "scatter_add":
         return None  # needs a zeroed in-out buffer; primforge.warp_kernel does not alias yet
@@ -252,7 +252,7 @@ def _WARP_KERNELS(wp):
 
 
 def cuda_raw_gen(op, platform):
-    from primforge.kernel.backends import cuda as pcuda
+    from primforge.backends import cuda as pcuda
 
     if platform == "gpu":
         module = pcuda.load_cuda_inline(CUDA_SOURCE, name="pf_bench")
@@ -265,7 +265,7 @@ def triton_gen(op):
     import triton
     import triton.language as tl
 
-    from primforge.kernel.backends.triton import triton_kernel
+    from primforge.backends.triton import triton_kernel
 
     kernels = _triton_kernels(triton, tl)
     if op == "rowsum":
@@ -306,7 +306,7 @@ def _triton_kernels(triton, tl):
 def numba_cuda_gen(op):
     from numba import cuda
 
-    from primforge.kernel.backends.numba_cuda import numba_cuda_kernel
+    from primforge.backends.numba_cuda import numba_cuda_kernel
 
     @cuda.jit
     def affine(x, y):

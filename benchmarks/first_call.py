@@ -72,7 +72,7 @@ _CHILD = textwrap.dedent("""
     if contender == "primforge":
         import primforge
         if case == "tiny":
-            from primforge.kernel.backends import numba as nb
+            from primforge.backends import numba as nb
             call = lambda: nb.numba_kernel(affine, spec)(x)
         else:
             from primforge.ops import CSR

@@ -47,17 +47,17 @@ from primforge.kernel.kernel import (
 )
 from primforge.kernel.batching import general_batching_rule
 from primforge.kernel.selection import use_backend
-from primforge.kernel.backends.numba import NumbaKernel, numba_kernel
-from primforge.kernel.backends.cuda import (
+from primforge.backends.numba import NumbaKernel, numba_kernel
+from primforge.backends.cuda import (
     CompileError,
     FFIModule,
     load_cpp_inline,
     load_cuda_file,
     load_cuda_inline,
 )
-from primforge.kernel.backends.numba_cuda import NumbaCudaKernel, numba_cuda_kernel
-from primforge.kernel.backends.triton import TritonKernel, triton_kernel
-from primforge.kernel.backends.warp import WarpKernel, warp_kernel
+from primforge.backends.numba_cuda import NumbaCudaKernel, numba_cuda_kernel
+from primforge.backends.triton import TritonKernel, triton_kernel
+from primforge.backends.warp import WarpKernel, warp_kernel
 from primforge.kernel.sharding import ShardingRule, def_sharding_rule
 
 # Benchmarking, registry, autotune.

@@ -19,7 +19,7 @@ from typing import Any
 from primforge import _cache, registry
 from primforge.bench import BenchmarkMismatchWarning, benchmark_kernel
 from primforge.kernel import hooks
-from primforge.kernel.backends._platforms import canonical_platform
+from primforge.backends._platforms import canonical_platform
 
 __all__ = [
     "AutotuneMismatchWarning",

@@ -41,7 +41,7 @@ from primforge._gpu_compile.results import (
     GpuCompilerUnavailable,
     GpuKernel,
 )
-from primforge.kernel.backends._common import install_hint
+from primforge.backends._common import install_hint
 
 __all__ = [
     "TARGETS",

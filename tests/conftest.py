@@ -168,13 +168,13 @@ DOCTESTS_NEED = {"warp.py": "warp", "triton.py": "triton", "_triton_ir.py": "tri
 
 
 def _skip_doctests_of_missing_backends(items):
-    backends = _HERE.parent / "primforge" / "kernel" / "backends"
+    backends = _HERE.parent / "primforge" / "backends"
     found = [(item, DOCTESTS_NEED[item.path.name]) for item in items
              if item.path.name in DOCTESTS_NEED and type(item).__name__ == "DoctestItem"
              and item.path.parent == backends]
     if not found:  # no import of primforge (and JAX) for a run that has none of them
         return
-    from primforge.kernel.backends._common import package_installed
+    from primforge.backends._common import package_installed
 
     for item, package in found:
         if not package_installed(package):

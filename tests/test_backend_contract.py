@@ -1,6 +1,6 @@
 """Every backend module in KNOWN_BACKENDS keeps the same contract.
 
-The contract (primforge.kernel.backends._contract.Backend): ``NAME``, ``PLATFORMS``,
+The contract (primforge.backends._contract.Backend): ``NAME``, ``PLATFORMS``,
 ``EXTRA``, a cached ``is_available(platform=None)`` that finds the optional package without
 importing it, and ``make_callable(product, *, ins, outs, platform, name, **options)``, which
 checks the platform first, then that the package is there (an ImportError naming
@@ -29,10 +29,10 @@ import jax
 import jax.numpy as jnp
 import pytest
 
-from primforge.kernel.backends import KNOWN_BACKENDS, is_available_on
+from primforge.backends import KNOWN_BACKENDS, is_available_on
 
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
-BACKEND_DIR = os.path.join(ROOT, "primforge", "kernel", "backends")
+BACKEND_DIR = os.path.join(ROOT, "primforge", "backends")
 ALL_PLATFORMS = ("cpu", "gpu", "tpu")
 S = jax.ShapeDtypeStruct((4,), jnp.float32)
 
@@ -61,9 +61,10 @@ def _dummy(*arrays):
 
 def test_the_table_names_every_backend_module():
     assert set(PACKAGE) == set(KNOWN_BACKENDS)
-    files = {f[:-3] for f in os.listdir(BACKEND_DIR)
-             if f.endswith(".py") and not f.startswith("_")}
-    assert files == {v.rsplit(".", 1)[1] for v in KNOWN_BACKENDS.values()}
+    names = [f for f in os.listdir(BACKEND_DIR) if not f.startswith("_")]
+    files = {f[:-3] for f in names if f.endswith(".py")}
+    folders = {f for f in names if os.path.isfile(os.path.join(BACKEND_DIR, f, "__init__.py"))}
+    assert files | folders == {v.rsplit(".", 1)[1] for v in KNOWN_BACKENDS.values()}
 
 
 # -- structure ----------------------------------------------------------------------------
@@ -96,7 +97,7 @@ def test_signatures(name):
 
 @pytest.mark.parametrize("name", _params())
 def test_the_protocol_sees_no_problem(name):
-    from primforge.kernel.backends import _contract
+    from primforge.backends import _contract
 
     m = _module(name)
     assert isinstance(m, _contract.Backend)
@@ -128,7 +129,7 @@ def _probe_run() -> dict:
     script = textwrap.dedent(f"""
         import importlib, json, sys
         import primforge
-        from primforge.kernel.backends import KNOWN_BACKENDS, is_available_on
+        from primforge.backends import KNOWN_BACKENDS, is_available_on
         packages = {sorted(p for p in PACKAGE.values() if p)!r}
         out = {{"at_import": [p for p in packages if p in sys.modules]}}
         for name in sorted(KNOWN_BACKENDS):
@@ -167,7 +168,7 @@ def _blocked_run() -> dict:
         for p in {blocked!r}:
             sys.modules[p] = None  # as if not installed: import and find_spec find nothing
         import jax, jax.numpy as jnp
-        from primforge.kernel.backends import KNOWN_BACKENDS, is_available_on
+        from primforge.backends import KNOWN_BACKENDS, is_available_on
         s = jax.ShapeDtypeStruct((4,), jnp.float32)
         out = {{}}
         for name in sorted(KNOWN_BACKENDS):
@@ -275,11 +276,11 @@ def _private_uses(tree) -> list[str]:
     backends = {v.rsplit(".", 1)[1] for v in KNOWN_BACKENDS.values()}
     aliases = {}
     for node in ast.walk(tree):
-        if isinstance(node, ast.ImportFrom) and node.module == "primforge.kernel.backends":
+        if isinstance(node, ast.ImportFrom) and node.module == "primforge.backends":
             aliases.update({a.asname or a.name: a.name for a in node.names if a.name in backends})
         elif isinstance(node, ast.Import):
             for a in node.names:
-                if a.name.startswith("primforge.kernel.backends.") and a.asname:
+                if a.name.startswith("primforge.backends.") and a.asname:
                     aliases[a.asname] = a.name
     return [f"{aliases[n.value.id]}.{n.attr}" for n in ast.walk(tree)
             if isinstance(n, ast.Attribute) and isinstance(n.value, ast.Name)

@@ -11,8 +11,8 @@ import pytest
 from gpu_utils import compile_for_targets, lower_for_cuda, requires_gpu, requires_gpu_compiler
 
 import primforge
-from primforge.kernel.backends import _cuda_find
-from primforge.kernel.backends import cuda as pcuda
+from primforge.backends import _cuda_find
+from primforge.backends import cuda as pcuda
 
 CPP_SOURCE = r"""
 #include "xla/ffi/api/ffi.h"
@@ -83,7 +83,7 @@ def test_library_is_cached_on_disk_by_source_and_flags():
 
 def test_build_key_helpers(tmp_path):
     """Architecture spellings, include paths named by flags, the header digest, wrappers."""
-    from primforge.kernel.backends import _cuda_build as build
+    from primforge.backends import _cuda_build as build
     assert [build._normalize_arch(a) for a in ("9.0", 80, "sm_90a", "compute_75")] == [
         "sm_90", "sm_80", "sm_90a", "sm_75"]
     with pytest.raises(ValueError, match="arch must look like"):

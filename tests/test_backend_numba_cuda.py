@@ -22,12 +22,12 @@ from gpu_utils import (
 )
 
 import primforge
-from primforge.kernel.backends import numba_cuda as nc
+from primforge.backends import numba_cuda as nc
 
 SIM_SCRIPT = textwrap.dedent("""
     import jax, jax.numpy as jnp, numpy as np, primforge
     from numba import cuda
-    from primforge.kernel.backends.numba_cuda import numba_cuda_kernel
+    from primforge.backends.numba_cuda import numba_cuda_kernel
 
     @cuda.jit
     def rowsum(x, out):
@@ -116,7 +116,7 @@ def test_ptx_compiles_with_a_numpy_that_has_no_row_stack():
             del np.row_stack
         from numba import cuda
         import jax
-        from primforge.kernel.backends import numba_cuda as nc
+        from primforge.backends import numba_cuda as nc
 
         @cuda.jit
         def affine(x, o):

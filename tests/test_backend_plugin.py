@@ -2,7 +2,7 @@
 
 The backend below (``BufferBackend``) runs "buffer programs": a ``body(*inputs,
 *output_buffers)`` written in ``jax.numpy`` that returns the output buffers it wrote. It
-is registered through ``primforge.kernel.backends.register_backend`` and overrides the
+is registered through ``primforge.backends.register_backend`` and overrides the
 contract's hooks it takes part in; nothing in primforge names it. Every result is checked
 against an independent ``jax.numpy`` reference. The static test at the end holds the
 kernel core to never switch on a backend's name or import a backend's private parts.
@@ -23,7 +23,7 @@ import primforge
 from primforge import autotune
 from primforge.bench import BenchmarkConfig
 from primforge.cli import main
-from primforge.kernel.backends import (
+from primforge.backends import (
     KNOWN_BACKENDS,
     BackendBase,
     backend_names,
@@ -31,7 +31,7 @@ from primforge.kernel.backends import (
     register_backend,
     unregister_backend,
 )
-from primforge.kernel.backends._contract import problems
+from primforge.backends._contract import problems
 
 NAME = "pf_test_buffers"
 
@@ -250,9 +250,9 @@ def core_violations(path: Path) -> list[str]:
             out.append(f"{path.name}:{node.lineno}: names backend {node.value!r}")
         if isinstance(node, ast.ImportFrom) and node.module:
             parts = node.module.split(".")
-            if parts[:3] != ["primforge", "kernel", "backends"]:
+            if parts[:2] != ["primforge", "backends"]:
                 continue
-            inner = parts[3:]
+            inner = parts[2:]
             names = [a.name for a in node.names]
             if any(p.startswith("_") for p in inner) or any(n.startswith("_") for n in names):
                 out.append(f"{path.name}:{node.lineno}: imports a private part of "
@@ -273,8 +273,8 @@ def test_the_core_scan_catches_what_it_forbids(tmp_path):
     bad = tmp_path / "lowering.py"
     bad.write_text(
         '"""Docstrings may say \'numba\'."""\n'
-        "from primforge.kernel.backends.numba import _require_numba\n"
-        "from primforge.kernel.backends import numba\n"
+        "from primforge.backends.numba import _require_numba\n"
+        "from primforge.backends import numba\n"
         "def f(entry):\n"
         "    return entry.backend == 'numba' or 'jax' in entry\n"
     )

@@ -10,7 +10,7 @@ import triton.language as tl
 from gpu_utils import compile_for_targets, lower_for_cuda, requires_gpu, requires_gpu_compiler
 
 import primforge
-from primforge.kernel.backends import triton as ptriton
+from primforge.backends import triton as ptriton
 
 
 @triton.jit
@@ -213,7 +213,7 @@ def test_interpret_runs_in_process_when_this_process_interprets(tmp_path):
     script = tmp_path / "run.py"
     script.write_text(
         "import jax, numpy as np\n"
-        "from primforge.kernel.backends import _triton_interpret as runner, triton as pt\n"
+        "from primforge.backends import _triton_interpret as runner, triton as pt\n"
         "import test_backend_triton as t\n"
         "runner.run_in_worker = None  # must not be needed\n"
         "x = np.arange(100, dtype=np.float32)\n"
@@ -259,7 +259,7 @@ def test_host_buffer_dtypes_survive_buffers_coming_and_going():
     from triton._C.libtriton import native_specialize_impl
     from triton.backends.compiler import BaseBackend
 
-    from primforge.kernel.backends._triton_interpret import HostBuffer
+    from primforge.backends._triton_interpret import HostBuffer
 
     want = {"float32": "*fp32", "bool": "*u1", "int64": "*i64"}
     for i in range(300):

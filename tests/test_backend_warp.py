@@ -17,7 +17,7 @@ from gpu_utils import (
 )
 
 import primforge
-from primforge.kernel.backends.warp import warp_kernel
+from primforge.backends.warp import warp_kernel
 from primforge.kernel.kernel import KernelError
 
 

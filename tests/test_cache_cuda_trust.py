@@ -26,8 +26,8 @@ import pytest
 
 import primforge
 from primforge import _cache, autotune
-from primforge.kernel.backends import _common, _cuda_build
-from primforge.kernel.backends import cuda as pcuda
+from primforge.backends import _common, _cuda_build
+from primforge.backends import cuda as pcuda
 
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 
@@ -135,7 +135,7 @@ _SCRIPT = textwrap.dedent("""
     import json, sys, warnings
     import numpy as np, jax, jax.numpy as jnp
     warnings.simplefilter("always")
-    from primforge.kernel.backends import cuda as pcuda
+    from primforge.backends import cuda as pcuda
     src, name = sys.argv[1], sys.argv[2]
     with open(src) as f:
         m = pcuda.load_cpp_inline(f.read(), name=name, handlers=["Affine"])

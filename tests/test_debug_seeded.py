@@ -151,7 +151,7 @@ PATHS = ("def_numba_kernel", "numba_kernel", "generated", "module_attr", "numba_
 
 def make(path: str, bug: str):
     """An XLACustomKernel with the seeded kernel on ``path``, a 'jax' reference, a JVP."""
-    from primforge.kernel.backends.numba import numba_kernel
+    from primforge.backends.numba import numba_kernel
 
     elem = HELPERS[bug]
     k = primforge.XLACustomKernel(f"seeded_{path}_{bug}")
@@ -358,7 +358,7 @@ def test_the_report_names_the_array_in_the_kernel_itself():
 
 def _reachable(dispatcher, seen):
     """Every njit dispatcher reachable from ``dispatcher`` (globals, closure cells)."""
-    from primforge.kernel.backends._numba_boundscheck import _global_names
+    from primforge.backends.numba._boundscheck import _global_names
 
     if id(dispatcher) in seen:
         return
@@ -373,16 +373,16 @@ def _reachable(dispatcher, seen):
 
 def test_the_ops_kernels_and_their_helpers_are_bounds_checked_in_debug_mode():
     import primforge.ops
-    from primforge.kernel.backends import _numba_boundscheck
+    from primforge.backends.numba import _boundscheck
 
     dense = jnp.array([[1.0, 0.0, 2.0], [0.0, 3.0, 0.0]], jnp.float32)
     w = primforge.ops.CSR.from_dense(dense)
     x = jnp.array([1.0, 2.0, 3.0], jnp.float32)
-    _numba_boundscheck.forget()
+    _boundscheck.forget()
     with primforge.debug_mode():
         np.testing.assert_allclose(w @ x, dense @ x, rtol=1e-6)
         np.testing.assert_allclose(w.T @ jnp.ones(2), dense.T @ jnp.ones(2), rtol=1e-6)
-    copies = list(_numba_boundscheck._COPIES.values())
+    copies = list(_boundscheck._COPIES.values())
     assert copies
     seen = {}
     for c in copies:

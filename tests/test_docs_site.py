@@ -31,7 +31,7 @@ from pathlib import Path
 
 import pytest
 
-from primforge.kernel.backends._common import package_installed
+from primforge.backends._common import package_installed
 
 ROOT = Path(__file__).resolve().parents[1]
 DOCS = ROOT / "docs"

@@ -14,7 +14,7 @@ import time
 import jax
 import pytest
 
-from primforge.kernel.backends import KNOWN_BACKENDS
+from primforge.backends import KNOWN_BACKENDS
 
 ROOT = pathlib.Path(__file__).resolve().parents[1]
 # The command lives in the repository's tools/, not in the installed package.

@@ -10,8 +10,8 @@ import pytest
 from gpu_utils import _unmatched, compile_cases_for_targets, requires_gpu_compiler
 from test_cache_cuda_trust import HANDLERS, source
 
-from primforge.kernel.backends import _cuda_build
-from primforge.kernel.backends import cuda as pcuda
+from primforge.backends import _cuda_build
+from primforge.backends import cuda as pcuda
 
 X = jax.ShapeDtypeStruct((4,), jnp.float32)
 

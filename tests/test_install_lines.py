@@ -73,8 +73,8 @@ def test_the_check_catches_lines_that_fail():
 
 def test_every_backend_extra_exists():
     # The messages name a backend's EXTRA through install_hint: each must be a real extra.
-    from primforge.kernel.backends import KNOWN_BACKENDS, get_backend
-    from primforge.kernel.backends._common import install_hint
+    from primforge.backends import KNOWN_BACKENDS, get_backend
+    from primforge.backends._common import install_hint
 
     known = extras()
     for name in KNOWN_BACKENDS:

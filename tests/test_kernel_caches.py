@@ -56,7 +56,7 @@ def test_clear_cache_drops_compiled_code_and_calls_still_work():
     x = jnp.arange(5.0)
     f = jax.jit(lambda v: _call(k, v) + 1)
     np.testing.assert_array_equal(np.asarray(f(x)), 2 * np.arange(5.0) + 1)
-    from primforge.kernel.backends import numba as pnumba
+    from primforge.backends import numba as pnumba
 
     held = len(pnumba.held_kernels())
     k.clear_cache()
@@ -73,9 +73,9 @@ def test_scratch_folders_of_killed_processes_are_removed(tmp_path, monkeypatch):
 
     from subproc_utils import child_env, run_python
 
-    from primforge.kernel.backends import _common
+    from primforge.backends import _common
 
-    code = ("import os, signal\nfrom primforge.kernel.backends import _common\n"
+    code = ("import os, signal\nfrom primforge.backends import _common\n"
             "print(_common.scratch_dir('primforge-cuda-'), flush=True)\n"
             "os.kill(os.getpid(), signal.SIGKILL)\n")
     killed = run_python(code=code, env=child_env(None, extra={"TMPDIR": str(tmp_path)}))

@@ -189,7 +189,7 @@ def test_numba_cuda_kernel_with_outs_is_callable_under_the_simulator():
 
 
 def test_numba_cuda_kernel_launch_configuration_checks():
-    from primforge.kernel.backends.numba_cuda import numba_cuda_kernel
+    from primforge.backends.numba_cuda import numba_cuda_kernel
 
     k = numba_cuda_kernel(None, launch_dims=(20, 33))
     assert k.block == (16, 16) and k.grid == (2, 3)
@@ -232,7 +232,7 @@ def test_gpu_backends_accept_a_traceable_callable_from_the_generator(backend):
     # it as it is (lowered for CUDA here: no GPU needed, none of the backend's compilers).
     from gpu_utils import lower_for_cuda
 
-    from primforge.kernel.backends import get_backend
+    from primforge.backends import get_backend
 
     module = get_backend(backend)
     if not module.is_available("gpu"):  # the backend asked for by name needs its package

@@ -14,7 +14,7 @@ import pytest
 
 numba = pytest.importorskip("numba")
 
-from primforge.kernel.backends import numba as nb
+from primforge.backends import numba as nb
 
 S = jax.ShapeDtypeStruct
 
@@ -352,7 +352,7 @@ def test_registration_does_not_grow_in_a_loop():
 
 def test_module_import_does_not_import_numba():
     code = (
-        "import sys; import primforge.kernel.backends.numba as m; "
+        "import sys; import primforge.backends.numba as m; "
         "assert 'numba' not in sys.modules, 'numba imported'; "
         "assert m.is_available(); print('ok')"
     )
@@ -366,13 +366,13 @@ def test_missing_numba_gives_install_hint():
         import sys
         sys.modules['numba'] = None  # make `import numba` fail
         import jax
-        import primforge.kernel.backends.numba as m
+        import primforge.backends.numba as m
         assert m.is_available() is False and m.is_available('cpu') is False
         s = jax.ShapeDtypeStruct((2,), 'float32')
         try:
             m.make_callable(lambda x, o: None, ins=(s,), outs=(s,), platform='cpu', name='k')
         except ImportError as e:
-            from primforge.kernel.backends._common import MissingPackageError
+            from primforge.backends._common import MissingPackageError
             assert isinstance(e, MissingPackageError), type(e)
             assert 'pip install -e ".[cpu]"' in str(e), str(e)
             print('ok')
@@ -383,7 +383,7 @@ def test_missing_numba_gives_install_hint():
 
 
 def test_is_available_answers_per_platform_and_is_cached():
-    from primforge.kernel.backends import is_available_on
+    from primforge.backends import is_available_on
 
     assert nb.is_available() is True and nb.is_available("cpu") is True
     for other in ("gpu", "cuda", "rocm", "tpu"):
@@ -431,7 +431,7 @@ _EXPORT_SCRIPT = textwrap.dedent("""
     import sys
     import jax, jax.numpy as jnp, numba
     from jax import export
-    from primforge.kernel.backends import numba as nb
+    from primforge.backends import numba as nb
 
     @numba.njit
     def affine(x, out):

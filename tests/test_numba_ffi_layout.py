@@ -8,7 +8,7 @@ import re
 import numpy as np
 import pytest
 
-from primforge.kernel.backends import _xla_ffi as x
+from primforge.backends import _xla_ffi as x
 
 P = C.c_void_p
 ENUM = C.c_int  # C enums are int-sized on LP64 platforms

@@ -28,7 +28,7 @@ import jax.numpy as jnp
 import numba
 import numpy as np
 
-from primforge.kernel.backends import numba as nb
+from primforge.backends import numba as nb
 
 PAGE = os.sysconf("SC_PAGE_SIZE")
 
@@ -53,7 +53,7 @@ x = np.arange(8, dtype=np.float32)
 """
 
 _ALTERNATE = """
-from primforge.kernel.backends import _numba_entry
+from primforge.backends.numba import _entry
 
 ka, kb = adder(1.0), adder(2.0)
 fa = jax.jit(nb.numba_kernel(ka, spec, name="alt"))
@@ -76,7 +76,7 @@ cycles(150)
 r2 = rss()
 emit("ok", bool(ok))
 emit("held", len(nb.held_kernels()))
-emit("entries", _numba_entry.compiled_entries())
+emit("entries", _entry.compiled_entries())
 emit("first_half", r1 - r0)
 emit("second_half", r2 - r1)
 """
@@ -178,8 +178,8 @@ def test_debug_mode_rebuilds_reuse_the_checked_copy(monkeypatch):
     import numpy as np
 
     import primforge
-    from primforge.kernel.backends import _numba_entry
-    from primforge.kernel.backends import numba as nb
+    from primforge.backends.numba import _entry
+    from primforge.backends import numba as nb
 
     def adder(c):
         @numba.njit
@@ -192,14 +192,14 @@ def test_debug_mode_rebuilds_reuse_the_checked_copy(monkeypatch):
     monkeypatch.setenv(nb.ENV_MAX_KERNELS, "1")
     spec = jax.ShapeDtypeStruct((4,), jnp.float32)
     x = np.arange(4, dtype=np.float32)
-    before = _numba_entry.compiled_entries()
+    before = _entry.compiled_entries()
     with primforge.debug_mode():
         fa = jax.jit(nb.numba_kernel(adder(1.0), spec, name="dbg_alt"))
         fb = jax.jit(nb.numba_kernel(adder(2.0), spec, name="dbg_alt"))
         for _ in range(4):
             np.testing.assert_array_equal(fa(x), x + 1)
             np.testing.assert_array_equal(fb(x), x + 2)
-    assert _numba_entry.compiled_entries() - before == 2
+    assert _entry.compiled_entries() - before == 2
 
 
 def test_a_plain_function_kernel_is_freed_once_nothing_uses_it(monkeypatch):
@@ -212,7 +212,7 @@ def test_a_plain_function_kernel_is_freed_once_nothing_uses_it(monkeypatch):
     import jax.numpy as jnp
     import numpy as np
 
-    from primforge.kernel.backends import numba as nb
+    from primforge.backends import numba as nb
 
     def plain(c):
         def add(x, out):
@@ -232,8 +232,8 @@ def test_a_plain_function_kernel_is_freed_once_nothing_uses_it(monkeypatch):
     first = plain(1.0)
     np.testing.assert_array_equal(run(first), np.arange(4) + 1)
     fn_ref = weakref.ref(first)
-    disp_ref = weakref.ref(nb._numba_identity.as_dispatcher(first))
-    assert nb._numba_identity.as_dispatcher(first) is disp_ref()  # jitted once
+    disp_ref = weakref.ref(nb._identity.as_dispatcher(first))
+    assert nb._identity.as_dispatcher(first) is disp_ref()  # jitted once
     np.testing.assert_array_equal(run(plain(2.0)), np.arange(4) + 2)  # drops the first
     del first
     gc.collect()

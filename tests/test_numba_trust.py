@@ -14,7 +14,7 @@ import pytest
 import primforge
 
 numba = pytest.importorskip("numba", reason="the numba backend needs primforge[cpu]")
-from primforge.kernel.backends import numba as nb
+from primforge.backends import numba as nb
 
 S = jax.ShapeDtypeStruct
 
@@ -25,7 +25,7 @@ S = jax.ShapeDtypeStruct
 
 
 def test_target_names_do_not_depend_on_set_order():
-    from primforge.kernel.backends._numba_identity import _digest_of
+    from primforge.backends.numba._identity import _digest_of
 
     a = frozenset(f"s{i}" for i in range(40))
     b = frozenset(sorted(a, reverse=True))  # equal set, built in another order
@@ -258,7 +258,7 @@ _EXPORT_SCRIPT = """
 import sys
 import jax, jax.numpy as jnp, numba, numpy as np
 import primforge
-from primforge.kernel.backends import numba as nb
+from primforge.backends import numba as nb
 
 @numba.njit
 def triple(x, out):
@@ -294,7 +294,7 @@ def test_a_debug_mode_loader_runs_an_artifact_exported_in_normal_mode(tmp_path):
 def test_debug_mode_warns_when_numba_boundscheck_is_off(monkeypatch):
     from numba.core import config
 
-    from primforge.kernel.backends import _numba_boundscheck
+    from primforge.backends.numba import _boundscheck
 
     @numba.njit
     def copy(x, out):
@@ -302,7 +302,7 @@ def test_debug_mode_warns_when_numba_boundscheck_is_off(monkeypatch):
             out[i] = x[i]
 
     monkeypatch.setattr(config, "BOUNDSCHECK", 0)
-    monkeypatch.setattr(_numba_boundscheck, "_warned_env", False)
+    monkeypatch.setattr(_boundscheck, "_warned_env", False)
     with pytest.warns(RuntimeWarning, match="NUMBA_BOUNDSCHECK=0"):
-        checked = _numba_boundscheck.bounds_checked(copy)
+        checked = _boundscheck.bounds_checked(copy)
     assert checked.targetoptions["boundscheck"] is True

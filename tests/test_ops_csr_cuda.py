@@ -16,7 +16,7 @@ from jax.test_util import check_grads
 
 import primforge
 from primforge import ops
-from primforge.kernel.backends import cuda as pcuda
+from primforge.backends import cuda as pcuda
 from primforge.ops.csr import cuda as _cuda_csr
 
 FUNCS = {

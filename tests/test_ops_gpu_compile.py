@@ -25,7 +25,7 @@ import pytest
 from gpu_utils import compile_cases_for_targets, requires_gpu_compiler
 
 from primforge import ops
-from primforge.kernel.backends import cuda as pcuda
+from primforge.backends import cuda as pcuda
 
 FUNCS = {
     (False, False): ops.csrmv,

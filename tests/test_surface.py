@@ -13,8 +13,8 @@ import pytest
 import primforge
 from primforge import autotune
 from primforge.cli import main
-from primforge.kernel.backends.numba import numba_kernel
-from primforge.kernel.backends.numba_cuda import numba_cuda_kernel
+from primforge.backends.numba import numba_kernel
+from primforge.backends.numba_cuda import numba_cuda_kernel
 from primforge.utils import dataclass, non_differentiable
 
 TESTS = Path(__file__).parent

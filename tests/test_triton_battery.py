@@ -27,7 +27,7 @@ from gpu_utils import compile_for_targets, lower_for_cuda, requires_gpu_compiler
 
 import primforge
 from primforge import testing
-from primforge.kernel.backends import triton as ptriton
+from primforge.backends import triton as ptriton
 
 S = jax.ShapeDtypeStruct
 

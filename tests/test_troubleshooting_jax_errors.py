@@ -53,7 +53,7 @@ def test_export_of_a_numba_kernel_raises_the_quoted_message():
     assert any(message.startswith(start) for start in quoted_starts()), (message[:200],
                                                                            quoted_starts())
     # What the entry says to do works: prepare, export with the checks disabled, call.
-    from primforge.kernel.backends import numba as nb
+    from primforge.backends import numba as nb
 
     targets = nb.prepare(f, spec)
     exp = export.export(jax.jit(f), disabled_checks=nb.disabled_checks(targets))(spec)

@@ -625,7 +625,7 @@ def f(v):
 if MODE == "fresh":
     # Registering the export's targets here, before anything is called or lowered, is the
     # job of the numba backend's prepare().
-    from primforge.kernel.backends import numba as nb
+    from primforge.backends import numba as nb
 
     emit("prepared", sorted(nb.prepare(f, x)))
     emit("imported", imported.call(x))

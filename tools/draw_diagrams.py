@@ -80,7 +80,7 @@ def pipeline():
 def layers():
     names = ["7 entry points: cli, primforge/__init__", "6 library: ops, testing",
              "5 autotune", "4 kernel: XLACustomKernel and its parts, hooks",
-             "3 store: registry, bench", "2 backends: kernel.backends",
+             "3 store: registry, bench", "2 backends: backends",
              "1 core: utils, primitive, rules", "0 leaves: _compat, _cache, debug"]
     s = Svg(720, 60 * len(names) + 10)
     cx = 250

@@ -13,7 +13,7 @@ from primforge.bench._format import format_seconds
 from primforge.bench._io import make_parent
 from primforge.bench._query import best_backends, unique
 from primforge.bench._record import STATS, BenchmarkRecord
-from primforge.kernel.backends._common import install_hint
+from primforge.backends._common import install_hint
 
 __all__ = ["plot_records", "render_table", "status"]
 

@@ -23,7 +23,7 @@ from primforge.cli._common import (
     plain_text,
 )
 from primforge.cli._parser import _split
-from primforge.kernel.backends._common import install_hint
+from primforge.backends._common import install_hint
 
 
 def _cmd_list(args, kernels) -> int:

@@ -10,7 +10,7 @@ from typing import Any
 import jax
 
 from primforge import autotune, registry
-from primforge.kernel.backends._platforms import canonical_platform
+from primforge.backends._platforms import canonical_platform
 
 __all__ = ["kernel_summary"]
 

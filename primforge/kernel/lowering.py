@@ -23,7 +23,7 @@ from primforge.kernel import backends as _backends
 from primforge.kernel import batching as _batching
 from primforge.kernel import selection as _selection
 from primforge.kernel import sharding as _sharding
-from primforge.kernel.backends import get_backend, install_hint, is_available_on
+from primforge.backends import get_backend, install_hint, is_available_on
 from primforge.kernel.entry import KernelEntry
 from primforge.kernel.errors import BackendDeclined, BackendUnavailableWarning, KernelError
 from primforge.kernel.state import KernelState

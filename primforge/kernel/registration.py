@@ -11,7 +11,7 @@ from typing import Any
 
 from primforge.kernel import hooks
 from primforge.kernel import selection as _selection
-from primforge.kernel.backends import get_backend, is_known
+from primforge.backends import get_backend, is_known
 from primforge.kernel.entry import KernelEntry
 from primforge.kernel.state import KernelState
 from primforge.utils._suggest import did_you_mean

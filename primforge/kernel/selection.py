@@ -12,7 +12,7 @@ import weakref
 from collections.abc import Iterator
 
 from primforge import _compat
-from primforge.kernel.backends import (  # noqa: F401 - PLATFORM_ALIASES: re-exported
+from primforge.backends import (  # noqa: F401 - PLATFORM_ALIASES: re-exported
     ALL_PLATFORMS,
     PLATFORM_ALIASES,
     backend_names,

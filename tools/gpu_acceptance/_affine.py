@@ -106,7 +106,7 @@ def _triton_fn():
 
 
 def _triton_gen(ins, **_):
-    from primforge.kernel.backends.triton import triton_kernel
+    from primforge.backends.triton import triton_kernel
 
     n = ins[0].shape[0]
     return triton_kernel(_triton_fn(), grid=(-(-n // BLOCK),), num_warps=4, num_stages=1,
@@ -127,7 +127,7 @@ def _numba_cuda_fn():
 
 
 def _numba_cuda_gen(outs, **_):
-    from primforge.kernel.backends.numba_cuda import numba_cuda_kernel
+    from primforge.backends.numba_cuda import numba_cuda_kernel
 
     return numba_cuda_kernel(_numba_cuda_fn(), launch_dims=outs[0].shape[0])
 
@@ -145,13 +145,13 @@ def _warp_fn():
 
 
 def _warp_gen(**_):
-    from primforge.kernel.backends.warp import warp_kernel
+    from primforge.backends.warp import warp_kernel
 
     return warp_kernel(_warp_fn())
 
 
 def _cuda_raw_gen(platform, outs, **_):
-    from primforge.kernel.backends import cuda as pcuda
+    from primforge.backends import cuda as pcuda
 
     if platform == "gpu":
         module = pcuda.load_cuda_inline(_CUDA_SOURCE, name="pf_acceptance_affine")

@@ -18,7 +18,7 @@ import numpy as np
 
 import primforge
 from primforge import ops
-from primforge.kernel.backends import KNOWN_BACKENDS, get_backend
+from primforge.backends import KNOWN_BACKENDS, get_backend
 from tools.gpu_acceptance import _affine
 
 #: Seconds per simulated second of brainevent's COBA example on an RTX A6000, per scale.

@@ -11,7 +11,7 @@ import subprocess
 import sys
 import time
 
-from primforge.kernel.backends._common import install_hint
+from primforge.backends._common import install_hint
 
 #: Distributions reported by version ("missing" when not installed).
 DISTRIBUTIONS = (
@@ -114,7 +114,7 @@ def collect(emit, *, platform: str, backends: list[str] | None) -> None:
                          "path": os.path.dirname(primforge.__file__)}
     emit(info)
 
-    from primforge.kernel.backends import KNOWN_BACKENDS, get_backend
+    from primforge.backends import KNOWN_BACKENDS, get_backend
     from tools.gpu_acceptance import _affine
 
     x = np.linspace(-1, 1, 4096, dtype=np.float32)

@@ -12,7 +12,7 @@ import jax.numpy as jnp
 import numpy as np
 
 from primforge.bench import compare_outputs
-from primforge.kernel.backends import get_backend
+from primforge.backends import get_backend
 from primforge.registry import list_kernels, load_modules
 
 REFERENCE = "jax"
@@ -189,6 +189,6 @@ def check_all(emit, *, platform: str, patterns: list[str] | None,
 
 
 def _known() -> set[str]:
-    from primforge.kernel.backends import KNOWN_BACKENDS
+    from primforge.backends import KNOWN_BACKENDS
 
     return set(KNOWN_BACKENDS)

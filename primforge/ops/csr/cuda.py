@@ -41,14 +41,14 @@ def load_module(platform: str, *, register: bool = True, arch: str | None = None
         arch: GPU architecture for nvcc (default: the visible GPU, else sm_80 with PTX).
 
     Returns:
-        The :class:`~primforge.kernel.backends.cuda.FFIModule`.
+        The :class:`~primforge.backends.cuda.FFIModule`.
 
     Example:
         >>> m = load_module('cpu')
         >>> list(m.targets)
         ['PfCsrCpu']
     """
-    from primforge.kernel.backends import cuda as pcuda
+    from primforge.backends import cuda as pcuda
 
     if platform == "cpu":
         with open(os.path.join(CSRC_DIR, "csr_cpu.cc"), encoding="utf-8") as f:

@@ -246,7 +246,7 @@ def scatter_mm_call(fn, out, name: str):
     """
     import jax
 
-    from primforge.kernel.backends.numba import numba_kernel
+    from primforge.backends.numba import numba_kernel
 
     n, kcols = out.shape
     kernel = numba_kernel(fn, outs=jax.ShapeDtypeStruct((kcols, n), out.dtype), name=name)
@@ -629,7 +629,7 @@ def parallel_generator(binary: bool, matrix: bool):
     """
 
     def generate(*, ins, outs, transpose, **_):
-        from primforge.kernel.backends.numba import numba_kernel
+        from primforge.backends.numba import numba_kernel
 
         homo = tuple(ins[0].shape) == (1,) and ins[1].shape[0] != 1
         wide = np.dtype(ins[1].dtype).itemsize > 4
@@ -648,7 +648,7 @@ def parallel_weight_grad_generator(*, ins, outs, binary, transpose, matrix, **_)
     The gradient of ``W @ x`` spreads its rows over Numba's threads; that of ``W.T @ x``
     (event-driven) is the serial kernel.
     """
-    from primforge.kernel.backends.numba import numba_kernel
+    from primforge.backends.numba import numba_kernel
 
     wide = np.dtype(ins[0].dtype).itemsize > 4
     if transpose:

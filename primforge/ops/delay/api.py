@@ -81,7 +81,7 @@ def _jax_generator(binary: bool):
 
 def _numba_generator(binary: bool):
     def generate(*, ins, outs, transpose, **_):
-        from primforge.kernel.backends.numba import numba_kernel
+        from primforge.backends.numba import numba_kernel
         from primforge.ops.delay import numba as _numba_delay
 
         homo = _common.is_homogeneous(ins[0], ins[1])
@@ -239,7 +239,7 @@ def _read_jax(**_):
 
 
 def _read_numba(*, outs, **_):
-    from primforge.kernel.backends.numba import numba_kernel
+    from primforge.backends.numba import numba_kernel
     from primforge.ops.delay import numba as _numba_delay
 
     return numba_kernel(_numba_delay.read_kernel(), outs=list(outs), input_output_aliases={0: 1})
@@ -684,7 +684,7 @@ def _jitc_jax(*, ins, outs, shape, transpose, weight_kind, delay_range, **_):
 
 
 def _jitc_numba(*, outs, prob, transpose, weight_kind, delay_range, **_):
-    from primforge.kernel.backends.numba import numba_kernel
+    from primforge.backends.numba import numba_kernel
     from primforge.ops.delay import numba as _numba_delay
 
     dmin, dmax = delay_range

@@ -87,7 +87,7 @@ def _parallel_generator(binary: bool, matrix: bool):
     Numba's threads; the other variants (scatters, matrices) are the serial kernels."""
 
     def generate(*, ins, outs, transpose, **_):
-        from primforge.kernel.backends.numba import numba_kernel
+        from primforge.backends.numba import numba_kernel
         from primforge.ops.csr import numba as _numba_csr
         from primforge.ops.fixed_num import numba as _numba_fixed_num
 

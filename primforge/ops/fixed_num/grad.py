@@ -43,7 +43,7 @@ def _numba_generator(*, binary, transpose, matrix, **_):
 
 def _parallel_generator(*, outs, binary, transpose, matrix, **_):
     """``numba_parallel``: the rows over Numba's threads (vector inputs; matrices serial)."""
-    from primforge.kernel.backends.numba import numba_kernel
+    from primforge.backends.numba import numba_kernel
     from primforge.ops.csr import numba as _numba_csr
     from primforge.ops.fixed_num import numba as _numba_fixed_num
 

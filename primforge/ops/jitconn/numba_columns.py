@@ -12,7 +12,7 @@ from typing import Any
 
 import numpy as np
 
-from primforge.kernel.backends import install_hint
+from primforge.backends import install_hint
 from primforge.ops.jitconn.generator import MASK, check_prob, threshold_table
 
 __all__ = ["jitc_numba_columns"]

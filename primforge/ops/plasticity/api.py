@@ -122,7 +122,7 @@ def _jax_compressed(*, shape, on_rows, masked, w_min, w_max, **_):
 
 def _in_place(fn, outs):
     """The numba kernel ``fn`` writing into the weights' buffer (input 0 is output 0)."""
-    from primforge.kernel.backends.numba import numba_kernel
+    from primforge.backends.numba import numba_kernel
 
     return numba_kernel(fn, outs=list(outs), input_output_aliases={0: 0})
 

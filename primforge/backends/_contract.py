@@ -42,7 +42,7 @@ class Backend(Protocol):
             the primforge checkout), or None when it needs nothing beyond JAX.
 
     Example:
-        >>> from primforge.kernel.backends import get_backend
+        >>> from primforge.backends import get_backend
         >>> isinstance(get_backend('jax'), Backend)
         True
     """
@@ -149,7 +149,7 @@ class BackendBase:
 
     Subclass it, set ``NAME`` and ``PLATFORMS`` (``EXTRA`` when an optional package is
     needed), override the hooks the backend takes part in, and register an instance
-    with :func:`primforge.kernel.backends.register_backend`. Kernels then name it in
+    with :func:`primforge.backends.register_backend`. Kernels then name it in
     ``def_kernel``; selection, ``use_backend``, the build caches and ``clear_cache``,
     debug mode, benchmarking, autotuning, ``primforge check`` and export all go through
     these hooks.
@@ -199,7 +199,7 @@ class BackendBase:
         mode it is called with :func:`primforge.debug.enabled` true, so a backend can
         build a checked variant (the Numba backend compiles with bounds checks).
         """
-        from primforge.kernel.backends import _common
+        from primforge.backends import _common
 
         _common.check_platform(self.NAME, self.PLATFORMS, platform, name)
         if not self.is_available(platform):
@@ -256,7 +256,7 @@ class ModuleBackend(BackendBase):
 
     Example:
         >>> import importlib
-        >>> b = ModuleBackend(importlib.import_module('primforge.kernel.backends.jax'))
+        >>> b = ModuleBackend(importlib.import_module('primforge.backends.jax'))
         >>> b.NAME, b.release(object()), b.product_form(42, n_ins=1, n_outs=1, name='k')
         ('jax', None, 'kernel')
     """
@@ -323,7 +323,7 @@ def problems(module: Any) -> list[str]:
     An empty list: it conforms. A module's ``is_available`` must be cached.
 
     Example:
-        >>> from primforge.kernel.backends import get_backend
+        >>> from primforge.backends import get_backend
         >>> problems(get_backend('jax'))
         []
         >>> import types

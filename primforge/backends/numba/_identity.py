@@ -105,7 +105,7 @@ def target_name(kernel: Any, name: str, in_sig, out_sig, n_levels: int, debug: b
         ...     out[0] = -x[0]
         >>> base, label = target_name(neg, "neg", (), (), 0, False)
         >>> base.startswith("primforge_numba_neg_neg_"), label
-        (True, "primforge numba kernel 'neg' (primforge.kernel.backends._numba_identity.neg)")
+        (True, "primforge numba kernel 'neg' (primforge.backends.numba._identity.neg)")
     """
     ident = identity(kernel)
     qual = ident.split("@")[0].rsplit(".", 1)[-1]

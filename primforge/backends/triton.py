@@ -18,8 +18,8 @@ import jax
 import numpy as np
 
 from primforge import _compat
-from primforge.kernel.backends import _common, _contract
-from primforge.kernel.backends._triton_ir import (  # noqa: F401 - also this module's names
+from primforge.backends import _common, _contract
+from primforge.backends._triton_ir import (  # noqa: F401 - also this module's names
     _UNSUPPORTED,
     DEFAULT_CC,
     UnsupportedTritonFeature,
@@ -360,7 +360,7 @@ def interpret(
         ValueError: the Triton kernel add_one ... takes 2 pointer(s) ['x_ptr', 'o_ptr'],
         but the call has 3 inputs + outputs...
     """
-    from primforge.kernel.backends import _triton_interpret as runner
+    from primforge.backends import _triton_interpret as runner
 
     spec = product if isinstance(product, TritonKernel) else TritonKernel(product)
     out_list = [outs] if hasattr(outs, "shape") else list(outs)

@@ -11,7 +11,7 @@ import itertools
 import threading
 from collections.abc import Sequence
 
-from primforge.kernel.backends import _xla_ffi as _x
+from primforge.backends import _xla_ffi as _x
 
 __all__ = ["MESSAGE_BYTES", "BufferSpec", "build_handler", "jit_module", "unique_symbol"]
 

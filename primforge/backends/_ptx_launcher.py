@@ -8,7 +8,7 @@ from __future__ import annotations
 
 import functools
 
-from primforge.kernel.backends import cuda
+from primforge.backends import cuda
 
 __all__ = ["HANDLER", "launcher"]
 
@@ -164,7 +164,7 @@ def launcher() -> cuda.FFIModule:
     """The PTX launcher module (compiled once, cached on disk, registered for CUDA).
 
     Returns:
-        A :class:`primforge.kernel.backends.cuda.FFIModule` exporting ``PrimforgePtxLaunch``,
+        A :class:`primforge.backends.cuda.FFIModule` exporting ``PrimforgePtxLaunch``,
         which launches a PTX kernel with attributes ``ptx``, ``kernel``, ``abi`` ('numba' or
         'plain': one pointer per buffer), ``grid``, ``block`` and ``shared_mem``.
 

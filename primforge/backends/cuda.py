@@ -19,8 +19,8 @@ from typing import Any
 
 import jax
 
-from primforge.kernel.backends import _common, _contract
-from primforge.kernel.backends._cuda_build import (  # noqa: F401 - also this module's names
+from primforge.backends import _common, _contract
+from primforge.backends._cuda_build import (  # noqa: F401 - also this module's names
     CACHE_SUB,
     CompileError,
     _library,
@@ -29,7 +29,7 @@ from primforge.kernel.backends._cuda_build import (  # noqa: F401 - also this mo
     _wrapper_source,
     _wrapper_symbol,
 )
-from primforge.kernel.backends._cuda_find import (  # noqa: F401 - also this module's names
+from primforge.backends._cuda_find import (  # noqa: F401 - also this module's names
     _WARNED,
     find_cxx,
     find_nvcc,

@@ -19,9 +19,9 @@ from collections.abc import Sequence
 import jax
 
 from primforge import _cache
-from primforge.kernel.backends import _common, _xla_ffi
-from primforge.kernel.backends._common import install_hint
-from primforge.kernel.backends._cuda_find import compiler_version, find_cxx, find_nvcc
+from primforge.backends import _common, _xla_ffi
+from primforge.backends._common import install_hint
+from primforge.backends._cuda_find import compiler_version, find_cxx, find_nvcc
 
 #: The backend's sub-folder of the on-disk cache.
 CACHE_SUB = "cuda"

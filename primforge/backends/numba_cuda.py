@@ -20,8 +20,8 @@ import jax
 import jax.numpy as jnp
 import numpy as np
 
-from primforge.kernel.backends import _common, _contract
-from primforge.kernel.backends._ptx_launcher import HANDLER, launcher
+from primforge.backends import _common, _contract
+from primforge.backends._ptx_launcher import HANDLER, launcher
 
 NAME = "numba_cuda"
 PLATFORMS = ("gpu", "cpu")

@@ -11,7 +11,7 @@ import ctypes
 from collections.abc import Sequence
 from typing import Any
 
-from primforge.kernel.backends._ffi_handler import (
+from primforge.backends.numba._handler import (
     KIND_DROPPED,
     KIND_EXCEPTION,
     KIND_STATUS,
@@ -239,7 +239,7 @@ def describe_failure(label: str, kind: int, info: int) -> str:
         return f"{label} returned the non-zero status {info}"
     if kind == KIND_DROPPED:
         return (
-            f"{label}: its compiled code was dropped (primforge.kernel.backends.numba.clear or "
+            f"{label}: its compiled code was dropped (primforge.backends.numba.clear or "
             "the in-memory bound) and the kernel no longer exists to rebuild it; trace the "
             "call again"
         )

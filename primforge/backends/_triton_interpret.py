@@ -308,7 +308,7 @@ class _Worker:
         env["PYTHONPATH"] = os.pathsep.join(p for p in sys.path if p)
         self.process = subprocess.Popen(
             [sys.executable, "-c",
-             "from primforge.kernel.backends import _triton_interpret as m; m.serve()"],
+             "from primforge.backends import _triton_interpret as m; m.serve()"],
             stdin=subprocess.PIPE, stdout=subprocess.PIPE, env=env,
         )
         self.lock = threading.Lock()

@@ -24,18 +24,12 @@ import jax
 import jax.numpy as jnp
 import numpy as np
 
-from primforge import debug as _debug
+from primforge import debug as _debug_mode
 from primforge._compat import ffi as _ffi
-from primforge.kernel.backends import (
-    _common,
-    _numba_boundscheck,
-    _numba_debug,
-    _numba_identity,
-    _numba_signature,
-    _numba_targets,
-)
-from primforge.kernel.backends._numba_signature import HALF_MODES as _HALF_MODES
-from primforge.kernel.backends._numba_targets import (
+from primforge.backends import _common
+from primforge.backends.numba import _boundscheck, _debug, _identity, _signature, _targets
+from primforge.backends.numba._signature import HALF_MODES as _HALF_MODES
+from primforge.backends.numba._targets import (
     ENV_MAX_KERNELS,
     disabled_checks,
     exportable_targets,
@@ -317,12 +311,12 @@ def make_callable(
     _require_numba()
     _common.check_options(NAME, name, options)
     fn, aliases, half_as = _unbind(product, outs, name)
-    kernel = _numba_identity.as_dispatcher(fn)
-    plan = _numba_signature.plan(
+    kernel = _identity.as_dispatcher(fn)
+    plan = _signature.plan(
         ins, outs, batch=batch, aliases=aliases, half_as=half_as, name=name
     )
-    target = _numba_targets.ensure_registered(
-        kernel, name, plan.in_sig, plan.out_sig, plan.n_levels, debug=_debug.enabled()
+    target = _targets.ensure_registered(
+        kernel, name, plan.in_sig, plan.out_sig, plan.n_levels, debug=_debug_mode.enabled()
     )
     return _ffi_callable(target, plan, name)
 
@@ -341,7 +335,7 @@ def _unbind(product: Any, outs: Sequence[Any], name: str) -> tuple[Any, Mapping[
     return product.fn, product.input_output_aliases, product.half_as
 
 
-def _ffi_callable(target: str, plan: _numba_signature.CallPlan, name: str) -> Callable:
+def _ffi_callable(target: str, plan: _signature.CallPlan, name: str) -> Callable:
     """The traceable call of FFI ``target``: checks and converts inputs, converts outputs."""
     ins, outs = plan.ins, plan.outs
     ffi_outs = [jax.ShapeDtypeStruct(shape, dt) for shape, dt in zip(plan.out_phys, plan.ffi_out)]
@@ -483,15 +477,15 @@ def clear(kernel: Any = None) -> int:
         >>> f(jnp.ones(2))  # compiled by jax.jit before the drop: the entry is rebuilt
         Array([-1., -1.], dtype=float32)
     """
-    with _numba_targets.LOCK:
+    with _targets.LOCK:
         if kernel is None:
-            _numba_identity.forget_jitted()
-            _numba_boundscheck.forget()
-            return _numba_targets.drop(None)
+            _identity.forget_jitted()
+            _boundscheck.forget()
+            return _targets.drop(None)
         if isinstance(kernel, NumbaKernel):
             kernel = kernel.fn
-        _numba_boundscheck.forget(_numba_identity.jitted(kernel))
-        return _numba_targets.drop(_numba_identity.jitted(kernel))
+        _boundscheck.forget(_identity.jitted(kernel))
+        return _targets.drop(_identity.jitted(kernel))
 
 
 # --------------------------------------------------------------------------------------
@@ -534,7 +528,7 @@ def debug_prefill(product: Any, *, n_ins: int, outs: Sequence[Any], name: str):
         >>> filled, new.input_output_aliases
         ([0], {1: 0})
     """
-    return _numba_debug.prefilled(product, n_ins, outs, name, numba=_require_numba(),
+    return _debug.prefilled(product, n_ins, outs, name, numba=_require_numba(),
                                   kernel_type=NumbaKernel)
 
 
@@ -547,7 +541,7 @@ def debug_gate(outs: Sequence[Any], report: type[Exception], platform: str):
     """
     if platform not in PLATFORMS or not is_available(platform):
         return None
-    return _numba_debug.gate(outs, report, numba=_require_numba(), numba_kernel=numba_kernel)
+    return _debug.gate(outs, report, numba=_require_numba(), numba_kernel=numba_kernel)
 
 
 def export_checks(fn: Callable, *specs: Any) -> list[Any]:

@@ -12,7 +12,7 @@ from typing import Any
 
 import jax
 
-from primforge.kernel.backends import _common, _contract
+from primforge.backends import _common, _contract
 
 NAME = "pallas"
 PLATFORMS = ("cpu", "gpu", "tpu")

@@ -1,7 +1,7 @@
 """Registered FFI targets of Numba kernels, their compiled entries, and the in-memory bound.
 
 :func:`ensure_registered` gives each kernel and signature a target served by an entry
-(:mod:`._numba_entry`) and a handler (:mod:`._ffi_handler`); at most :func:`max_kernels`
+(:mod:`._entry`) and a handler (:mod:`._handler`); at most :func:`max_kernels`
 entries are held, and a dropped one is rebuilt on demand. Everything runs under one lock.
 """
 
@@ -22,7 +22,8 @@ import numpy as np
 
 from primforge import debug as _debug
 from primforge._compat import ffi as _ffi
-from primforge.kernel.backends import _ffi_handler, _numba_entry, _numba_identity, _xla_ffi
+from primforge.backends import _xla_ffi
+from primforge.backends.numba import _entry, _handler, _identity
 
 __all__ = [
     "ENV_MAX_KERNELS",
@@ -81,7 +82,7 @@ def max_kernels() -> int:
     """How many kernel entries are held (``PRIMFORGE_NUMBA_MAX_KERNELS``; default 256).
 
     A held entry keeps its kernel's Numba compile result alive. Beyond the bound, the least
-    recently used entry is dropped (see :func:`primforge.kernel.backends.numba.clear`) and
+    recently used entry is dropped (see :func:`primforge.backends.numba.clear`) and
     rebuilt from the same machine code when it is called again.
 
     Example:
@@ -102,7 +103,7 @@ def registered_targets() -> dict[str, int]:
     """FFI targets this process registered: target name -> the handler's address.
 
     A target stays registered for the whole process (XLA has no way to remove one); its
-    compiled kernel may have been dropped (see :func:`primforge.kernel.backends.numba.clear`)
+    compiled kernel may have been dropped (see :func:`primforge.backends.numba.clear`)
     and is then rebuilt on use.
 
     Example:
@@ -185,7 +186,7 @@ def ensure_registered(kernel, name, in_sig, out_sig, n_levels, debug=False) -> s
             else:
                 _HELD.move_to_end(target.name)
             return target.name
-        base, label = _numba_identity.target_name(kernel, name, in_sig, out_sig, n_levels, debug)
+        base, label = _identity.target_name(kernel, name, in_sig, out_sig, n_levels, debug)
         target_name = _free_name(base, kernel)
         target = _BY_NAME.get(target_name)
         if target is None:
@@ -220,7 +221,7 @@ def _free_name(base: str, kernel) -> str:
 def _kernel_to_compile(kernel, debug: bool):
     if not debug:
         return kernel
-    from primforge.kernel.backends._numba_boundscheck import bounds_checked
+    from primforge.backends.numba._boundscheck import bounds_checked
 
     return bounds_checked(kernel)  # the helpers it calls are checked too
 
@@ -229,12 +230,12 @@ def _build_entry(target: _Target, kernel) -> None:
     limit = max_kernels()  # a bad setting fails before anything is built or held
     compiled = _kernel_to_compile(kernel, target.debug)
     if target.debug:
-        from primforge.kernel.backends._numba_boundscheck import index_messages
+        from primforge.backends.numba._boundscheck import index_messages
 
         with index_messages():  # debug: the error names the index, axis and size
-            entry = _numba_entry.compile_entry(compiled, target.views, target.label)
+            entry = _entry.compile_entry(compiled, target.views, target.label)
     else:
-        entry = _numba_entry.compile_entry(compiled, target.views, target.label)
+        entry = _entry.compile_entry(compiled, target.views, target.label)
     target.entry = entry
     target.slot.value = entry.address
     _HELD[target.name] = target
@@ -246,18 +247,18 @@ def _build_entry(target: _Target, kernel) -> None:
 def _register_handler(target: _Target, in_sig, out_sig, n_levels) -> None:
     codes = _xla_ffi.data_type_codes()
     specs = [
-        _ffi_handler.BufferSpec(codes[fd], np.dtype(vd).itemsize, rank, tuple(mapped), f"input {i}")
+        _handler.BufferSpec(codes[fd], np.dtype(vd).itemsize, rank, tuple(mapped), f"input {i}")
         for i, (fd, vd, rank, mapped) in enumerate(in_sig)
     ]
     specs += [
-        _ffi_handler.BufferSpec(
+        _handler.BufferSpec(
             codes[fd], np.dtype(vd).itemsize, rank, (True,) * n_levels, f"output {j}"
         )
         for j, (fd, vd, rank) in enumerate(out_sig)
     ]
     revive, report = _callbacks()
-    symbol = _ffi_handler.unique_symbol("primforge_handler_" + target.name)
-    text = _ffi_handler.build_handler(
+    symbol = _handler.unique_symbol("primforge_handler_" + target.name)
+    text = _handler.build_handler(
         symbol,
         target.label,
         specs[: len(in_sig)],
@@ -268,7 +269,7 @@ def _register_handler(target: _Target, in_sig, out_sig, n_levels) -> None:
         report_addr=ctypes.cast(report, ctypes.c_void_p).value,
         token=target.token,
     )
-    address = _ffi_handler.jit_module(text, symbol)
+    address = _handler.jit_module(text, symbol)
     jax.devices("cpu")  # XLA:CPU must be initialised before registering a target
     _ffi.register_ffi_target(target.name, _ffi.pycapsule(address), platform="cpu")
     target.handler_address = address
@@ -315,11 +316,11 @@ def _report(token: int, kind: int, info: int, buf: int, size: int) -> None:
         label = "primforge numba kernel"
     try:
         failure = _REVIVE_FAILURES.pop(token, None)
-        if kind == _ffi_handler.KIND_DROPPED and failure is not None:
+        if kind == _handler.KIND_DROPPED and failure is not None:
             text = (f"{label}: its compiled code was dropped and rebuilding it failed: "
                     f"{type(failure).__name__}: {failure}")
         else:
-            text = _numba_entry.describe_failure(label, kind, info)
+            text = _entry.describe_failure(label, kind, info)
     except BaseException as e:  # noqa: BLE001  (never raise into XLA)
         text = f"{label} failed ({type(e).__name__} while describing the failure)"
     data = text.encode("utf-8", "replace")[: size - 1] + b"\0"
@@ -355,7 +356,7 @@ def prepare(fn: Callable, *args: Any) -> tuple[str, ...]:
 
     Example:
         >>> import jax, jax.numpy as jnp, numba
-        >>> from primforge.kernel.backends.numba import numba_kernel
+        >>> from primforge.backends.numba import numba_kernel
         >>> @numba.njit
         ... def twice(x, out):
         ...     for i in range(x.size):
@@ -390,7 +391,7 @@ def disabled_checks(targets: Sequence[str] | None = None) -> list[Any]:
     Example:
         >>> import jax, jax.numpy as jnp, numba
         >>> from jax import export
-        >>> from primforge.kernel.backends.numba import numba_kernel
+        >>> from primforge.backends.numba import numba_kernel
         >>> @numba.njit
         ... def inc(x, out):
         ...     for i in range(x.size):
