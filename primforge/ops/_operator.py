@@ -19,17 +19,18 @@ the kernel's.
 from __future__ import annotations
 
 import inspect
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 from typing import Any
 
 from primforge import registry
 from primforge.bench import BenchmarkConfig, benchmark_kernel
 from primforge.kernel.batching import general_batching_rule
+from primforge.kernel.checks import _keyword_only
 from primforge.kernel.entry import GENERATOR_ARGS, KernelEntry, accepted_args
 from primforge.kernel.errors import BackendDeclined
 from primforge.kernel.kernel import XLACustomKernel
 from primforge.kernel.registration import check_platform
-from primforge.kernel.sharding_rules import make_rule
+from primforge.kernel.sharding_rules import ShardingRule, make_rule
 from primforge.ops import _sharding
 
 __all__ = ["Form", "Operator", "eqn_name", "forms_of"]
@@ -38,16 +39,6 @@ _RULES = ("abstract", "jvp", "transpose", "batch")
 _SETTERS = {"abstract": "def_abstract_eval", "jvp": "def_jvp_rule",
             "transpose": "def_transpose_rule", "batch": "def_batching_rule"}
 _INTERNAL = ("outs", "backend", "context", "batch", "debug")
-
-
-def _keyword_only(fn: Callable | None) -> set[str]:
-    if fn is None:
-        return set()
-    try:
-        params = inspect.signature(fn).parameters.values()
-    except (TypeError, ValueError):
-        return set()
-    return {p.name for p in params if p.kind is p.KEYWORD_ONLY}
 
 
 class Form:
@@ -154,20 +145,18 @@ class Form:
 
         self._rule("batch", batch)
 
-    def def_sharding_rule(self, rule: Any) -> None:
-        """This form's sharding rule: a callable ``rule(ins, outs, **params)``."""
-        self.sharding = rule
+    def def_sharding_rule(self, rule: Any, *, reduction_factors: Sequence[str] = (),
+                          need_replication_factors: Sequence[str] = ()) -> Any:
+        """This form's sharding rule (as :meth:`primforge.XLACustomKernel.def_sharding_rule`
+        takes it; None: every operand kept whole)."""
+        self.sharding = make_rule(rule, reduction_factors, need_replication_factors)
         self.operator._share_sharding()
+        return self.sharding
 
     @property
     def sharding_rule(self) -> Any:
-        """The kernel's sharding rule with this form's params filled in (None: none)."""
-        rule = self.kernel.sharding_rule
-        if rule is None or self.sharding is None:
-            return None
-        key = self.key
-        return make_rule(lambda ins, outs, **params: rule.rule(ins, outs, **params, **key),
-                         rule.reduction_factors, rule.need_replication_factors)
+        """This form's :class:`~primforge.kernel.sharding.ShardingRule` (None: none)."""
+        return self.sharding
 
     def def_tags(self, *tags: str) -> None:
         """Tag this form (and the operator's kernel)."""
@@ -348,14 +337,24 @@ class Operator:
         self.kernel.def_kernel(backend, platform, generate, asdefault)
 
     def _share_sharding(self) -> None:
+        """Give the kernel a rule that runs each form's, made anew on every change (the
+        resolved rules are cached by the rule object; jitted callers lower again); no rule
+        while no form has one."""
+
         def rule(ins, outs, **params):
             form, rest = self.split(params)
-            if form.sharding is None:
+            spec = form.sharding
+            if spec is None:
                 return _sharding.replicated_rule(ins, outs)
-            return form.sharding(ins, outs, **rest)
+            if not callable(spec.rule):
+                return spec
+            got = spec.rule(ins, outs, **rest)
+            if isinstance(got, str):  # the factors given beside a callable rule
+                return ShardingRule(got, spec.reduction_factors, spec.need_replication_factors)
+            return got
 
-        if self.kernel.sharding_rule is None:
-            self.kernel.def_sharding_rule(rule)
+        ruled = any(form.sharding is not None for form in self.forms.values())
+        self.kernel.def_sharding_rule(rule if ruled else None)
 
     def _call(self, *args, form: str, **kwargs):
         return self.forms_by_name()[form].call(*args, **kwargs)
