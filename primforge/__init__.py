@@ -8,7 +8,8 @@ One named primitive, kernels for every backend, every JAX transformation working
     Registry         get_kernel, list_kernels, select_kernels
     Runtime          set_cpu_threads (XLA's CPU thread pool), evaluate_once (XLA:CPU fusion),
                      OnlineChoice (the fastest of equivalent chunk calls, while running)
-    Sub-packages     primforge.utils (pytree/JAX utilities), primforge.ops (operators)
+    Sub-packages     primforge.utils (pytree/JAX utilities), primforge.ops (operators),
+                     primforge.sim (simulation loops; the COBA network in primforge.sim.coba)
 """
 
 __version__ = "0.1.0"
@@ -72,8 +73,7 @@ from primforge.registry import get_kernel, list_kernels, select_kernels
 from primforge import autotune, debug, utils
 from primforge.debug import debug_mode
 from primforge.runtime import set_cpu_threads
-from primforge.fusion import evaluate_once
-from primforge.online import OnlineChoice
+from primforge.sim import OnlineChoice, evaluate_once
 
 __all__ = [
     "BackendUnavailableWarning",

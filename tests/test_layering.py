@@ -29,21 +29,25 @@ PACKAGE = ROOT / "primforge"
 
 #: Bottom to top: a module may import only from its own layer or a lower one.
 LAYERS: list[tuple[str, list[str]]] = [
-    ("leaves", ["primforge._compat", "primforge._cache", "primforge.debug", "primforge.fusion",
-                "primforge.online"]),
+    # primforge.sim's loop tools import nothing of primforge; the operator library uses the
+    # thread team. The COBA model built on them and on the operators is a layer of its own.
+    ("leaves", ["primforge._compat", "primforge._cache", "primforge.debug", "primforge.sim",
+                "primforge.sim.fusion", "primforge.sim.online", "primforge.sim.team"]),
     ("core", ["primforge.utils", "primforge.params", "primforge.primitive", "primforge.rules"]),
     ("backends", ["primforge.backends"]),
     ("store", ["primforge.registry", "primforge.bench"]),
     ("kernel", ["primforge.kernel"]),
     ("autotune", ["primforge.autotune"]),
     ("library", ["primforge.ops", "primforge.testing", "primforge._gpu_compile"]),
+    ("simulation", ["primforge.sim.coba"]),
     ("entry points", ["primforge.cli", "primforge.__main__", "primforge", "primforge.runtime",
                       "primforge.distributed"]),
 ]
 
 #: Prefixes that match only the module itself, not its submodules: the top package's
-#: ``__init__`` sits at the top, but ``primforge.newthing`` must not be placed there.
-EXACT = {"primforge"}
+#: ``__init__`` sits at the top, but ``primforge.newthing`` must not be placed there; the
+#: ``__init__`` of ``primforge.sim`` is a leaf, but not every module under it.
+EXACT = {"primforge", "primforge.sim"}
 
 
 def module_files() -> dict[str, Path]:
@@ -249,6 +253,8 @@ def test_layer_map_places_submodules_by_prefix():
     assert LAYERS[layer_of("primforge.backends.some_new_backend")][0] == "backends"
     assert LAYERS[layer_of("primforge.kernel.some_new_part")][0] == "kernel"
     assert LAYERS[layer_of("primforge")][0] == "entry points"
+    assert LAYERS[layer_of("primforge.sim.coba.some_new_part")][0] == "simulation"
+    assert layer_of("primforge.sim.some_new_tool") is None  # a leaf or a model: say which
     assert layer_of("primforge.something_unmapped") is None
 
 
@@ -269,8 +275,7 @@ def test_store_layer_does_not_reach_the_kernel(module):
 OPS = "primforge.ops"
 #: What every family of :mod:`primforge.ops` builds on (it imports no family).
 OPS_SHARED = {f"{OPS}._scaffold", f"{OPS}._sharding", f"{OPS}._pallas_common", f"{OPS}.packed",
-              f"{OPS}._spikes", f"{OPS}._prefetch", f"{OPS}._operator",
-              f"{OPS}.team"}
+              f"{OPS}._spikes", f"{OPS}._prefetch", f"{OPS}._operator"}
 #: Modules over the families: they wrap CSR and fixed-number matrices.
 OPS_OVER = {f"{OPS}.column_index": {"csr", "fixed_num"}, f"{OPS}.connectivity": {"csr"}}
 #: Each family (a folder of primforge.ops) and the families and modules above it may import.
@@ -354,3 +359,19 @@ def test_importing_ops_leaves_the_benchmark_cases_unloaded():
     out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True,
                          check=True, cwd=ROOT, env={**os.environ, "JAX_PLATFORMS": "cpu"})
     assert out.stdout.split() == ["[]", "True"], out.stdout + out.stderr
+
+
+def test_the_simulation_tools_load_neither_the_model_nor_the_operators():
+    """``primforge`` and ``primforge.ops`` import ``primforge.sim`` (a leaf): that must not
+    load the COBA model, which imports the operators and registers kernels."""
+    import os
+    import subprocess
+    import sys
+
+    code = ("import sys, primforge, primforge.sim\n"
+            "print([m for m in ('primforge.ops', 'primforge.sim.coba') if m in sys.modules])\n"
+            "import primforge.ops\n"
+            "print('primforge.sim.coba' in sys.modules)\n")
+    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True,
+                         check=True, cwd=ROOT, env={**os.environ, "JAX_PLATFORMS": "cpu"})
+    assert out.stdout.split() == ["[]", "False"], out.stdout + out.stderr

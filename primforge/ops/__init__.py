@@ -134,8 +134,9 @@ from primforge.ops.jitconn import jitc_numba_columns
 
 __all__ += ["jitc_numba_columns"]
 
-# Many phases (steps) on the threads of one Numba parallel region, for fused kernels.
-from primforge.ops.team import NumbaTeam, numba_team
+# Many phases (steps) on the threads of one Numba parallel region, for fused kernels (the
+# thread team of primforge.sim, importable from here too).
+from primforge.sim.team import NumbaTeam, numba_team
 
 __all__ += ["NumbaTeam", "numba_team"]
 

@@ -13,7 +13,7 @@ import functools
 import numpy as np
 
 from primforge.ops._prefetch import event_words
-from primforge.ops.team import _idle_workers_sleep
+from primforge.sim.team import _idle_workers_sleep
 
 
 @functools.cache

@@ -1,4 +1,4 @@
-"""primforge.ops.numba_team: many phases on the threads of one Numba parallel region."""
+"""primforge.sim.numba_team: many phases on the threads of one Numba parallel region."""
 
 from __future__ import annotations
 
@@ -7,7 +7,7 @@ import pytest
 
 numba = pytest.importorskip("numba")
 
-from primforge.ops import numba_team
+from primforge.sim import numba_team
 
 
 @pytest.fixture(scope="module")
@@ -75,6 +75,14 @@ def test_every_phase_sees_the_phase_before_whatever_the_threads(relax, threads, 
     assert c.shape == (16 + 8 * room,)
 
 
+def test_the_operator_library_gives_the_same_team():
+    import primforge.ops
+    import primforge.sim
+
+    assert primforge.ops.numba_team is numba_team
+    assert primforge.ops.NumbaTeam is primforge.sim.NumbaTeam
+
+
 def test_one_set_of_helpers_per_process():
     """Kernels built at different times share the helpers (compiled once)."""
     assert numba_team() is numba_team()
@@ -95,7 +103,7 @@ _POLICY = """
 import os
 import numba
 import numpy as np
-from primforge.ops import numba_team
+from primforge.sim import numba_team
 counters, draw, wait, done = numba_team()
 
 @numba.njit(parallel=True)

@@ -78,13 +78,13 @@ def evaluate_once(fn, *args, **kwargs):
     Example: a neuron update read by three operations.
 
     >>> import jax, jax.numpy as jnp
-    >>> import primforge
+    >>> from primforge.sim import evaluate_once
     >>> def update(v, i):
     ...     v = v + 0.1 * (i - v)
     ...     return v, v > 1.0
     >>> @jax.jit
     ... def step(v, i):
-    ...     v, spike = primforge.evaluate_once(update, v, i)
+    ...     v, spike = evaluate_once(update, v, i)
     ...     return jnp.where(spike, 0.0, v), spike.sum(), spike
     >>> v, count, spike = step(jnp.array([0.95, 1.5, 0.2]), jnp.array([2.0, 2.0, 0.0]))
     >>> v.tolist(), int(count), spike.tolist()

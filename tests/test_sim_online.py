@@ -1,4 +1,4 @@
-"""primforge.OnlineChoice: which way runs each chunk, given scripted chunk times.
+"""primforge.sim.OnlineChoice: which way runs each chunk, given scripted chunk times.
 
 The times are made up (no clock is read but a scripted one), so every decision is
 deterministic; the bounds below are worked out from the rule (each way once, then the
@@ -12,7 +12,7 @@ import numpy as np
 import pytest
 
 import primforge
-from primforge import OnlineChoice
+from primforge.sim import OnlineChoice
 
 
 def drive(choice, seconds_of, chunks):
@@ -26,7 +26,8 @@ def drive(choice, seconds_of, chunks):
     return picked
 
 
-def test_is_public():
+def test_is_public_here_and_at_the_top():
+    assert "OnlineChoice" in primforge.sim.__all__
     assert primforge.OnlineChoice is OnlineChoice and "OnlineChoice" in primforge.__all__
 
 

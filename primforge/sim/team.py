@@ -34,6 +34,8 @@ import platform
 
 import numpy as np
 
+__all__ = ["NumbaTeam", "numba_team"]
+
 
 class NumbaTeam(collections.namedtuple("NumbaTeam", "counters draw wait done")):
     """The njit helpers :func:`numba_team` returns, by name or unpacked in that order.

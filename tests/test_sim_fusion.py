@@ -8,6 +8,7 @@ import pytest
 from jax.test_util import check_grads
 
 import primforge
+from primforge.sim import evaluate_once
 
 MARK = 1.2345  # a constant that appears in the compiled program once per copy of `update`
 
@@ -26,7 +27,7 @@ def readers(v, spike):
 
 def program(once):
     def step(v, i):
-        out = primforge.evaluate_once(update, v, i) if once else update(v, i)
+        out = evaluate_once(update, v, i) if once else update(v, i)
         return readers(*out)
     return jax.jit(step)
 
@@ -65,7 +66,7 @@ def test_the_cpu_program_computes_the_update_once():
 
 def test_a_gpu_lowering_calls_the_function_as_it_is():
     v, i = args()
-    traced = jax.jit(lambda v, i: primforge.evaluate_once(update, v, i)).trace(v, i)
+    traced = jax.jit(lambda v, i: evaluate_once(update, v, i)).trace(v, i)
     gpu = traced.lower(lowering_platforms=("cuda",)).as_text()
     cpu = traced.lower(lowering_platforms=("cpu",)).as_text()
     assert gpu.count("1.234500e+00") == 1  # the default branch only, no runtime conditional
@@ -78,7 +79,7 @@ def test_pytrees_keyword_arguments_and_static_values():
         return {"a": state["x"] * scale + offset, "b": (state["y"].sum(),)}
 
     state = {"x": jnp.arange(4.0), "y": jnp.ones((2, 3))}
-    got = jax.jit(lambda s, c: primforge.evaluate_once(fn, s, c, offset=1.5, name="cell"))(
+    got = jax.jit(lambda s, c: evaluate_once(fn, s, c, offset=1.5, name="cell"))(
         state, jnp.float32(2.0))
     np.testing.assert_array_equal(np.asarray(got["a"]), np.arange(4.0) * 2.0 + 1.5)
     assert float(got["b"][0]) == 6.0
@@ -97,20 +98,20 @@ def test_whichever_argument_comes_first_the_result_is_the_functions(first):
         return jnp.sin(x) * 3.0
 
     x = jnp.linspace(-1.0, 1.0, 7)
-    got = jax.jit(lambda a, x: primforge.evaluate_once(fn, a, x))(first, x)
+    got = jax.jit(lambda a, x: evaluate_once(fn, a, x))(first, x)
     np.testing.assert_allclose(np.asarray(got), np.sin(np.asarray(x)) * 3.0, rtol=1e-6)
 
 
 def test_no_array_to_read_calls_the_function():
-    assert primforge.evaluate_once(lambda a, b: a * b, 3, 4) == 12
-    assert float(jax.jit(lambda: primforge.evaluate_once(lambda: jnp.float32(2.0) * 3))()) == 6
+    assert evaluate_once(lambda a, b: a * b, 3, 4) == 12
+    assert float(jax.jit(lambda: evaluate_once(lambda: jnp.float32(2.0) * 3))()) == 6
 
 
 def test_gradients_match_finite_differences():
     v, i = args(16, seed=1)
 
     def loss(v, i):
-        out, _ = primforge.evaluate_once(update, v, i, gain=0.25)
+        out, _ = evaluate_once(update, v, i, gain=0.25)
         return jnp.sum(jnp.sin(out) * out)
 
     check_grads(loss, (v, i), order=2, modes=("fwd", "rev"), atol=2e-2, rtol=2e-2)
@@ -132,7 +133,7 @@ def test_vmap_gives_each_batch_members_values():
             np.testing.assert_array_equal(np.asarray(g)[b], np.asarray(w))
     # gradients of batched and unbatched calls agree
     def loss(v, i):
-        return jnp.sum(primforge.evaluate_once(update, v, i)[0] ** 2)
+        return jnp.sum(evaluate_once(update, v, i)[0] ** 2)
 
     grads = jax.vmap(jax.grad(loss))(vb, ib)
     for b in range(3):
@@ -161,4 +162,8 @@ def test_under_vmap_the_update_is_still_computed_once(levels):
 
 def test_fn_must_be_callable():
     with pytest.raises(TypeError, match="evaluate_once: fn must be callable, got int 3"):
-        primforge.evaluate_once(3, jnp.ones(2))
+        evaluate_once(3, jnp.ones(2))
+
+
+def test_is_public_here_and_at_the_top():
+    assert primforge.evaluate_once is evaluate_once and "evaluate_once" in primforge.__all__
