@@ -32,6 +32,7 @@ import numpy as np
 
 import primforge
 from primforge.backends import get_backend
+from primforge.backends.cuda import find_nvcc
 
 F32 = jnp.float32
 # Peak DRAM bandwidth (GB/s) of common NVIDIA parts, by substring of the device kind.
@@ -385,7 +386,7 @@ def backend_generators(platform):
     if importlib.util.find_spec("warp") is not None:
         gens["warp"] = warp_gen
     if get_backend("cuda_raw").is_available() and (
-            platform == "cpu" or get_backend("cuda_raw").find_nvcc()):
+            platform == "cpu" or find_nvcc()):
         gens["cuda_raw"] = lambda op: cuda_raw_gen(op, platform)
     if platform == "gpu":
         if get_backend("triton").is_available():

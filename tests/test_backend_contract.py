@@ -104,6 +104,17 @@ def test_the_protocol_sees_no_problem(name):
     assert _contract.problems(m) == []
 
 
+@pytest.mark.parametrize("name", _params())
+def test_the_registry_holds_the_modules_backend_a_backend_base(name):
+    from primforge.backends import BackendBase, get_backend
+
+    m, backend = _module(name), get_backend(name)
+    assert backend is m.BACKEND and type(backend) is not BackendBase
+    assert isinstance(backend, BackendBase) and type(backend).__module__ == m.__name__
+    for attr in ("NAME", "PLATFORMS", "EXTRA", "is_available", "make_callable"):
+        assert getattr(backend, attr) == getattr(m, attr), attr
+
+
 # -- availability -------------------------------------------------------------------------
 @pytest.mark.parametrize("name", _params())
 def test_is_available_is_cached_and_consistent(name):
@@ -250,10 +261,12 @@ def test_options_batch_is_taken_and_unknown_ones_are_named(name):
 
 # -- one answer for shared questions ------------------------------------------------------
 def _sources():
-    for f in sorted(os.listdir(BACKEND_DIR)):
-        if f.endswith(".py") and f != "_common.py":
-            with open(os.path.join(BACKEND_DIR, f), encoding="utf-8") as fh:
-                yield f, fh.read()
+    for folder, _, names in sorted(os.walk(BACKEND_DIR)):
+        for f in sorted(names):
+            path = os.path.join(folder, f)
+            if f.endswith(".py") and path != os.path.join(BACKEND_DIR, "_common.py"):
+                with open(path, encoding="utf-8") as fh:
+                    yield os.path.relpath(path, BACKEND_DIR), fh.read()
 
 
 #: Code that answers a question _common answers: (what, regex on the source).
@@ -290,3 +303,15 @@ def _private_uses(tree) -> list[str]:
 def test_no_backend_uses_another_backends_private_names():
     found = {f: uses for f, text in _sources() if (uses := _private_uses(ast.parse(text)))}
     assert found == {}
+
+
+def test_the_former_address_answers_with_the_same_objects():
+    from primforge.kernel.backends.triton import triton_kernel
+
+    import primforge.backends
+    from primforge.kernel.backends import BackendBase, get_backend, numba
+
+    assert BackendBase is primforge.backends.BackendBase
+    assert get_backend is primforge.backends.get_backend
+    assert numba is importlib.import_module(KNOWN_BACKENDS["numba"])
+    assert triton_kernel is importlib.import_module(KNOWN_BACKENDS["triton"]).triton_kernel

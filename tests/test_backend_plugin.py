@@ -21,8 +21,6 @@ from jax import export
 
 import primforge
 from primforge import autotune
-from primforge.bench import BenchmarkConfig
-from primforge.cli import main
 from primforge.backends import (
     KNOWN_BACKENDS,
     BackendBase,
@@ -32,6 +30,8 @@ from primforge.backends import (
     unregister_backend,
 )
 from primforge.backends._contract import problems
+from primforge.bench import BenchmarkConfig
+from primforge.cli import main
 
 NAME = "pf_test_buffers"
 

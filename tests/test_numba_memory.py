@@ -178,8 +178,8 @@ def test_debug_mode_rebuilds_reuse_the_checked_copy(monkeypatch):
     import numpy as np
 
     import primforge
-    from primforge.backends.numba import _entry
     from primforge.backends import numba as nb
+    from primforge.backends.numba import _entry
 
     def adder(c):
         @numba.njit

@@ -1,8 +1,9 @@
 """Backends: the registry of backends, each answering the hooks of one contract.
 
-Built-in backends are modules listed in :data:`KNOWN_BACKENDS`, imported lazily by
-:func:`get_backend` (a module imports without its optional package);
-:func:`register_backend` adds one defined anywhere. See docs/backends.md.
+Every backend is a :class:`BackendBase` held in one registry. A built-in one lives in a
+module listed in :data:`KNOWN_BACKENDS` (it imports without its optional package) whose
+``BACKEND`` :func:`get_backend` registers on first use; :func:`register_backend` adds one
+defined anywhere, through the same checks. See docs/backends.md.
 """
 
 from __future__ import annotations
@@ -17,7 +18,6 @@ from primforge.backends._common import install_hint
 from primforge.backends._contract import (
     ALL_PLATFORMS,
     BackendBase,
-    ModuleBackend,
     problems,
     tuple_results,
 )
@@ -58,9 +58,29 @@ KNOWN_BACKENDS: dict[str, str] = {
 #: The reference backend: pure JAX, the oracle every other backend is compared with.
 REFERENCE = "jax"
 
-_LOADED: dict[str, BackendBase] = {}  # built-in backends, once imported
-_PLUGINS: dict[str, BackendBase] = {}  # registered with register_backend
+_REGISTERED: dict[str, BackendBase] = {}  # built-in ones once used, and plugins
 _LOCK = threading.Lock()
+
+
+def _register(backend: BackendBase, *, replace: bool) -> BackendBase:
+    """Check ``backend`` against the contract and hold it under its name."""
+    wrong = problems(backend)
+    if not isinstance(backend, BackendBase):
+        wrong.append(f"it is a {type(backend).__name__}, not a BackendBase instance")
+    if wrong:
+        raise TypeError(f"register_backend: {backend!r} does not satisfy the backend "
+                        f"contract: {'; '.join(wrong)}")
+    with _LOCK:
+        if backend.NAME in _REGISTERED and not replace:
+            raise ValueError(f"register_backend: a backend {backend.NAME!r} is registered "
+                             f"already (pass replace=True to replace it)")
+        _REGISTERED[backend.NAME] = backend
+    return backend
+
+
+def _plugins() -> dict[str, BackendBase]:
+    """The backends registered with :func:`register_backend` (no built-in one)."""
+    return {n: b for n, b in _REGISTERED.items() if n not in KNOWN_BACKENDS}
 
 
 def get_backend(name: str) -> BackendBase:
@@ -71,24 +91,21 @@ def get_backend(name: str) -> BackendBase:
         >>> get_backend('jax').NAME, get_backend('not-a-backend').NAME
         ('jax', 'jax')
     """
-    found = _PLUGINS.get(name) or _LOADED.get(name)
+    found = _REGISTERED.get(name)
     if found is not None:
         return found
     path = KNOWN_BACKENDS.get(name)
     if path is None:
         return get_backend(REFERENCE)
-    with _LOCK:
-        found = _LOADED.get(name)
-        if found is None:
-            found = _LOADED[name] = ModuleBackend(importlib.import_module(path))
-    return found
+    # Replacing is harmless: an imported module's BACKEND is always the same object.
+    return _register(importlib.import_module(path).BACKEND, replace=True)
 
 
 def register_backend(backend: BackendBase, *, replace: bool = False) -> BackendBase:
     """Make ``backend`` usable by name in ``def_kernel``, ``use_backend`` and ``backend=``.
 
     Args:
-        backend: a :class:`BackendBase` instance (or a module satisfying the contract).
+        backend: a :class:`BackendBase` instance.
         replace: replace a backend registered under the same name; a built-in backend's
             name is never taken. Register a backend before defining kernels that use it.
 
@@ -107,21 +124,9 @@ def register_backend(backend: BackendBase, *, replace: bool = False) -> BackendB
         Array([3., 3.], dtype=float32)
         >>> unregister_backend('doc_plain')
     """
-    wrong = problems(backend)
-    if wrong:
-        raise TypeError(f"register_backend: {backend!r} does not satisfy the backend "
-                        f"contract: {'; '.join(wrong)}")
-    name = backend.NAME
-    if name in KNOWN_BACKENDS:
-        raise ValueError(f"register_backend: {name!r} is a built-in backend's name")
-    if not isinstance(backend, BackendBase):
-        backend = ModuleBackend(backend)
-    with _LOCK:
-        if name in _PLUGINS and not replace:
-            raise ValueError(f"register_backend: a backend {name!r} is registered already "
-                             f"(pass replace=True to replace it)")
-        _PLUGINS[name] = backend
-    return backend
+    if getattr(backend, "NAME", None) in KNOWN_BACKENDS:
+        raise ValueError(f"register_backend: {backend.NAME!r} is a built-in backend's name")
+    return _register(backend, replace=replace)
 
 
 def unregister_backend(name: str) -> None:
@@ -130,8 +135,10 @@ def unregister_backend(name: str) -> None:
     Example:
         >>> unregister_backend('never_registered')
     """
+    if name in KNOWN_BACKENDS:
+        return
     with _LOCK:
-        _PLUGINS.pop(name, None)
+        _REGISTERED.pop(name, None)
 
 
 def is_known(name: str) -> bool:
@@ -141,7 +148,7 @@ def is_known(name: str) -> bool:
         >>> is_known('numba'), is_known('mine')
         (True, False)
     """
-    return name in KNOWN_BACKENDS or name in _PLUGINS
+    return name in KNOWN_BACKENDS or name in _REGISTERED
 
 
 def backend_names() -> list[str]:
@@ -151,7 +158,7 @@ def backend_names() -> list[str]:
         >>> 'jax' in backend_names()
         True
     """
-    return sorted({*KNOWN_BACKENDS, *_PLUGINS})
+    return sorted({*KNOWN_BACKENDS, *_REGISTERED})
 
 
 def is_available_on(module: Any, platform: str) -> bool:
@@ -167,7 +174,7 @@ def is_available_on(module: Any, platform: str) -> bool:
 def _loaded() -> list[BackendBase]:
     """The backends in use in this process: imported built-ins, then registered ones."""
     builtin = [get_backend(n) for n, path in KNOWN_BACKENDS.items() if path in sys.modules]
-    return [*builtin, *_PLUGINS.values()]
+    return [*builtin, *_plugins().values()]
 
 
 def owner_of(product: Any) -> BackendBase | None:
@@ -187,7 +194,7 @@ def debug_gate(outs: Sequence[Any], report: type[Exception], platform: str) -> C
         >>> callable(debug_gate([], RuntimeError, 'tpu'))
         False
     """
-    for name in [*KNOWN_BACKENDS, *_PLUGINS]:
+    for name in [*KNOWN_BACKENDS, *_plugins()]:
         backend = get_backend(name)
         if backend.is_available(platform):
             gate = backend.debug_gate(outs, report, platform)

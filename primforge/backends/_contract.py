@@ -1,8 +1,8 @@
 """The backend contract: every step of a kernel's life a backend takes part in.
 
 :class:`BackendBase` holds each hook with its default, so a backend overrides only what it
-needs; :class:`Backend` is the minimal structural protocol (a built-in backend is a module
-that satisfies it, seen through :class:`ModuleBackend`); :func:`problems` checks names,
+needs, built-in backends and plugins alike; :class:`Backend` is the minimal structural
+protocol (a built-in backend's module satisfies it too); :func:`problems` checks names,
 types and signatures. The kernel core calls backends only through these hooks.
 """
 
@@ -20,7 +20,6 @@ __all__ = [
     "HOOKS",
     "Backend",
     "BackendBase",
-    "ModuleBackend",
     "launcher_product_form",
     "problems",
     "traceable",
@@ -247,37 +246,6 @@ class BackendBase:
         """Export: the ``jax.export`` safety checks to disable for ``fn`` on ``specs``
         (custom calls this backend lowers to that ``jax.export`` does not know)."""
         return []
-
-
-class ModuleBackend(BackendBase):
-    """A backend module seen as a :class:`BackendBase`: the module's own ``NAME``,
-    ``PLATFORMS``, ``EXTRA`` and hooks where it defines them, the defaults elsewhere;
-    any other attribute is the module's.
-
-    Example:
-        >>> import importlib
-        >>> b = ModuleBackend(importlib.import_module('primforge.backends.jax'))
-        >>> b.NAME, b.release(object()), b.product_form(42, n_ins=1, n_outs=1, name='k')
-        ('jax', None, 'kernel')
-    """
-
-    _OWN = frozenset(("NAME", "PLATFORMS", "EXTRA", *HOOKS))
-
-    def __init__(self, module: ModuleType):
-        self.module = module
-
-    def __getattribute__(self, attr: str) -> Any:
-        if attr in ModuleBackend._OWN:
-            module = object.__getattribute__(self, "module")
-            if hasattr(module, attr):  # read each time: a patched module function counts
-                return getattr(module, attr)
-        return object.__getattribute__(self, attr)
-
-    def __getattr__(self, attr: str) -> Any:
-        return getattr(object.__getattribute__(self, "module"), attr)
-
-    def __repr__(self) -> str:
-        return f"<backend {self.NAME!r} ({self.module.__name__})>"
 
 
 def _params(fn) -> list[inspect.Parameter] | None:

@@ -411,3 +411,14 @@ def make_callable(
         expected="a function that calls a module from load_cuda_inline/load_cuda_file/"
                  "load_cpp_inline (e.g. module.function(handler, outs=...))")
 
+
+class CudaRawBackend(_contract.BackendBase):
+    """The CUDA source backend as the registry holds it: this module's hooks, bound once."""
+
+    NAME, PLATFORMS, EXTRA = NAME, PLATFORMS, EXTRA
+    is_available = staticmethod(is_available)
+    make_callable = staticmethod(make_callable)
+
+
+#: This module's backend: :func:`primforge.backends.get_backend` registers it on first use.
+BACKEND = CudaRawBackend()

@@ -56,3 +56,15 @@ def make_callable(
     _common.check_options(NAME, name, options)
     return _contract.traceable(product, backend=NAME, name=name,
                                expected="a callable written in jax.numpy")
+
+
+class JaxBackend(_contract.BackendBase):
+    """The reference backend as the registry holds it: this module's hooks, bound once."""
+
+    NAME, PLATFORMS, EXTRA = NAME, PLATFORMS, EXTRA
+    is_available = staticmethod(is_available)
+    make_callable = staticmethod(make_callable)
+
+
+#: This module's backend: :func:`primforge.backends.get_backend` registers it on first use.
+BACKEND = JaxBackend()

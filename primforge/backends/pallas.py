@@ -103,3 +103,15 @@ def make_callable(
     if platform == "cpu":
         _check_interpreted(product, ins, name)
     return call
+
+
+class PallasBackend(_contract.BackendBase):
+    """The Pallas backend as the registry holds it: this module's hooks, bound once."""
+
+    NAME, PLATFORMS, EXTRA = NAME, PLATFORMS, EXTRA
+    is_available = staticmethod(is_available)
+    make_callable = staticmethod(make_callable)
+
+
+#: This module's backend: :func:`primforge.backends.get_backend` registers it on first use.
+BACKEND = PallasBackend()

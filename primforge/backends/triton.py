@@ -373,3 +373,16 @@ def interpret(
     if runner.interpreting_here():
         return tuple(runner.run_here(spec.fn, grid, spec.constexprs, arrays, out_specs))
     return tuple(runner.run_in_worker(spec.fn, grid, spec.constexprs, arrays, out_specs))
+
+
+class TritonBackend(_contract.BackendBase):
+    """The Triton backend as the registry holds it: this module's hooks, bound once."""
+
+    NAME, PLATFORMS, EXTRA = NAME, PLATFORMS, EXTRA
+    is_available = staticmethod(is_available)
+    make_callable = staticmethod(make_callable)
+    product_form = staticmethod(product_form)
+
+
+#: This module's backend: :func:`primforge.backends.get_backend` registers it on first use.
+BACKEND = TritonBackend()

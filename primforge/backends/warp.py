@@ -189,3 +189,16 @@ def make_callable(
         return tuple(result)
 
     return call
+
+
+class WarpBackend(_contract.BackendBase):
+    """The Warp backend as the registry holds it: this module's hooks, bound once."""
+
+    NAME, PLATFORMS, EXTRA = NAME, PLATFORMS, EXTRA
+    is_available = staticmethod(is_available)
+    make_callable = staticmethod(make_callable)
+    product_form = staticmethod(product_form)
+
+
+#: This module's backend: :func:`primforge.backends.get_backend` registers it on first use.
+BACKEND = WarpBackend()

@@ -26,7 +26,7 @@ import numpy as np
 
 from primforge import debug as _debug_mode
 from primforge._compat import ffi as _ffi
-from primforge.backends import _common
+from primforge.backends import _common, _contract
 from primforge.backends.numba import _boundscheck, _debug, _identity, _signature, _targets
 from primforge.backends.numba._signature import HALF_MODES as _HALF_MODES
 from primforge.backends.numba._targets import (
@@ -554,3 +554,21 @@ def export_checks(fn: Callable, *specs: Any) -> list[Any]:
     """
     targets = prepare(fn, *specs)
     return disabled_checks(targets) if targets else []
+
+
+class NumbaBackend(_contract.BackendBase):
+    """The Numba backend as the registry holds it: this module's hooks, bound once."""
+
+    NAME, PLATFORMS, EXTRA = NAME, PLATFORMS, EXTRA
+    is_available = staticmethod(is_available)
+    make_callable = staticmethod(make_callable)
+    product_form = staticmethod(product_form)
+    release = staticmethod(release)
+    owns = staticmethod(owns)
+    debug_prefill = staticmethod(debug_prefill)
+    debug_gate = staticmethod(debug_gate)
+    export_checks = staticmethod(export_checks)
+
+
+#: This module's backend: :func:`primforge.backends.get_backend` registers it on first use.
+BACKEND = NumbaBackend()

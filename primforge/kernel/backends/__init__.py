@@ -6,12 +6,15 @@ addresses as the same module objects: ``from primforge.kernel.backends import nu
 :mod:`primforge.backends`.
 """
 
+import importlib
 import sys
 
-from primforge.backends import *  # noqa: F403 - the whole registry, re-exported
-from primforge.backends import __all__  # noqa: F401
-from primforge.backends import cuda, jax, numba, numba_cuda, pallas, triton, warp
+from primforge import backends as _backends
+from primforge.backends import *
 
-for _module in (cuda, jax, numba, numba_cuda, pallas, triton, warp):
-    sys.modules[f"{__name__}.{_module.__name__.rsplit('.', 1)[1]}"] = _module
-del _module
+__all__ = list(_backends.__all__)
+
+for _path in _backends.KNOWN_BACKENDS.values():
+    _short = _path.rsplit(".", 1)[1]
+    globals()[_short] = sys.modules[f"{__name__}.{_short}"] = importlib.import_module(_path)
+del _path, _short
