@@ -14,7 +14,7 @@ import shutil
 import stat
 import tempfile
 import threading
-from collections.abc import Iterable, Mapping, Sequence
+from collections.abc import Callable, Iterable, Mapping, Sequence
 from typing import Any
 
 import jax
@@ -29,6 +29,7 @@ __all__ = [
     "cache_dir",
     "check_options",
     "check_platform",
+    "check_request",
     "compute_capability_of",
     "default_compute_capability",
     "jaxlib_version",
@@ -145,6 +146,30 @@ def check_options(backend: str, kernel: str, options: Mapping[str, Any],
         raise TypeError(
             f"kernel {kernel!r}: the {backend!r} backend's make_callable takes no option "
             f"{key!r} (it takes: {takes})")
+
+
+def check_request(backend: str, platforms: Sequence[str], extra: str | None,
+                  available: Callable[[str], bool], *, platform: Any, kernel: str,
+                  options: Mapping[str, Any], needs: str, hint: str = "") -> None:
+    """The opening checks of every ``make_callable``, in the contract's order.
+
+    The platform (``ValueError``, :func:`check_platform`), then what the backend needs
+    (``available(platform)``, else :class:`MissingPackageError` naming ``needs`` and
+    ``extra``, with ``hint``), then the options (``TypeError``, :func:`check_options`).
+
+    Example:
+        >>> check_request('mine', ('cpu',), None, lambda p: True, platform='cpu',
+        ...               kernel='k', options={'batch': ()}, needs='nothing')
+        >>> check_request('mine', ('cpu',), 'mine', lambda p: False, platform='cpu',
+        ...               kernel='k', options={}, needs='the mine package')
+        Traceback (most recent call last):
+        ...
+        primforge.backends._common.MissingPackageError: the 'mine' backend needs the mine...
+    """
+    check_platform(backend, platforms, platform, kernel)
+    if not available(platform):
+        raise missing_package(backend, needs, extra, hint)
+    check_options(backend, kernel, options)
 
 
 # -- GPU target ---------------------------------------------------------------------------

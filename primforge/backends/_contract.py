@@ -200,11 +200,9 @@ class BackendBase:
         """
         from primforge.backends import _common
 
-        _common.check_platform(self.NAME, self.PLATFORMS, platform, name)
-        if not self.is_available(platform):
-            raise _common.missing_package(self.NAME, f"what the {self.NAME!r} backend needs",
-                                          self.EXTRA)
-        _common.check_options(self.NAME, name, options)
+        _common.check_request(self.NAME, self.PLATFORMS, self.EXTRA, self.is_available,
+                              platform=platform, kernel=name, options=options,
+                              needs=f"what the {self.NAME!r} backend needs")
         return traceable(product, backend=self.NAME, name=name,
                          expected="a traceable JAX function of the inputs")
 

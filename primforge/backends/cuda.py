@@ -396,16 +396,14 @@ def make_callable(
         ...     jnp.ones(2))
         (Array([-1., -1.], dtype=float32),)
     """
-    _common.check_platform(NAME, PLATFORMS, platform, name)
-    if not is_available(platform):
-        if platform == "gpu":
-            raise _common.missing_package(
-                NAME, "nvcc (the CUDA compiler)", EXTRA,
-                "(or install the CUDA toolkit, or set $PRIMFORGE_NVCC to its absolute path)")
-        raise _common.missing_package(
-            NAME, "a host C++ compiler", None,
-            "(set $CXX, or put g++, c++ or clang++ on an absolute PATH entry)")
-    _common.check_options(NAME, name, options)
+    needs, extra, hint = (
+        ("nvcc (the CUDA compiler)", EXTRA,
+         "(or install the CUDA toolkit, or set $PRIMFORGE_NVCC to its absolute path)")
+        if platform == "gpu" else
+        ("a host C++ compiler", None,
+         "(set $CXX, or put g++, c++ or clang++ on an absolute PATH entry)"))
+    _common.check_request(NAME, PLATFORMS, extra, is_available, platform=platform,
+                          kernel=name, options=options, needs=needs, hint=hint)
     return _contract.traceable(
         product, backend=NAME, name=name,
         expected="a function that calls a module from load_cuda_inline/load_cuda_file/"

@@ -52,8 +52,8 @@ def make_callable(
         >>> f(jnp.ones(3))
         (Array([2., 2., 2.], dtype=float32),)
     """
-    _common.check_platform(NAME, PLATFORMS, platform, name)
-    _common.check_options(NAME, name, options)
+    _common.check_request(NAME, PLATFORMS, EXTRA, is_available, platform=platform,
+                          kernel=name, options=options, needs="nothing beyond JAX")
     return _contract.traceable(product, backend=NAME, name=name,
                                expected="a callable written in jax.numpy")
 

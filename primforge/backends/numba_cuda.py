@@ -393,10 +393,8 @@ def make_callable(
         kernel, primforge.numba_cuda_kernel(...) or a traceable JAX callable of the inputs,
         got int
     """
-    _common.check_platform(NAME, PLATFORMS, platform, name)
-    if not is_available(platform):
-        raise _common.missing_package(NAME, "the numba-cuda package", EXTRA)
-    _common.check_options(NAME, name, options)
+    _common.check_request(NAME, PLATFORMS, EXTRA, is_available, platform=platform,
+                          kernel=name, options=options, needs="the numba-cuda package")
     spec = product if isinstance(product, NumbaCudaKernel) else NumbaCudaKernel(product)
     launchable = callable(getattr(spec.kernel, "__getitem__", None))
     if not hasattr(spec.kernel, "py_func") and not launchable:

@@ -93,11 +93,9 @@ def make_callable(
         >>> make_callable(prod, ins=[s], outs=[s], platform='cpu', name='inc')(jnp.zeros(4))
         (Array([1., 1., 1., 1.], dtype=float32),)
     """
-    _common.check_platform(NAME, PLATFORMS, platform, name)
-    if not is_available(platform):
-        raise _common.missing_package(NAME, "jax.experimental.pallas (it ships with jax)",
-                                      EXTRA)
-    _common.check_options(NAME, name, options)
+    _common.check_request(NAME, PLATFORMS, EXTRA, is_available, platform=platform,
+                          kernel=name, options=options,
+                          needs="jax.experimental.pallas (it ships with jax)")
     call = _contract.traceable(product, backend=NAME, name=name,
                                expected="a function built on pl.pallas_call")
     if platform == "cpu":

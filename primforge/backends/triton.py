@@ -286,11 +286,9 @@ def make_callable(
         primforge.triton_kernel(fn, grid=...), a @triton.jit function or a traceable JAX
         callable of the inputs, got str
     """
-    _common.check_platform(NAME, PLATFORMS, platform, name)
-    if not is_available(platform):
-        raise _common.missing_package(
-            NAME, "the triton package and a jaxlib with the Triton dialect", EXTRA)
-    _common.check_options(NAME, name, options)
+    _common.check_request(NAME, PLATFORMS, EXTRA, is_available, platform=platform,
+                          kernel=name, options=options,
+                          needs="the triton package and a jaxlib with the Triton dialect")
     spec = product if isinstance(product, TritonKernel) else TritonKernel(product)
     if not hasattr(spec.fn, "arg_names"):
         raise TypeError(

@@ -161,10 +161,8 @@ def make_callable(
         TypeError: kernel 'k': the 'warp' kernel generator must return a @wp.kernel,
         primforge.warp_kernel(...) or a traceable JAX callable of the inputs, got int
     """
-    _common.check_platform(NAME, PLATFORMS, platform, name)
-    if not is_available(platform):
-        raise _common.missing_package(NAME, _NEEDS, EXTRA)
-    _common.check_options(NAME, name, options)
+    _common.check_request(NAME, PLATFORMS, EXTRA, is_available, platform=platform,
+                          kernel=name, options=options, needs=_NEEDS)
     spec = product if isinstance(product, WarpKernel) else WarpKernel(product)
     kernel = spec.kernel
     if not hasattr(kernel, "adj") or not hasattr(kernel, "key"):

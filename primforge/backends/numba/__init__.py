@@ -307,9 +307,9 @@ def make_callable(
         >>> g(jnp.ones((2, 4)))[0].shape
         (2, 4)
     """
-    _common.check_platform(NAME, PLATFORMS, platform, name)
-    _require_numba()
-    _common.check_options(NAME, name, options)
+    _common.check_request(NAME, PLATFORMS, EXTRA, is_available, platform=platform,
+                          kernel=name, options=options, needs=_NEEDS)
+    _require_numba()  # a broken install is found here, on import
     fn, aliases, half_as = _unbind(product, outs, name)
     kernel = _identity.as_dispatcher(fn)
     plan = _signature.plan(
