@@ -1,8 +1,8 @@
-"""The COBA network (examples/coba.py) on every simulator at hand, in one run.
+"""The COBA network (primforge.sim.coba) on every simulator at hand, in one run.
 
 Contenders, each run in its own subprocess (so peak memory is that run's alone):
 
-* ``primforge plain``: ``examples/coba.py``'s plain step (jax.numpy neurons + CSR event
+* ``primforge plain``: :mod:`primforge.sim.coba`'s plain step (jax.numpy neurons + CSR event
   products).
 * ``primforge fused``: its fused step (one kernel call per step).
 * ``primforge fused x10``: one kernel call per 10 steps; ``primforge fused x100``, per 100
@@ -12,9 +12,9 @@ Contenders, each run in its own subprocess (so peak memory is that run's alone):
   100x ``primforge fused x10`` is that).
 * ``primforge fused x10 2t``: the same on two threads over just-in-time connectivity
   (the same spike trains as one thread; the kernel uses the threads only where each gets
-  enough neurons, ``examples/coba.py``'s ``THREAD_MIN_NEURONS``).
+  enough neurons, :mod:`primforge.sim.coba`'s ``THREAD_MIN_NEURONS``).
 * ``primforge fused x10 auto``: the same network chunk by chunk, each chunk on one thread
-  or two, whichever ran faster lately (``examples/coba.py``'s ``thread_choosing_simulator``,
+  or two, whichever ran faster lately (:func:`primforge.sim.coba.thread_choosing_simulator`,
   :class:`primforge.OnlineChoice`; the same spike trains); the JSON line gives the chunks
   each way ran and their total time (first call included).
 * ``primforge fused x10 stored``: the fused step over stored CSR connectivity (at 100x,
@@ -121,12 +121,10 @@ def _interval(p0, p1, reps=1):
 
 # ----------------------------------------------------------------------------- JAX child
 _JAX = _PROBE + r"""
-import importlib.util, json, statistics, sys
+import json, statistics, sys
 sys.path.insert(0, {root!r})
 import jax, jax.numpy as jnp, numpy as np
-spec = importlib.util.spec_from_file_location("coba_example", {example!r})
-coba = importlib.util.module_from_spec(spec); sys.modules[spec.name] = coba
-spec.loader.exec_module(coba)
+from primforge.sim import coba
 scale, seed, duration, kind = {scale}, {seed}, {duration}, {kind!r}
 fused, k, threads, conn, choosing = {fused}, {k}, {threads}, {conn!r}, {choosing}
 n_steps = int(round(duration * 1000 / coba.DT))
@@ -334,9 +332,8 @@ def run_one(contender: str, scale: int, seed: int, duration: float, brian: str |
                        workdir, _CPP_CLOCK, _CPP_CLOCK_END, str(min_time), str(threads)],
                       benv)
     opts = _jax_options(contender, scale)
-    code = _JAX.format(root=str(ROOT), example=str(ROOT / "examples" / "coba.py"),
-                       scale=scale, seed=seed, duration=duration, min_time=min_time,
-                       **opts)
+    code = _JAX.format(root=str(ROOT), scale=scale, seed=seed, duration=duration,
+                       min_time=min_time, **opts)
     python = brainevent_python if opts["kind"] == "brainevent" else sys.executable
     prefix = ["taskset", "-c", "0"] if contender.endswith(" pinned") else []
     if contender.endswith(" xla1"):

@@ -1,6 +1,6 @@
 """Where a plain COBA step's time goes: the loop, the neurons, the products, the recording.
 
-The plain step of ``examples/coba.py`` (``jax.numpy`` neurons and one event-driven product
+The plain step of :mod:`primforge.sim.coba` (``jax.numpy`` neurons and one event-driven product
 per population over stored CSR, or with ``--conn jitc`` over just-in-time connectivity) is
 timed whole and in parts, each part a jitted
 ``lax.scan`` over the same number of steps, on the same network:
@@ -14,14 +14,14 @@ timed whole and in parts, each part a jitted
   ``neurons``, what the products cost whatever fires (the output vector, finding the
   spiking rows, the sum); ``step`` minus it, what the spikes' rows cost;
 * ``step``: the whole plain step, no recording;
-* ``simulate``: ``examples/coba.py``'s simulator recording what ``benchmarks/coba.py``
+* ``simulate``: :func:`primforge.sim.coba.simulator` recording what ``benchmarks/coba.py``
   records: the step plus the spike count of each neuron;
 * ``step, recomputed`` and ``simulate, recomputed``: the same two without
   :func:`primforge.evaluate_once` around the neuron update, so that XLA's CPU compiler
   computes the update again inside the fusion of each of its readers.
 
 Every variant but the two ``recomputed`` computes the neuron update once
-(``examples/coba.py``'s ``neuron_update``).
+(:func:`primforge.sim.coba.neuron_update`).
 
 With ``--fused K`` the same is done for the fused step of ``K`` steps a kernel call, over
 just-in-time connectivity (one thread), to see what recording and copying cost beside
@@ -54,7 +54,6 @@ variant (XLA's runtime threads show as more than 1), and each part's share of ``
 from __future__ import annotations
 
 import argparse
-import importlib.util
 import json
 import os
 import resource
@@ -75,11 +74,10 @@ RESULTS = ROOT / "benchmarks" / "results"
 
 
 def _example():
-    spec = importlib.util.spec_from_file_location("coba_example", ROOT / "examples" / "coba.py")
-    module = importlib.util.module_from_spec(spec)
-    sys.modules[spec.name] = module  # its dataclasses look their module up
-    spec.loader.exec_module(module)
-    return module
+    """:mod:`primforge.sim.coba`, imported once XLA's thread pool is set (``--xla-threads``)."""
+    from primforge.sim import coba
+
+    return coba
 
 
 def variants(coba, net, n_steps: int):

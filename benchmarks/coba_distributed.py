@@ -89,10 +89,8 @@ def window_costs(scale: int, spikes_per_step: float, parts=(1, 2, 4), repeats: i
     import jax
     import numpy as np
 
-    sys.path.insert(0, str(ROOT / "examples"))
-    import coba
-
     from primforge.ops import binary_jitc_matvec
+    from primforge.sim import coba
 
     net = coba.scaled(scale, 0, conn="jitc")
     we, n = net.w_exc, net.n

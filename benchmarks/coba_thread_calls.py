@@ -3,7 +3,7 @@
 ``benchmarks/coba.py`` times a whole process once; ``benchmarks/coba_threads.py`` times the
 kernels side by side in one process. This script sits between them: it starts
 ``--processes`` rounds of two processes each (one thread, then two threads; each process
-alone on the machine), and each process builds the simulator of ``examples/coba.py``
+alone on the machine), and each process builds the simulator of :mod:`primforge.sim.coba`
 (fused kernel, ``--steps-per-call`` steps a kernel call, just-in-time connectivity, XLA's
 CPU pool at one thread) for ``--call-steps`` steps, then runs it ``--calls`` times from the
 same initial state and records the wall time of every call. A process whose calls change
@@ -35,8 +35,8 @@ SLOW = 1.5  # a call is slow above this many times the one-thread processes' med
 
 
 def _example():
-    sys.path.insert(0, str(ROOT / "examples"))
-    import coba
+    """:mod:`primforge.sim.coba`, imported once XLA's thread pool is set."""
+    from primforge.sim import coba
 
     return coba
 

@@ -1,6 +1,6 @@
 """The fused COBA kernel on one thread and on two, side by side in one process.
 
-For the network of ``examples/coba.py`` over just-in-time connectivity at each scale, from
+For the network of :mod:`primforge.sim.coba` over just-in-time connectivity at each scale, from
 a settled state (the network run ``--settle`` steps first), the same ``--steps`` steps are
 run four ways, interleaved (rotating which goes first), ``--reps`` times each:
 
@@ -11,9 +11,10 @@ run four ways, interleaved (rotating which goes first), ``--reps`` times each:
 * ``parts on one thread``: the two-thread kernel with Numba's pool at one thread, which
   then does both parts of every phase in turn: what cutting the work in two costs;
 * ``two threads``: the two-thread kernel on two threads;
-* ``two threads at REV`` (with ``--against REV``): the two-thread kernel of
-  ``examples/coba.py`` as it is at the git revision ``REV`` of this repository, on two
-  threads, to compare two forms of the kernel side by side.
+* ``two threads at REV`` (with ``--against REV``): the two-thread kernel as it is at the
+  git revision ``REV`` of this repository (``primforge/sim/coba`` there, or
+  ``examples/coba.py`` at a revision before that package), on two threads, to compare two
+  forms of the kernel side by side.
 
 A run is one kernel call, or with ``--steps-per-call K`` calls of ``K`` steps, each from
 the state the one before ended in (each call of the two-thread kernel opens a parallel
@@ -46,6 +47,7 @@ import subprocess
 import sys
 import tempfile
 import time
+import types
 from pathlib import Path
 
 ROOT = Path(__file__).resolve().parents[1]
@@ -86,7 +88,7 @@ print(" ".join(f"{x:.3f}" for x in per_second))
 """
 
 
-def _example(path: Path = ROOT / "examples" / "coba.py", name: str = "coba_example"):
+def _load(path: Path, name: str):
     spec = importlib.util.spec_from_file_location(name, path)
     module = importlib.util.module_from_spec(spec)
     sys.modules[spec.name] = module  # its dataclasses look their module up
@@ -109,29 +111,59 @@ def probe_cores(seconds: float) -> dict:
     return out
 
 
+def _git(*args: str) -> str:
+    return subprocess.run(["git", "-C", str(ROOT), *args], capture_output=True, text=True,
+                          check=True).stdout
+
+
 def example_at(rev: str, folder: Path):
-    """``examples/coba.py`` as it is at the git revision ``rev``, loaded as a module."""
-    text = subprocess.run(["git", "-C", str(ROOT), "show", f"{rev}:examples/coba.py"],
-                          capture_output=True, text=True, check=True).stdout
-    path = folder / "coba_at_rev.py"
-    path.write_text(text)
-    return _example(path, "coba_example_at_rev")
+    """The threaded kernel's module as it is at the git revision ``rev``: the one with
+    ``_numba_jitc_loop_threaded`` and ``_THREAD_BLOCK``.
+
+    Where ``rev`` has ``primforge/sim/coba``, its modules are copied into ``folder`` as a
+    package of another name (their imports of one another pointed at the copy; the rest
+    of primforge is the present one) and its ``numba_threaded`` is loaded, without the
+    package's ``__init__`` (which would register the revision's kernels under the present
+    ones' names). At a revision before that package, its ``examples/coba.py``."""
+    folder.mkdir(parents=True, exist_ok=True)
+    package = "primforge/sim/coba"
+    paths = _git("ls-tree", "--name-only", rev, f"{package}/").split()
+    names = [p.rsplit("/", 1)[1] for p in paths]
+    if not names:
+        path = folder / "coba_at_rev.py"
+        path.write_text(_git("show", f"{rev}:examples/coba.py"))
+        return _load(path, "coba_example_at_rev")
+    copy = folder / "coba_at_rev"
+    copy.mkdir()
+    for name in names:
+        if name.endswith(".py"):
+            text = _git("show", f"{rev}:{package}/{name}")
+            (copy / name).write_text(text.replace("primforge.sim.coba", "coba_at_rev"))
+    for name in [m for m in sys.modules if m.split(".")[0] == "coba_at_rev"]:
+        del sys.modules[name]  # a copy loaded before
+    shell = types.ModuleType("coba_at_rev")  # the package, its __init__ not run
+    shell.__path__ = [str(copy)]
+    sys.modules["coba_at_rev"] = shell
+    return importlib.import_module("coba_at_rev.numba_threaded")
 
 
-def runners(coba, net, settle: int, other=None):
-    """The ways to run steps from a settled state of ``net`` (a network of ``coba`` over
-    just-in-time connectivity): the four of ``WAYS``, and ``two threads at REV`` with
-    ``other``'s two-thread kernel. The state is ``v, ge, gi, ref`` and each neuron's spike
-    count; the outputs, the state, the spikes and each population's spikes per step. A way
-    writes only the outputs its ``writes`` attribute names, where it has one (a revision's
-    kernel that does not count each neuron's or each population's spikes)."""
+def runners(net, settle: int, other=None):
+    """The ways to run steps from a settled state of ``net`` (a network of
+    :mod:`primforge.sim.coba` over just-in-time connectivity): the four of ``WAYS``, and
+    ``two threads at REV`` with ``other``'s two-thread kernel (:func:`example_at`). The
+    state is ``v, ge, gi, ref`` and each neuron's spike count; the outputs, the state, the
+    spikes and each population's spikes per step. A way writes only the outputs its
+    ``writes`` attribute names, where it has one (a revision's kernel that does not count
+    each neuron's or each population's spikes)."""
     import numba
+
+    from primforge.sim.coba import numba_loop, numba_threaded
 
     n, ne, prob = net.n, net.n_exc, net.w_exc.prob
     w_e, w_i = np.float32(net.w_exc.weight), np.float32(net.w_inh.weight)
     seeds = (np.uint32(net.w_exc.seed), np.uint32(net.w_inh.seed))  # as the simulation passes them
-    serial = coba._numba_loop(coba._jitc_propagate(prob))
-    threaded = coba._numba_jitc_loop_threaded(prob)
+    serial = numba_loop._numba_loop(numba_loop._jitc_propagate(prob))
+    threaded = numba_threaded._numba_jitc_loop_threaded(prob)
 
     def outputs(steps):
         """Output arrays for ``steps`` steps, every page touched."""
@@ -140,7 +172,7 @@ def runners(coba, net, settle: int, other=None):
                 + [np.ones((steps, n), np.bool_), np.ones((steps, 2), np.int32)])
 
     def one(state, out):
-        buf = np.empty(coba._BLOCK + n, np.int64)
+        buf = np.empty(numba_loop._BLOCK + n, np.int64)
         serial(*state, (w_e, w_i, *seeds, np.int64(ne), buf), *out)
 
     def parts(threads, ranges=2):
@@ -149,7 +181,7 @@ def runners(coba, net, settle: int, other=None):
             numba.set_num_threads(threads)
             try:
                 threaded(*state, w_e, w_i, *seeds, np.int64(ne), np.int64(ranges),
-                         np.int64(coba._THREAD_BLOCK), *out)
+                         np.int64(numba_threaded._THREAD_BLOCK), *out)
             finally:
                 numba.set_num_threads(before)
         return run
@@ -179,18 +211,20 @@ def runners(coba, net, settle: int, other=None):
     return settled, outputs, ways
 
 
-def measure(coba, scale: int, steps: int, reps: int, settle: int, other=None,
-            per_call: int = 0, net=None) -> dict:
+def measure(scale: int, steps: int, reps: int, settle: int, other=None, per_call: int = 0,
+            net=None) -> dict:
     """Each way's runs of ``steps`` steps, in calls of ``per_call`` steps (all in one call
     when 0), each call starting from the state the one before ended in, on the network at
-    ``scale`` (or on ``net``, a network of ``coba`` over just-in-time connectivity)."""
+    ``scale`` (or on ``net``, a network over just-in-time connectivity)."""
     per_call = per_call or steps
     if steps % per_call:
         raise ValueError(f"steps ({steps}) must be a multiple of the steps a call ({per_call})")
     calls = steps // per_call
     if net is None:
+        from primforge.sim import coba
+
         net = coba.scaled(scale, conn="jitc")
-    settled, outputs, ways = runners(coba, net, settle, other)
+    settled, outputs, ways = runners(net, settle, other)
     names = tuple(ways)
     times = {way: [] for way in names}
     outs = {way: (outputs(per_call), outputs(per_call)) for way in names}  # alternate
@@ -250,14 +284,13 @@ def main(argv=None) -> dict:
         print("core speed probe, microseconds per pass, second by second:")
         for core, series in result["probe_us_per_pass"].items():
             print(f"  core {core}: " + " ".join(f"{x:.1f}" for x in series))
-    coba = _example()
     if args.against:  # the commit, named before the run: a commit made meanwhile moves HEAD
         result["against"] = subprocess.run(
             ["git", "-C", str(ROOT), "rev-parse", args.against], capture_output=True,
             text=True, check=True).stdout.strip()
     with tempfile.TemporaryDirectory() as folder:
         other = example_at(result["against"], Path(folder)) if args.against else None
-        rows = [measure(coba, scale, n, args.reps, args.settle, other, args.steps_per_call)
+        rows = [measure(scale, n, args.reps, args.settle, other, args.steps_per_call)
                 for scale, n in zip(scales, steps)]
     result["rows"] = rows
     names = [w for w in rows[0] if isinstance(rows[0][w], dict)]

@@ -5,7 +5,7 @@ COBA network's plain step calls for each population) is built from this checkout
 ``primforge/ops/jitconn/numba.py`` and from the same file at the git revision ``--against``,
 and both are called directly (no XLA around them) on the same pool of event vectors, the
 two interleaved within every repeat (rotating which goes first). Each scale is the
-excitatory population of ``examples/coba.py``'s network: ``4000 * scale`` neurons, 80%
+excitatory population of :mod:`primforge.sim.coba`'s network: ``4000 * scale`` neurons, 80%
 of them sources, connection probability ``0.02 / scale``, events firing with probability
 ``--fire`` (about 1.9 spikes per 1,000 neurons a step in COBA). The outputs must agree
 bit for bit at every repeat. Prints a table and writes JSON::

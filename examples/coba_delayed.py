@@ -1,12 +1,13 @@
-"""The COBA network of examples/coba.py with per-synapse delays, uniform in [0.1, 5] ms.
+"""The COBA network of primforge.sim.coba with per-synapse delays, uniform in [0.1, 5] ms.
 
-Neurons, parameters, connectivity and initial state are those of ``coba.py`` (imported from
-this folder); every synapse also gets a delay drawn uniformly from the integer steps 1 to 50
-(0.1 to 5 ms at dt = 0.1 ms). The input in transit lives in one ring buffer per population,
-``(51, n)``, carried through ``lax.scan``. One step, in the order of Brian's schedule:
-integrate, detect spikes, add the spikes into the buffers (:func:`primforge.ops.delayed_matvec`,
-event-driven: only the rows of the neurons that fired are visited), read the input arriving
-now (:func:`primforge.ops.delay_read`) into the conductances, reset.
+Neurons, parameters, connectivity and initial state are those of :mod:`primforge.sim.coba`
+(as ``examples/coba.py`` runs them); every synapse also gets a delay drawn uniformly from
+the integer steps 1 to 50 (0.1 to 5 ms at dt = 0.1 ms). The input in transit lives in one
+ring buffer per population, ``(51, n)``, carried through ``lax.scan``. One step, in the
+order of Brian's schedule: integrate, detect spikes, add the spikes into the buffers
+(:func:`primforge.ops.delayed_matvec`, event-driven: only the rows of the neurons that
+fired are visited), read the input arriving now (:func:`primforge.ops.delay_read`) into
+the conductances, reset.
 
 Run:  python examples/coba_delayed.py [--scale 1|10] [--duration 1.0] [--seed 0] [--json]
 """
@@ -15,8 +16,7 @@ from __future__ import annotations
 
 import argparse
 import json
-import pathlib
-import sys
+import resource
 import time
 
 import jax
@@ -25,9 +25,7 @@ import numpy as np
 
 import primforge
 from primforge.ops import delay_buffer, delay_read, delayed_matvec
-
-sys.path.insert(0, str(pathlib.Path(__file__).resolve().parent))
-import coba  # examples/coba.py, next to this file
+from primforge.sim import coba
 
 MIN_DELAY_STEPS, MAX_DELAY_STEPS = 1, 50  # 0.1 ms to 5 ms at dt = 0.1 ms
 
@@ -130,7 +128,7 @@ def main(argv=None) -> dict:
                "seed": args.seed, "build_s": build_s,
                **{k: res[k] for k in ("rate_exc_hz", "rate_inh_hz", "compile_s", "run_s",
                                       "s_per_sim_s")},
-               "peak_rss_mib": coba.peak_rss_mib()}
+               "peak_rss_mib": resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024.0}
     if args.json:
         print(json.dumps(summary))
     else:

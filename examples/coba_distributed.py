@@ -1,9 +1,9 @@
-"""The COBA network (examples/coba.py, just-in-time connectivity) split by neurons across
+"""The COBA network (primforge.sim.coba, just-in-time connectivity) split by neurons across
 the devices of one global mesh, in one process or several.
 
 Each device owns a contiguous block of neurons (a multiple of 32) and, every step:
 
-1. integrates its neurons and detects their spikes (the arithmetic of examples/coba.py);
+1. integrates its neurons and detects their spikes (the arithmetic of the plain step);
 2. packs its spikes 32 to a uint32 word; ONE collective, an ``all_gather`` of the words,
    gives every device the spikes of all neurons (N / 8 bytes);
 3. adds the inputs its neurons receive: ``binary_jitc_matvec(..., transpose=True,
@@ -12,7 +12,7 @@ Each device owns a contiguous block of neurons (a multiple of 32) and, every ste
    connectivity is the same whatever the split and each device draws only what it needs.
 
 The spike trains are those of one process, bit for bit (``--check`` compares them with
-examples/coba.py's plain step run here on one device).
+primforge.sim.coba's plain step run here on one device).
 
 Run:  python examples/coba_distributed.py [--scale 1] [--duration 0.02] [--check] [--json]
       python -m primforge.distributed -n 2 --devices-per-process 2 \\
@@ -27,7 +27,6 @@ primforge.distributed.initialize()  # first: before any other JAX call
 
 import argparse
 import json
-import os
 import resource
 import sys
 import time
@@ -38,10 +37,8 @@ import numpy as np
 from jax.sharding import NamedSharding
 from jax.sharding import PartitionSpec as P
 
-sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
-import coba  # examples/coba.py: the network and the neurons' step
-
 from primforge.ops import PackedEvents, binary_jitc_matvec, pack_events
+from primforge.sim import coba  # the network and the neurons' step
 
 AXIS = "neurons"
 
@@ -129,7 +126,7 @@ def exchange_only(n: int, n_steps: int, mesh):
 
 
 def reference_words(net: coba.Network, n_steps: int, padded: int):
-    """The one-process simulation (examples/coba.py's plain step on one device): its
+    """The one-process simulation (primforge.sim.coba's plain step on one device): its
     packed spikes per step and final potentials."""
     step = coba.plain_step(net.w_exc, net.w_inh)
 

@@ -3,6 +3,8 @@
 import numpy as np
 from _scripts import load_script
 
+from primforge.sim import coba
+
 
 def _load():
     return load_script("benchmarks/coba_anatomy.py", "coba_anatomy")
@@ -10,7 +12,6 @@ def _load():
 
 def test_the_parts_compute_the_plain_step_and_its_pieces():
     anatomy = _load()
-    coba = anatomy._example()
     net = coba.build(400, 0.1, seed=3)
     n_steps = 20
     fns, rate = anatomy.variants(coba, net, n_steps)
@@ -60,7 +61,6 @@ def test_the_fused_variants_count_each_neurons_spikes_as_the_raster_does():
     row), is the NumPy sum of the spikes the simulator records for every neuron, at one
     and at several steps a call."""
     anatomy = _load()
-    coba = anatomy._example()
     net = coba.scaled(1, seed=3, conn="jitc")
     n_steps = 40
     args = (net.v0, net.ge0, net.gi0, net.w_exc, net.w_inh)

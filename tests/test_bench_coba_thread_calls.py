@@ -4,6 +4,8 @@ simulator's raster; the summary's figures are the NumPy ones."""
 import numpy as np
 from _scripts import load_script
 
+from primforge.sim import coba
+
 
 def _load():
     return load_script("benchmarks/coba_thread_calls.py", "coba_thread_calls")
@@ -11,7 +13,6 @@ def _load():
 
 def test_each_call_is_timed_and_gives_the_rasters_spike_counts():
     calls = _load()
-    coba = calls._example()
     net = coba.scaled(1, seed=2, conn="jitc")
     raster = coba.simulator(net, 40, fused=True, steps_per_call=4, raster=net.n)(
         net.v0, net.ge0, net.gi0, net.w_exc, net.w_inh)["raster"]

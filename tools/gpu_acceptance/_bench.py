@@ -1,15 +1,12 @@
 """The benchmark step: contenders timed side by side in one process, interleaved.
 
 Elementwise ``y = 2 x + 1``, the CSR event products and the COBA network of
-``examples/coba.py``; rounds rotate through the contenders and report the median sample.
+:mod:`primforge.sim.coba`; rounds rotate through the contenders and report the median sample.
 """
 
 from __future__ import annotations
 
-import importlib.util
-import pathlib
 import statistics
-import sys
 import time
 
 import jax
@@ -132,20 +129,9 @@ def csr_products(emit, platform: str, backends: list[str] | None) -> None:
                           "error": err})
 
 
-def _load_coba():
-    path = pathlib.Path(__file__).resolve().parents[2] / "examples" / "coba.py"
-    if not path.is_file():
-        raise FileNotFoundError(f"{path} (the COBA example travels with the repository)")
-    spec = importlib.util.spec_from_file_location("primforge_acceptance_coba", path)
-    module = importlib.util.module_from_spec(spec)
-    sys.modules[spec.name] = module  # its dataclasses look their module up there
-    spec.loader.exec_module(module)
-    return module
-
-
 def coba(emit, platform: str, backends: list[str] | None) -> None:
     try:
-        coba_mod = _load_coba()
+        from primforge.sim import coba as coba_mod
     except Exception as e:  # noqa: BLE001
         emit({"kind": "bench", "group": "coba", "case": "-", "contender": "-",
               "error": f"{type(e).__name__}: {e}"})
