@@ -17,9 +17,9 @@ from pathlib import Path
 from typing import Any
 
 from primforge import _cache, registry
+from primforge.backends._platforms import canonical_platform
 from primforge.bench import BenchmarkMismatchWarning, benchmark_kernel
 from primforge.kernel import hooks
-from primforge.backends._platforms import canonical_platform
 
 __all__ = [
     "AutotuneMismatchWarning",

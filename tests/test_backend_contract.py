@@ -315,3 +315,29 @@ def test_the_former_address_answers_with_the_same_objects():
     assert get_backend is primforge.backends.get_backend
     assert numba is importlib.import_module(KNOWN_BACKENDS["numba"])
     assert triton_kernel is importlib.import_module(KNOWN_BACKENDS["triton"]).triton_kernel
+
+
+def _imports_the_former_address(tree) -> bool:
+    for node in ast.walk(tree):
+        names = ([a.name for a in node.names] if isinstance(node, ast.Import) else
+                 [f"{node.module}.{a.name}" for a in node.names]
+                 if isinstance(node, ast.ImportFrom) and node.module and not node.level else [])
+        if any(n == "primforge.kernel.backends" or n.startswith("primforge.kernel.backends.")
+               for n in names):
+            return True
+    return False
+
+
+def test_the_package_itself_imports_the_backends_at_their_address():
+    package = os.path.join(ROOT, "primforge")
+    former = os.path.join(package, "kernel", "backends")
+    found = []
+    for folder, _, names in os.walk(package):
+        for f in (n for n in names if n.endswith(".py")):
+            path = os.path.join(folder, f)
+            if path.startswith(former):
+                continue
+            with open(path, encoding="utf-8") as fh:
+                if _imports_the_former_address(ast.parse(fh.read())):
+                    found.append(os.path.relpath(path, ROOT))
+    assert found == []

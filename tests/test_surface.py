@@ -12,9 +12,9 @@ import pytest
 
 import primforge
 from primforge import autotune
-from primforge.cli import main
 from primforge.backends.numba import numba_kernel
 from primforge.backends.numba_cuda import numba_cuda_kernel
+from primforge.cli import main
 from primforge.utils import dataclass, non_differentiable
 
 TESTS = Path(__file__).parent

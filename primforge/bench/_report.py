@@ -9,11 +9,11 @@ import math
 import os
 from collections.abc import Iterable, Sequence
 
+from primforge.backends._common import install_hint
 from primforge.bench._format import format_seconds
 from primforge.bench._io import make_parent
 from primforge.bench._query import best_backends, unique
 from primforge.bench._record import STATS, BenchmarkRecord
-from primforge.backends._common import install_hint
 
 __all__ = ["plot_records", "render_table", "status"]
 

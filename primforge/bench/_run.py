@@ -15,6 +15,7 @@ from typing import Any, TextIO
 import jax
 import numpy as np
 
+from primforge.backends._platforms import canonical_platform
 from primforge.bench._config import (
     BenchmarkConfig,
     BenchmarkDataFnNotProvidedError,
@@ -23,7 +24,6 @@ from primforge.bench._config import (
 from primforge.bench._format import format_seconds
 from primforge.bench._record import BenchmarkRecord
 from primforge.bench._result import BenchmarkResult
-from primforge.backends._platforms import canonical_platform
 from primforge.utils._suggest import did_you_mean
 
 __all__ = ["benchmark_kernel", "compare_outputs", "reference_backend"]

@@ -12,6 +12,7 @@ import sys
 import textwrap
 import warnings
 
+from primforge.backends._common import install_hint
 from primforge.bench import BenchmarkMismatchWarning, BenchmarkResult, benchmark_kernel
 from primforge.cli._common import (
     _err,
@@ -23,7 +24,6 @@ from primforge.cli._common import (
     plain_text,
 )
 from primforge.cli._parser import _split
-from primforge.backends._common import install_hint
 
 
 def _cmd_list(args, kernels) -> int:

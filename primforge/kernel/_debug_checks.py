@@ -17,7 +17,7 @@ import jax
 import jax.numpy as jnp
 import numpy as np
 
-from primforge.kernel import backends as _backends
+from primforge import backends as _backends
 from primforge.kernel.errors import KernelError
 
 __all__ = ["checked_call", "reraise"]

@@ -16,12 +16,12 @@ import jax
 import jax.numpy as jnp
 
 from primforge import _compat
+from primforge.backends import REFERENCE, get_backend
 from primforge.kernel import _lru
 from primforge.kernel import batching as _batching
 from primforge.kernel import selection as _selection
 from primforge.kernel import sharding as _sharding
 from primforge.kernel.autodiff import INTERNAL_PARAMS
-from primforge.backends import REFERENCE, get_backend
 from primforge.kernel.entry import GENERATOR_ARGS, KernelEntry, accepted_args
 from primforge.kernel.errors import KernelError
 from primforge.kernel.state import KernelState

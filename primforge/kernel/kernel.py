@@ -13,10 +13,10 @@ import jax
 import jax.numpy as jnp
 
 from primforge import _compat, registry
+from primforge.backends import KNOWN_BACKENDS
 from primforge.kernel import hooks
 from primforge.kernel import selection as _selection
 from primforge.kernel.autodiff import INTERNAL_PARAMS, AutodiffMixin, KernelPrimitive
-from primforge.backends import KNOWN_BACKENDS
 from primforge.kernel.batching import BatchingMixin
 from primforge.kernel.benchmarking import BenchmarkingMixin
 from primforge.kernel.checks import ChecksMixin

@@ -17,13 +17,13 @@ import jax
 import jax.numpy as jnp
 
 from primforge import _compat
+from primforge import backends as _backends
 from primforge import debug as _debug
+from primforge.backends import get_backend, install_hint, is_available_on
 from primforge.kernel import _debug_checks, _lru
-from primforge.kernel import backends as _backends
 from primforge.kernel import batching as _batching
 from primforge.kernel import selection as _selection
 from primforge.kernel import sharding as _sharding
-from primforge.backends import get_backend, install_hint, is_available_on
 from primforge.kernel.entry import KernelEntry
 from primforge.kernel.errors import BackendDeclined, BackendUnavailableWarning, KernelError
 from primforge.kernel.state import KernelState

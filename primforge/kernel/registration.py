@@ -9,9 +9,9 @@ from __future__ import annotations
 from collections.abc import Callable
 from typing import Any
 
+from primforge.backends import get_backend, is_known
 from primforge.kernel import hooks
 from primforge.kernel import selection as _selection
-from primforge.backends import get_backend, is_known
 from primforge.kernel.entry import KernelEntry
 from primforge.kernel.state import KernelState
 from primforge.utils._suggest import did_you_mean

@@ -11,8 +11,8 @@ import jax
 import jax.numpy as jnp
 import numpy as np
 
-from primforge.bench import compare_outputs
 from primforge.backends import get_backend
+from primforge.bench import compare_outputs
 from primforge.registry import list_kernels, load_modules
 
 REFERENCE = "jax"
