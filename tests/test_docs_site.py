@@ -10,9 +10,9 @@ Checks on ``docs/``:
   of those modules cannot be imported here, and runs otherwise; the page's other blocks
   must not use its names;
 * every ``$ primforge ...`` command of a ```console block runs (same exemption);
-* every public name (the ``__all__`` of ``primforge``, ``primforge.utils``,
-  ``primforge.ops`` and, where it exists, ``primforge.testing``) has a ``::: name``
-  directive on one of the API pages under ``docs/api/``;
+* every public name (the ``__all__`` of each module of ``API_MODULES``: ``primforge``,
+  ``primforge.utils``, ``primforge.ops``, ``primforge.sim.coba`` and the others) has a
+  ``::: name`` directive on one of the API pages under ``docs/api/``;
 * every exception and warning class in the source has an entry on the troubleshooting page;
 * ``mkdocs build --strict`` succeeds (broken links, unresolved references and missing
   API objects fail it), when mkdocs is installed (the ``docs`` extra).
@@ -223,7 +223,7 @@ def test_needs_comment_names_the_modules_of_the_next_block(tmp_path):
 # ---- the API reference -------------------------------------------------------------------
 
 API_MODULES = ["primforge", "primforge.utils", "primforge.ops", "primforge.testing",
-               "primforge.distributed"]
+               "primforge.distributed", "primforge.sim.coba"]
 DIRECTIVE = re.compile(r"^:::\s+(?P<path>[\w.]+)\s*$", re.MULTILINE)
 
 

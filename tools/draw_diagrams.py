@@ -78,10 +78,11 @@ def pipeline():
 
 
 def layers():
-    names = ["7 entry points: cli, primforge/__init__", "6 library: ops, testing",
-             "5 autotune", "4 kernel: XLACustomKernel and its parts, hooks",
-             "3 store: registry, bench", "2 backends: backends",
-             "1 core: utils, primitive, rules", "0 leaves: _compat, _cache, debug"]
+    names = ["8 entry points: cli, primforge/__init__", "7 simulation: sim.coba",
+             "6 library: ops, testing", "5 autotune",
+             "4 kernel: XLACustomKernel and its parts, hooks", "3 store: registry, bench",
+             "2 backends: backends", "1 core: utils, primitive, rules",
+             "0 leaves: _compat, _cache, debug, sim's loop tools"]
     s = Svg(720, 60 * len(names) + 10)
     cx = 250
     ys = [30 + 60 * i for i in range(len(names))]
@@ -89,7 +90,7 @@ def layers():
         s.box(cx, y, name)
     for a, b in itertools.pairwise(ys):
         s.arrow(cx, a + 17, cx, b - 17)
-    y5, y4 = ys[2], ys[3]
+    y5, y4 = ys[3], ys[4]  # autotune, kernel
     s.arrow(0, 0, 0, 0, dashed=True,
             path=f"M{cx + 60},{y5} C{cx + 230},{y5} {cx + 230},{y4} {cx + 170},{y4 - 10}")
     s.parts.append(f"<text x='{cx + 205}' y='{(y5 + y4) / 2 + 4}' {FONT} font-style='italic' "
