@@ -56,17 +56,19 @@ def _classes(obj):
 
 
 class AttachedMethods(griffe.Extension):
-    """Show the public methods a decorator attaches at run time.
+    """Show the public methods a decorator attaches and the functions made at run time.
 
     griffe reads the source, so a method added by a class decorator (``replace`` of the
     classes made by ``primforge.utils.dataclass``) is invisible to it. After the package is
     loaded, each class is looked up at run time and every public function in its
-    ``__dict__`` that griffe did not see is added with its signature and docstring.
+    ``__dict__`` that griffe did not see is added with its signature and docstring; the
+    functions modules make by a call are shown as functions (:func:`made_functions`).
     """
 
     def on_package(self, *, pkg, **kwargs):
         if pkg.name != "primforge":
             return
+        made_functions(pkg)
         for cls in _classes(pkg):
             try:
                 module = importlib.import_module(cls.module.path)
@@ -90,3 +92,53 @@ class AttachedMethods(griffe.Extension):
                 if doc:
                     fn.docstring = griffe.Docstring(markdown_docstring(doc), parent=fn)
                 cls.set_member(name, fn)
+
+
+def _annotation(value):
+    return None if value is inspect.Parameter.empty else str(value)
+
+
+def _modules(obj):
+    for member in obj.members.values():
+        if not member.is_alias and member.is_module:
+            yield member
+            yield from _modules(member)
+
+
+def made_functions(pkg):
+    """Show the public functions a module makes by a call rather than a ``def``.
+
+    An operator family builds its public calls from one template (``csrmv = FAMILY.public(
+    ...)``), where griffe reads an assignment. Each such module attribute that is at run
+    time a function of that name and module becomes a function with its run-time signature
+    and docstring.
+    """
+    for module in _modules(pkg):
+        made = [name for name, m in module.members.items()
+                if not m.is_alias and m.is_attribute and not name.startswith("_")]
+        if not made:
+            continue
+        try:
+            runtime = importlib.import_module(module.path)
+        except ImportError:  # a module of an optional backend's package
+            continue
+        for name in made:
+            value = getattr(runtime, name, None)
+            if not (inspect.isfunction(value) and value.__name__ == name
+                    and value.__module__ == module.path):
+                continue
+            sig = inspect.signature(value)
+            params = griffe.Parameters(*(
+                griffe.Parameter(p.name, kind=_KINDS[p.kind],
+                                 annotation=_annotation(p.annotation),
+                                 default=None if p.default is p.empty else repr(p.default))
+                for p in sig.parameters.values()
+            ))
+            old = module.members[name]
+            fn = griffe.Function(name, parameters=params,
+                                 returns=_annotation(sig.return_annotation),
+                                 lineno=old.lineno, endlineno=old.endlineno, parent=module)
+            doc = inspect.getdoc(value)
+            if doc:
+                fn.docstring = griffe.Docstring(markdown_docstring(doc), parent=fn)
+            module.set_member(name, fn)

@@ -1,10 +1,14 @@
 """What the Pallas (Triton) kernels of every operator family share.
 
-Compiler parameters, masked row ranges, the summand of one stored entry, the scatter-add
-that is exact when interpreted on the CPU, and the weight dtypes the GPU kernels accept.
+The generator around each family's programs (:func:`generator`: the weight dtypes the GPU
+kernels accept, degenerate sizes, bool inputs), compiler parameters, masked row ranges and
+column blocks, the summand of one stored entry, and the scatter-add that is exact when
+interpreted on the CPU.
 """
 
 from __future__ import annotations
+
+from collections.abc import Callable
 
 import jax.numpy as jnp
 import numpy as np
@@ -13,7 +17,10 @@ __all__ = [
     "NUM_WARPS",
     "check_float_weights",
     "chunks",
+    "column_block",
     "compiler_params",
+    "flat_offsets",
+    "generator",
     "row_range",
     "scatter_add",
     "term",
@@ -70,7 +77,60 @@ def scatter_add(y_ref, offs, vals, mask, platform):
     plgpu.atomic_add(y_ref, offs, vals, mask=mask)
 
 
-def check_float_weights(kind: str, backend: str, dtype) -> None:
+def generator(who: str, fallback: Callable, plan: Callable, *,
+              weights: str = "weights ('data')") -> Callable:
+    """The 'pallas' generator of one product: what every family's Pallas products share
+    around their programs.
+
+    Args:
+        who: the product's name, for errors.
+        fallback: the product's ``jax`` generator, used for degenerate sizes.
+        plan: ``plan(*, ins, outs, dtype, platform, **params) -> run``: the product
+            ``run(*operands)`` for the sizes of ``ins`` (any shape of the output's size), or
+            None for degenerate sizes.
+        weights: how the error for weights other than float32 or float64 names them.
+
+    Returns:
+        A generator whose kernel hands ``run`` a bool input as int8 and gives its result
+        in the output's shape and dtype.
+    """
+
+    def generate(*, ins, outs, platform, **params):
+        dtype = np.dtype(outs[0].dtype)
+        check_float_weights(who, "pallas", dtype, weights)
+        run = plan(ins=ins, outs=outs, dtype=dtype, platform=platform, **params)
+        if run is None:
+            return fallback(ins=ins, outs=outs, platform=platform, **params)
+        shape = tuple(outs[0].shape)
+
+        def kernel(*operands):
+            *rest, x = operands
+            x = x.astype(jnp.int8) if x.dtype == jnp.bool_ else x
+            return run(*rest, x).reshape(shape).astype(dtype)
+
+        return kernel
+
+    return generate
+
+
+def column_block(width: int, cols: int):
+    """This program's block of ``width`` input columns (grid axis 1), and which exist."""
+    from jax.experimental import pallas as pl
+
+    cvec = pl.program_id(1) * width + jnp.arange(width, dtype=jnp.int32)
+    return cvec, cvec < cols
+
+
+def flat_offsets(rows, cvec, cols: int, wide: bool):
+    """Offsets of ``(rows, cvec)`` pairs in a row-major ``(*, cols)`` array, flattened; in
+    int64 when ``wide`` (past the int32 range)."""
+    if wide:
+        rows, cvec = rows.astype(jnp.int64), cvec.astype(jnp.int64)
+    return rows * cols + cvec
+
+
+def check_float_weights(kind: str, backend: str, dtype, weights: str = "weights ('data')"
+                        ) -> None:
     """Raise a clear error unless ``dtype`` is float32 or float64 (the GPU kernels' types).
 
     Example:
@@ -83,6 +143,6 @@ def check_float_weights(kind: str, backend: str, dtype) -> None:
     dtype = np.dtype(dtype)
     if dtype not in (np.dtype(np.float32), np.dtype(np.float64)):
         raise TypeError(
-            f"{kind}: backend {backend!r} supports float32 or float64 weights ('data'), got "
+            f"{kind}: backend {backend!r} supports float32 or float64 {weights}, got "
             f"{dtype.name}; cast the weights or use backend='jax'"
         )

@@ -7,9 +7,12 @@ backends, shape rule and rules (:meth:`Family.build`) and their benchmark hooks
 
 from __future__ import annotations
 
+import functools
 import importlib
+import inspect
 import math
 import operator
+import textwrap
 from collections.abc import Callable, Sequence
 from typing import Any
 
@@ -19,8 +22,9 @@ import numpy as np
 
 from primforge import _compat
 from primforge._compat import Tracer
+from primforge.kernel.kernel import XLACustomKernel
 from primforge.ops._operator import Form, Operator
-from primforge.ops.packed import PackedEvents, as_events
+from primforge.ops.packed import PackedEvents, as_events, pack_events
 
 __all__ = [
     "BENCH_COLS",
@@ -42,6 +46,8 @@ __all__ = [
 VARIANTS = ((False, False), (True, False), (False, True), (True, True))  # (binary, matrix)
 BENCH_RATE = 0.05  # fraction of active (non-zero) inputs in the benchmark cases
 BENCH_COLS = 8  # columns of the input for the matrix kernels' benchmark cases
+PACKED_BACKENDS = (None, "numba")  # the backends of the kernels that read packed words
+GRAD_BACKENDS = (None, "jax", "numba", "numba_parallel")  # those of the weight gradients
 
 
 # ----------------------------------------------------------------------------- argument checks
@@ -179,16 +185,6 @@ def take_fill(arr: Any, idx: Any, fill_value: Any = 0) -> jax.Array:
     return arr.at[idx].get(mode="fill", fill_value=fill_value)
 
 
-def input_name(binary: bool, matrix: bool) -> str:
-    """The public name of a product's input argument: ``events``, ``matrix`` or ``vector``.
-
-    Example:
-        >>> input_name(True, False), input_name(False, True), input_name(False, False)
-        ('events', 'matrix', 'vector')
-    """
-    return "events" if binary else ("matrix" if matrix else "vector")
-
-
 def _reject_complex(a: Any, who: str, name: str) -> None:
     if jnp.issubdtype(a.dtype, jnp.complexfloating):
         raise TypeError(
@@ -243,12 +239,81 @@ def promote_input(weights: jax.Array, x: Any, binary: bool, *, who: str = "input
     return weights, x
 
 
+def input_name(binary: bool, matrix: bool) -> str:
+    """The public name of a product's input argument: ``events``, ``matrix`` or ``vector``.
+
+    Example:
+        >>> input_name(True, False), input_name(False, True), input_name(False, False)
+        ('events', 'matrix', 'vector')
+    """
+    return "events" if binary else ("matrix" if matrix else "vector")
+
+
 def fill_args(template: str, inputs: dict[Callable, str]) -> None:
     """Put the argument list ``template`` (its ``{xname}`` the input's entry) into each
     function's docstring in place of ``{args}``: the four products share their arguments."""
     for fn, xname in inputs.items():
         if fn.__doc__:  # None under ``python -OO``
             fn.__doc__ = fn.__doc__.replace("{args}", template.format(xname=xname).strip())
+
+
+# ----------------------------------------------------------------------------- public calls
+def public_function(name: str, module: str, signature: inspect.Signature,
+                    body: Callable[[dict], Any], doc: str) -> Callable:
+    """A function ``name`` of ``module`` with ``signature`` and the docstring ``doc``: a call
+    binds its arguments to ``signature`` (defaults filled in) and returns ``body`` of them,
+    a dict by name. The operators' public calls are made so, from one body per family.
+
+    Example:
+        >>> f = public_function('f', __name__, inspect.signature(lambda a, *, b=2: None),
+        ...                     lambda args: args['a'] + args['b'], 'Add.')
+        >>> f(1), f(a=1, b=5), str(inspect.signature(f))
+        (3, 6, '(a, *, b=2)')
+        >>> f()
+        Traceback (most recent call last):
+        ...
+        TypeError: f() missing a required argument: 'a'
+    """
+
+    def call(*args, **kwargs):
+        try:
+            bound = signature.bind(*args, **kwargs)
+        except TypeError as e:  # as Python words it, with the function's name
+            raise TypeError(f"{name}() {e}") from None
+        bound.apply_defaults()
+        return body(bound.arguments)
+
+    call.__name__ = call.__qualname__ = name
+    call.__module__, call.__doc__, call.__signature__ = module, doc, signature
+    return call
+
+
+def document(doc: str, signature: inspect.Signature, entries: dict[str, str]) -> str:
+    """``doc`` with ``{args}`` replaced by the Args section of ``signature`` (each parameter's
+    entry from ``entries``, in the signature's order) and the Returns section
+    ``entries['returns']``.
+
+    Example:
+        >>> print(document('''Scale.
+        ...
+        ...     {args}''', inspect.signature(lambda x, *, n=1: None),
+        ...     {'x': 'the input.', 'n': 'how often.', 'returns': 'The result.'}))
+        Scale.
+        <BLANKLINE>
+        Args:
+            x: the input.
+            n: how often.
+        <BLANKLINE>
+        Returns:
+            The result.
+    """
+    wrap = functools.partial(textwrap.wrap, width=88, initial_indent=" " * 4,
+                             break_long_words=False, break_on_hyphens=False)
+    lines = ["Args:"]
+    for name in signature.parameters:
+        lines += wrap(f"{name}: {entries[name]}", subsequent_indent=" " * 8)
+    lines += ["", "Returns:", *wrap(entries["returns"], subsequent_indent=" " * 8)]
+    return inspect.cleandoc(doc).replace("{args}", "\n".join(lines))
 
 
 # ----------------------------------------------------------------------------- backends
@@ -281,6 +346,62 @@ def unit_weight_cotangent(product: Callable, ct: jax.Array, dtype, size: int) ->
     return jnp.stack(grads).astype(dtype)
 
 
+def weight_grad_kernel(name: str, reference: Callable, *, numba: Callable, parallel: Callable,
+                       sharding: Callable, bench: str, doc: str) -> XLACustomKernel:
+    """The kernel of a product's gradient w.r.t. its per-entry weights: operands
+    ``(*structure, ct, x)``, the static params ``binary``, ``transpose``, ``matrix`` and
+    ``dtype``, and an output shaped like the structure's first operand (the indices).
+
+    ``reference(binary, transpose, matrix, dtype)`` makes the ``jax`` kernel, which also
+    gives the JVP (the gradient is linear in ``ct``, and in a float ``x``); ``numba`` and
+    ``parallel`` are the generators of the default CPU backend and of the opt-in
+    ``numba_parallel``; ``bench`` names the module whose ``weight_grad`` gives the
+    benchmark cases. The call function (``kernel.call``) takes the operands, the flags,
+    ``dtype`` (default: that of ``ct``) and ``backend`` (one the kernel lacks: the default).
+    """
+    kernel = XLACustomKernel(name, doc=doc, replace=True)
+
+    def jax_generator(*, outs, binary, transpose, matrix, **_):
+        return reference(binary, transpose, matrix, outs[0].dtype)
+
+    def shape_rule(*operands, dtype, **_):
+        return jax.ShapeDtypeStruct(tuple(operands[0].shape), np.dtype(dtype))
+
+    def jvp(primals, tangents, *, outs, backend=None, binary, transpose, matrix, dtype, **_):
+        *structure, ct, x = primals
+        y = kernel(*primals, binary=binary, transpose=transpose, matrix=matrix, dtype=dtype,
+                   backend=backend)
+        ref = reference(binary, transpose, matrix, np.dtype(dtype))
+        zero = lambda p, t: jnp.zeros_like(p) if type(t) is _compat.Zero else t
+        d_ct, d_x = zero(ct, tangents[-2]), zero(x, tangents[-1])
+        if binary:
+            _, t = jax.jvp(lambda c: ref(*structure, c, x), (ct,), (d_ct,))
+        else:
+            _, t = jax.jvp(lambda c, v: ref(*structure, c, v), (ct, x), (d_ct, d_x))
+        return [y], [t]
+
+    def call(*operands, binary, transpose, matrix, dtype=None, backend=None):
+        if dtype is None:
+            ct = operands[-2]
+            dtype = ct.dtype if hasattr(ct, "dtype") else np.asarray(ct).dtype
+        return kernel(*(jnp.asarray(a) for a in operands), binary=bool(binary),
+                      transpose=bool(transpose), matrix=bool(matrix), dtype=np.dtype(dtype).name,
+                      backend=backend if backend in GRAD_BACKENDS else None)
+
+    for platform in ("cpu", "gpu", "tpu"):
+        kernel.def_kernel("jax", platform, jax_generator)
+    kernel.def_numba_kernel(numba, asdefault=True)
+    kernel.def_kernel("numba_parallel", "cpu", parallel)
+    kernel.def_abstract_eval(shape_rule)
+    kernel.def_jvp_rule(jvp)
+    kernel.def_tags("sparse", "gradient")
+    kernel.def_sharding_rule(sharding)
+    kernel.def_call(call)
+    kernel.def_benchmark_data(lazy_benchmark_data(bench, "weight_grad"))
+    return kernel
+
+
+# ----------------------------------------------------------------------------- benchmark data
 def bench_input(rs: np.random.RandomState, rows: int, binary: bool, matrix: bool) -> np.ndarray:
     """A benchmark input: ``BENCH_RATE`` of its entries active (bool, or float32 normal)."""
     shape = (rows, BENCH_COLS) if matrix else (rows,)
@@ -288,6 +409,19 @@ def bench_input(rs: np.random.RandomState, rows: int, binary: bool, matrix: bool
     if binary:
         return active
     return np.where(active, rs.standard_normal(shape), 0.0).astype(np.float32)
+
+
+def bench_grad_inputs(rs: np.random.RandomState, n: int):
+    """The weight gradients' benchmark inputs of a square matrix of ``n`` rows: ``(x, ct,
+    flags)`` for each variant (``flags``: ``binary``, ``matrix``, ``transpose``), a tenth
+    of the sources silent."""
+    for binary in (True, False):
+        for matrix in (False, True):
+            for transpose in (False, True):
+                x = bench_input(rs, n, binary, matrix)
+                x[: n // 10] = 0
+                ct = rs.standard_normal(x.shape).astype(np.float32)
+                yield x, ct, {"binary": binary, "matrix": matrix, "transpose": transpose}
 
 
 # ----------------------------------------------------------------------------- the family
@@ -309,17 +443,24 @@ class Family:
             arguments (``"'indices' or 'indptr'"``; empty for none).
         letter, cols, ops: how shape errors name the matrix, the input's columns and the
             two directions (``'W @ x'``, ``'W.T @ x'``).
+        dims: how the docstrings name the matrix's rows and columns.
+        inputs: the name of the float input of the vector and of the matrix product (a
+            binary product's is ``events``).
         doc: the kernels' description (the defining module's docstring).
     """
 
     def __init__(self, op: str, stems: tuple[str, str], *, params: Sequence[str], what: str,
                  weights: str = "weights", structure: str = "", letter: str = "W",
-                 cols: str = "k", ops: tuple[str, str] = ("W @ x", "W.T @ x"), doc: str = ""):
+                 cols: str = "k", ops: tuple[str, str] = ("W @ x", "W.T @ x"),
+                 dims: tuple[str, str] = ("rows", "cols"),
+                 inputs: tuple[str, str] = ("vector", "matrix"), doc: str = ""):
         self.stems, self.params, self.what = stems, tuple(params), what
         self.weights, self.structure = weights, structure
         self.letter, self.cols, self.ops, self.doc = letter, cols, ops, doc
+        self.dims, self.inputs = dims, inputs
         self.operator = Operator(op, keys=("events", "matrix"), doc=doc)
         self.kernels: dict[tuple[bool, bool], Form] = {}
+        self.packed: Form | None = None  # the kernel reading packed events (build_packed)
 
     def name(self, binary: bool, matrix: bool) -> str:
         """The public name of one variant (``binary_csrmm``)."""
@@ -437,6 +578,8 @@ class Family:
         The generator arguments are factories ``gen(binary, matrix)``; ``pallas_module``
         names the module whose ``generator`` makes the opt-in Pallas kernels.
         """
+        self._jax_gen, self._shape_rule = jax_gen, shape_rule  # for build_packed
+        self._weight_cotangent = weight_cotangent
         for binary, matrix in VARIANTS:
             kernel = self.operator.form(self.name(binary, matrix), doc=self.doc,
                                         events="bool" if binary else "float", matrix=matrix)
@@ -459,20 +602,28 @@ class Family:
             self.kernels[(binary, matrix)] = kernel
         return tuple(self.kernels[v] for v in VARIANTS)
 
-    def build_packed(self, *, jax_gen: Callable, numba_gen: Callable, shape_rule: Callable,
-                     weight_cotangent: Callable, tags: Sequence[str],
-                     doc: str) -> Form:
+    def build_packed(self, *, numba_gen: Callable, tags: Sequence[str], doc: str,
+                     sharding: Callable | None = None, bench: str | None = None,
+                     shape_rule: Callable | None = None, **_legacy) -> Form:
         """The binary vector product reading bit-packed events: ``(w, *structure, words)``
         with the static ``n`` (events) besides the family's params.
 
         ``numba_gen`` makes the kernel reading the words; the ``jax`` backend unpacks them
         and runs the binary vector product's reference (CPU) or its default kernel (GPU,
-        TPU). The rules are those of the product on
-        the unpacked events: linear in ``w``, ``vmap`` one batched unpacked product.
+        TPU). The shape rule and the rules are those of the product on the unpacked events
+        (:meth:`build`'s): linear in ``w``, ``vmap`` one batched unpacked product.
+        ``sharding`` is the kernel's sharding rule; ``bench`` names the module whose
+        ``packed`` gives its benchmark cases.
         """
         unpacked = self.kernels[(True, False)]
         who = self.name(True, False)
         event = lambda n: jax.ShapeDtypeStruct((n,), np.dtype(bool))
+        jax_gen, weight_cotangent = self._jax_gen, self._weight_cotangent
+
+        def packed_rule(*ins, n, shape, transpose, **kw):
+            check_packed_words(who, check_shape(shape, who), transpose, n, ins[-1])
+            return self._shape_rule(True, False)(*ins[:-1], event(n), shape=shape,
+                                                 transpose=transpose, **kw)
 
         def events(words, n):
             return PackedEvents(words, n).unpack()
@@ -516,12 +667,94 @@ class Family:
         for platform in ("gpu", "tpu"):  # the binary product's own kernel on unpacked events
             kernel.def_kernel("jax", platform, delegate)
         kernel.def_numba_kernel(numba_gen, asdefault=True)
-        kernel.def_abstract_eval(shape_rule)
+        kernel.def_abstract_eval(shape_rule or packed_rule)
         kernel.def_jvp_rule(jvp)
         kernel.def_transpose_rule(transpose)
         kernel.def_batching_rule(batch)
         kernel.def_tags(*tags, "sparse", "event", "matvec", "packed")
+        if sharding is not None:
+            kernel.def_sharding_rule(sharding)
+            kernel.def_benchmark_data(lazy_benchmark_data(bench, "packed"))
+        self.packed = kernel
         return kernel
+
+    # ------------------------------------------------------------------ public calls
+    def def_public(self, signature: Callable, operands: Callable, args: dict[str, str]) -> None:
+        """How the family's public calls take their arguments (:meth:`public`,
+        :meth:`public_packed`, :func:`primforge.ops._spikes.forms`).
+
+        Args:
+            signature: a function with the signature of the vector and matrix products,
+                their input named ``x``.
+            operands: ``operands(who, arguments) -> (weights, structure, params)``: checks
+                every argument but the input (``who`` names the call, ``arguments`` is a
+                dict by name) and gives the kernel's operands and static params.
+            args: the entry of each parameter in the docstrings' Args section, and
+                ``'returns'``, their Returns section.
+        """
+        self.signature, self.operands, self.args = inspect.signature(signature), operands, args
+
+    def input_name(self, binary: bool, matrix: bool) -> str:
+        """The name of a product's input argument (``vector``, ``matrix``, ``events``)."""
+        return "events" if binary else self.inputs[int(bool(matrix))]
+
+    def input_entry(self, binary: bool, matrix: bool) -> str:
+        """The docstrings' entry of a product's input argument."""
+        m, n = self.dims
+        kind = "bool (or numeric: non-zero is active)" if binary else "float"
+        if matrix:
+            return (f"{kind} matrix ``({n}, {self.cols})`` (``({m}, {self.cols})`` with "
+                    f"``transpose``).")
+        return f"{kind} vector of length ``{n}`` (``{m}`` with ``transpose``)."
+
+    def _named(self, xname: str) -> inspect.Signature:
+        params = self.signature.parameters.values()
+        return self.signature.replace(
+            parameters=[p.replace(name=xname) if p.name == "x" else p for p in params])
+
+    def public(self, binary: bool, matrix: bool, module: str, doc: str) -> Callable:
+        """The public call of one product (``csrmv``), a function of ``module`` whose
+        docstring is ``doc`` with the family's Args section in place of ``{args}``.
+
+        The binary vector product hands a :class:`~primforge.ops.PackedEvents` vector to
+        the kernel reading the words (:meth:`build_packed`) on the backends it has.
+        """
+        who, xname = self.name(binary, matrix), self.input_name(binary, matrix)
+
+        def product(args: dict) -> jax.Array:
+            x, backend = args[xname], args["backend"]
+            if (binary and not matrix and self.packed is not None and backend in PACKED_BACKENDS
+                    and isinstance(x, PackedEvents) and x.words.ndim == 1):
+                return self._packed_product(args)
+            weights, structure, params = self.operands(who, args)
+            weights, x = promote_input(weights, x, binary, who=who, name=xname)
+            return self.call(binary, matrix, weights, *structure, x, backend=backend, **params)
+
+        sig = self._named(xname)
+        entries = dict(self.args, **{xname: self.input_entry(binary, matrix)})
+        return public_function(who, module, sig, product, document(doc, sig, entries))
+
+    def _packed_product(self, args: dict) -> jax.Array:
+        events = args["events"]
+        if not isinstance(events, PackedEvents):
+            events = pack_events(events)
+        weights, structure, params = self.operands(self.name(True, False), args)
+        return self.packed(weights, *structure, events.words, n=int(events.n),
+                           backend=args["backend"], **params)
+
+    def public_packed(self, module: str, doc: str) -> Callable:
+        """The call of the kernel reading packed events (:meth:`build_packed`), with the
+        binary vector product's arguments; a bool vector is packed first."""
+        (m, n), who, sig = self.dims, self.name(True, False), self._named("events")
+        entries = dict(self.args, events=(
+            f":class:`~primforge.ops.PackedEvents` of ``{n}`` events (``{m}`` with "
+            f"``transpose``), or a bool vector, packed here."), backend=(
+            f"'numba' (CPU default) or 'jax' (the reference, on the CPU); on GPU and TPU the "
+            f"words are unpacked and the product runs with ``{who}``'s backend."))
+        call = public_function(f"{who}_packed", module, sig, self._packed_product,
+                               document(doc, sig, entries))
+        self.packed.def_call(call)
+        return call
 
     def install(self, publics: Sequence[Callable], bench: str) -> None:
         """Give each kernel its call function and benchmark data.

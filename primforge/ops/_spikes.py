@@ -1,9 +1,10 @@
 """Products whose binary events arrive as a spike list: firing indices plus a count.
 
-:func:`build` makes a family's vector and matrix kernels from its ``jax`` reference and
-Numba kernels: argument checks, shape rule, JVP, transpose (the weights only), ``vmap``
-and a sharding rule that keeps everything whole. An index outside the sources or a count
-outside ``[0, len(spikes)]`` gives NaN everywhere (an error on concrete input).
+:func:`forms` makes a family's vector and matrix kernels from its ``jax`` reference and
+Numba kernels (argument checks, shape rule, JVP, transpose: the weights only, ``vmap`` and
+a sharding rule that keeps everything whole) and their public calls, which take the
+family's arguments with a list and a count for the input. An index outside the sources or
+a count outside ``[0, len(spikes)]`` gives NaN everywhere (an error on concrete input).
 """
 
 from __future__ import annotations
@@ -21,8 +22,8 @@ from primforge._compat import Tracer
 from primforge.ops import _scaffold, _sharding
 from primforge.ops._operator import Form, Operator
 
-__all__ = ["batch_lists", "build", "check_concrete", "list_args", "numba_list_ok",
-           ]
+__all__ = ["batch_lists", "bench_list", "bench_lists", "build", "check_concrete", "forms",
+           "list_args", "numba_list_ok"]
 
 
 # ----------------------------------------------------------------------------- the list
@@ -192,35 +193,129 @@ def batch_lists(kernels: dict, matrix: bool, args, axes, kw: dict):
     return [jax.lax.map(one, [a for a, mp in zip(moved, mapped) if mp])], [0]
 
 
+#: The docstrings' entries of the vector and the matrix spike-list forms that differ from
+#: the family's dense forms.
+ENTRIES = (
+    {"spike_indices": "1-D integer array of firing sources (rows of the matrix for the "
+                      "transposed product, else columns), of a fixed length under ``jit`` "
+                      "(see :func:`~primforge.ops.spike_list`).",
+     "spike_count": "how many leading entries are valid (default: all); later ones are "
+                    "ignored.",
+     "returns": "The product, dtype of the weights. A valid index outside the sources raises "
+                "``IndexError`` on concrete input and gives NaN everywhere under ``jit``, as "
+                "does a count outside ``[0, len(spike_indices)]`` (``ValueError`` eagerly)."},
+    {"spike_indices": "integer array ``(lists, length)``: one list of firing sources per "
+                      "row of the result.",
+     "spike_count": "the valid length of each list, shape ``(lists,)``, or one int for all "
+                    "(default: every entry is valid).",
+     "returns": "The ``(lists, size)`` products, dtype of the weights; a bad list makes its "
+                "own row NaN under ``jit``."},
+)
+BACKEND = "'numba' (CPU default) or 'jax' (reference; GPU/TPU default)."
+SEVERAL = """:func:`{who}` for several spike lists of one length at once.
+
+    Row ``b`` of the result is the product with list ``spike_indices[b]`` and count
+    ``spike_count[b]``; ``vmap`` of :func:`{who}` over the lists calls this kernel.
+
+    {{args}}
+
+    """
+
+
+def forms(family, names: tuple[str, str], *, module: str, params: tuple[str, ...],
+          reference: Callable, numba_generator: Callable, sizes: Callable,
+          tags: tuple[str, ...], bench: tuple[str, str, str], docs: tuple[str, str], doc: str,
+          weight_cotangent: Callable | None = None,
+          sharding: Callable = _sharding.replicated_rule) -> tuple[tuple, tuple]:
+    """The vector and matrix spike-list forms of one family's kernel, and their public calls.
+
+    The calls take the family's arguments (:meth:`~primforge.ops._scaffold.Family.def_public`)
+    with the input replaced by ``spike_indices`` and ``spike_count``, and those of its
+    keyword arguments that the forms have (``params``, ``backend``).
+
+    Args:
+        family: the :class:`~primforge.ops._scaffold.Family` whose kernel gets the forms
+            (``events='spikes'``, ``matrix`` False/True).
+        names: the public names of the vector and the matrix form (their forms are
+            ``primforge.ops.<name>``), functions of ``module``.
+        params: the names of the forms' static params.
+        reference: ``reference(weights, *structure, spikes, valid, **params) -> y``: the
+            product over the listed sources (``valid`` marks the entries inside the count;
+            ``spikes`` are clipped into range).
+        numba_generator: ``numba_generator(matrix) -> generator`` of the Numba kernels.
+        sizes: ``sizes(who, weights, *structure, **params) -> (out, sources)``: checks the
+            operands (abstract or concrete) and gives the output length and the sources'
+            count.
+        tags: the kernels' tags (``spike_list``, ``event`` and the form are added).
+        bench: ``(module, vector cases, matrix cases)`` of the benchmark data.
+        docs: the vector call's docstring (``{args}`` where the Args section goes) and the
+            matrix call's example, after a summary made here.
+        doc: the kernels' docstring.
+        weight_cotangent: ``weight_cotangent(ct, w_aval, *structure, spikes, count,
+            **params)``, one list's cotangent of the weights; default: the reference's.
+        sharding: the kernels' sharding rule.
+
+    Returns:
+        ``((vector kernel, matrix kernel), (vector call, matrix call))``.
+
+    Example:
+        >>> import inspect
+        >>> from primforge.ops import binary_csrmm_spikes, binary_csrmm_spikes_p
+        >>> binary_csrmm_spikes_p.name
+        'primforge.ops.binary_csrmm_spikes'
+        >>> list(inspect.signature(binary_csrmm_spikes).parameters)
+        ['data', 'indices', 'indptr', 'spike_indices', 'spike_count', 'shape', 'transpose',
+         'backend']
+    """
+    first = [p for p in family.signature.parameters.values() if p.kind is p.POSITIONAL_OR_KEYWORD]
+    kernels = _kernels(family.operator, names, n_struct=len(first) - 2, params=params,
+                       reference=reference, numba_generator=numba_generator, sizes=sizes,
+                       tags=tags, bench=bench, doc=doc,
+                       weight_cotangent=weight_cotangent, sharding=sharding)
+    x = first[-1]
+    signature = family.signature.replace(parameters=[
+        *first[:-1], x.replace(name="spike_indices"), x.replace(name="spike_count", default=None),
+        *(p for p in family.signature.parameters.values()
+          if p.kind is p.KEYWORD_ONLY and (p.name in params or p.name == "backend"))])
+
+    def public(matrix):
+        who = names[matrix]
+
+        def call(args):
+            weights, structure, given = family.operands(who, args)
+            kw = {k: given[k] for k in params}
+            _, size = sizes(who, weights, *structure, **kw)
+            spikes, count = list_args(who, args["spike_indices"], args["spike_count"], size,
+                                      matrix)
+            return kernels[matrix](weights, *structure, spikes, count,
+                                   backend=args["backend"], **kw)
+
+        doc = SEVERAL.format(who=names[0]) + docs[1] if matrix else docs[0]
+        entries = dict(family.args, backend=BACKEND, **ENTRIES[matrix])
+        fn = _scaffold.public_function(who, module, signature, call,
+                                       _scaffold.document(doc, signature, entries))
+        kernels[matrix].def_call(fn)
+        return fn
+
+    return (kernels[False], kernels[True]), (public(False), public(True))
+
+
 def build(operator: Operator, name: str, *, who: str, who_mm: str, n_struct: int,
           params: tuple[str, ...], reference: Callable,
           numba_generator: Callable, sizes: Callable, tags: tuple[str, ...],
           bench: tuple[str, str, str], doc: str) -> tuple[Form, Form]:
-    """The vector and matrix spike-list forms of one family's kernel.
+    """The vector and matrix spike-list forms of one family's kernel, without public calls
+    (:func:`forms` makes both)."""
+    kernels = _kernels(operator, (who, who_mm), n_struct=n_struct, params=params,
+                       reference=reference, numba_generator=numba_generator, sizes=sizes,
+                       tags=tags, bench=bench, doc=doc)
+    return kernels[False], kernels[True]
 
-    Args:
-        operator: the family's kernel (forms ``events='spikes'``, ``matrix`` False/True).
-        name: name of the vector form (``primforge.ops.<name>``); ``who_mm`` the
-            matrix form's public name (its form is ``primforge.ops.<who_mm>``).
-        who: the vector form's public name, for messages.
-        n_struct: structure operands after the weights (the kernel takes ``(weights,
-            *structure, spikes, count)``).
-        params: the names of the kernels' static params.
-        reference: ``reference(weights, *structure, spikes, valid, **params) -> y``: the
-            product over the listed sources (``valid`` marks the entries inside the count;
-            ``spikes`` are clipped into range), ``params`` the kernel's static params.
-        numba_generator: ``numba_generator(matrix) -> generator`` of the Numba kernels.
-        sizes: ``sizes(who, weights, *structure, **params) -> (out, sources)``: checks the
-            operands (abstract values) and gives the output length and the sources' count.
-        tags: the kernels' tags (``spike_list``, ``event`` and the form are added).
-        bench: ``(module, vector cases, matrix cases)`` of the benchmark data.
-        doc: the kernels' docstring.
 
-    Example:
-        >>> from primforge.ops import dense_event
-        >>> dense_event.binary_densemv_spikes_p.name
-        'primforge.ops.binary_densemv_spikes'
-    """
+def _kernels(operator: Operator, names: tuple[str, str], *, n_struct: int, params, reference,
+             numba_generator, sizes, tags, bench, doc, weight_cotangent=None,
+             sharding=_sharding.replicated_rule) -> dict[bool, Form]:
+    who, who_mm = names
     kernels = {}
     own = params
 
@@ -281,11 +376,18 @@ def build(operator: Operator, name: str, *, who: str, who_mm: str, n_struct: int
                 raise ValueError(f"{who_mm if matrix else who} is linear in the weights only")
             if not _compat.is_undefined_primal(weights):
                 return none
-            aval = weights.aval
-            ref = full_reference(matrix, _params(given), aval.dtype)
+            aval, ct, kw = weights.aval, jnp.asarray(ct), _params(given)
+            if weight_cotangent is not None:  # one list's, the lists' added up
+                *struct, spikes, count = rest
+                one = lambda c, s, n: weight_cotangent(c, aval, *struct, s, n, **kw)
+                if not matrix:
+                    return [one(ct, spikes, count)] + none[1:]
+                return [jnp.sum(jax.vmap(one)(ct, spikes, count.reshape(-1, 1)), axis=0)
+                        ] + none[1:]
+            ref = full_reference(matrix, kw, aval.dtype)
             w0 = jnp.zeros(aval.shape, aval.dtype)
             _, pullback = jax.vjp(lambda w: ref(w, *rest), w0)
-            (ct_w,) = pullback(jnp.asarray(ct).astype(aval.dtype))
+            (ct_w,) = pullback(ct.astype(aval.dtype))
             return [ct_w] + none[1:]
 
         return rule
@@ -299,7 +401,7 @@ def build(operator: Operator, name: str, *, who: str, who_mm: str, n_struct: int
 
     module, vec_cases, mat_cases = bench
     for matrix in (False, True):
-        k = operator.form(who_mm if matrix else name, doc=doc, events="spikes", matrix=matrix)
+        k = operator.form(names[matrix], doc=doc, events="spikes", matrix=matrix)
         for platform in ("cpu", "gpu", "tpu"):
             k.def_kernel("jax", platform, jax_generator(matrix))
         k.def_numba_kernel(numba_generator(matrix), asdefault=True)
@@ -308,10 +410,36 @@ def build(operator: Operator, name: str, *, who: str, who_mm: str, n_struct: int
         k.def_transpose_rule(transpose_rule(matrix))
         k.def_batching_rule(batching_rule(matrix))
         k.def_tags(*tags, "event", "matmat" if matrix else "matvec", "spike_list")
-        k.def_sharding_rule(_sharding.replicated_rule)
+        k.def_sharding_rule(sharding)
         k.def_benchmark_data(_scaffold.lazy_benchmark_data(
             module, mat_cases if matrix else vec_cases))
         kernels[matrix] = k
-    return kernels[False], kernels[True]
+    return kernels
 
 
+
+
+# ----------------------------------------------------------------------------- benchmark data
+def bench_list(rs: np.random.RandomState, n: int) -> tuple[np.ndarray, np.int32]:
+    """A benchmark spike list over ``n`` sources and its count: ``2 * BENCH_RATE * n``
+    entries, the first one repeated, half of them inside the count."""
+    spikes = rs.randint(0, n, int(2 * _scaffold.BENCH_RATE * n)).astype(np.int32)
+    spikes[1] = spikes[0]
+    return spikes, np.int32(spikes.size // 2)
+
+
+def bench_lists(configs: list, seed: int) -> list:
+    """The matrix forms' benchmark cases: each of the vector form's ``configs`` (square, of
+    ``params['n']`` sources) with ``BENCH_COLS`` lists of its own and their counts."""
+    from primforge.bench import BenchmarkConfig
+
+    out = []
+    for i, cfg in enumerate(configs):
+        rs = np.random.RandomState(seed + 300 + i)
+        *fixed, spikes, _ = cfg.args
+        lists = rs.randint(0, cfg.params["n"], (_scaffold.BENCH_COLS, spikes.size))
+        counts = rs.randint(0, spikes.size + 1, _scaffold.BENCH_COLS).astype(np.int32)
+        out.append(BenchmarkConfig(args=(*fixed, lists.astype(np.int32), counts),
+                                   kwargs=cfg.kwargs,
+                                   params=dict(cfg.params, lists=_scaffold.BENCH_COLS)))
+    return out

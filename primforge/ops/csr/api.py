@@ -17,7 +17,6 @@ from primforge.ops import _scaffold, _sharding
 from primforge.ops.csr import grad as _csr_grad
 from primforge.ops.csr import numba as _numba_csr
 from primforge.ops.csr import structure as _common
-from primforge.ops.packed import PackedEvents
 
 __all__ = [
     "binary_csrmm",
@@ -138,48 +137,36 @@ binary_csrmm_p = KERNELS[(True, True)]
 
 
 # ----------------------------------------------------------------------------- public calls
-#: The vector product reading packed events in its kernel, put here by
-#: :mod:`primforge.ops.csr.packed`, and the backends it has (others unpack first).
-PACKED_PRODUCT: list = []
-PACKED_BACKENDS = (None, "numba")
+def _signature(data: Any, indices: Any, indptr: Any, x: Any, *, shape: tuple[int, int],
+               transpose: bool = False, backend: str | None = None) -> jax.Array:
+    """The products' signature, ``x`` their input."""
 
 
-def _public(binary: bool, matrix: bool):
-    def call(data: Any, indices: Any, indptr: Any, x: Any, *, shape: tuple[int, int],
-             transpose: bool = False, backend: str | None = None) -> jax.Array:
-        who = FAMILY.name(binary, matrix)
-        if (binary and not matrix and isinstance(x, PackedEvents) and x.words.ndim == 1
-                and backend in PACKED_BACKENDS and PACKED_PRODUCT):  # reads the words itself
-            return PACKED_PRODUCT[0](data, indices, indptr, x, shape=shape,
-                                     transpose=transpose, backend=backend)
-        shape = _scaffold.check_shape(shape, who)
-        data = _scaffold.float_weights(data, who=who, name="data")
-        data, x = _scaffold.promote_input(data, x, binary, who=who,
-                                          name=_scaffold.input_name(binary, matrix))
-        indices = _scaffold.index_array(indices, who, "indices")
-        indptr = _scaffold.index_array(indptr, who, "indptr")
-        return FAMILY.call(binary, matrix, data, indices, indptr, x,
-                           shape=shape, transpose=bool(transpose), backend=backend)
-
-    return call
+def _operands(who: str, args: dict) -> tuple:
+    """The checked weights, structure and static params of a call."""
+    shape = _scaffold.check_shape(args["shape"], who)
+    data = _scaffold.float_weights(args["data"], who=who, name="data")
+    structure = tuple(_scaffold.index_array(args[k], who, k) for k in ("indices", "indptr"))
+    return data, structure, {"shape": shape, "transpose": bool(args["transpose"])}
 
 
-def csrmv(data: Any, indices: Any, indptr: Any, vector: Any, *, shape: tuple[int, int],
-          transpose: bool = False, backend: str | None = None) -> jax.Array:
-    """Sparse matrix times dense float vector: ``W @ v`` (or ``W.T @ v`` with ``transpose``).
+FAMILY.def_public(_signature, _operands, {
+    "data": "weights, shape ``(nnz,)``, or a scalar / ``(1,)`` shared by every entry.",
+    "indices": "column of each stored entry, shape ``(nnz,)``.",
+    "indptr": "row offsets, shape ``(rows + 1,)``.",
+    "shape": "``(rows, cols)`` of ``W``.",
+    "transpose": "compute ``W.T @ x`` (the same as ``x @ W``) for the input ``x``.",
+    "backend": "force a backend ('numba', 'jax', 'pallas', 'cuda_raw'); default: numba on "
+               "CPU, jax on GPU and TPU.",
+    "returns": "The product, dtype of ``data``, ``(rows,)`` or ``(rows, k)`` (``(cols,)`` or "
+               "``(cols, k)`` with ``transpose``). NaN everywhere if the structure is "
+               "malformed.",
+})
 
-    Args:
-        data: weights, shape ``(nnz,)``, or a scalar / ``(1,)`` shared by every entry.
-        indices: column of each stored entry, shape ``(nnz,)``.
-        indptr: row offsets, shape ``(rows + 1,)``.
-        vector: float vector of length ``cols`` (``rows`` when ``transpose``).
-        shape: ``(rows, cols)`` of ``W``.
-        transpose: compute ``W.T @ vector`` (the same as ``vector @ W``).
-        backend: force a backend ('numba', 'jax', 'pallas', 'cuda_raw'); default: numba on CPU,
-            jax on GPU and TPU.
+csrmv = FAMILY.public(False, False, __name__, """
+    Sparse matrix times dense float vector: ``W @ v`` (or ``W.T @ v`` with ``transpose``).
 
-    Returns:
-        The product, dtype of ``data``. NaN everywhere if the structure is malformed.
+    {args}
 
     Example:
         >>> import jax.numpy as jnp
@@ -187,31 +174,15 @@ def csrmv(data: Any, indices: Any, indptr: Any, vector: Any, *, shape: tuple[int
         >>> csrmv(jnp.array([1., 2., 3.]), jnp.array([0, 2, 1]), jnp.array([0, 2, 3]),
         ...       jnp.array([1., 1., 1.]), shape=(2, 3))
         Array([3., 3.], dtype=float32)
-    """
-    return _public(False, False)(data, indices, indptr, vector, shape=shape,
-                                 transpose=transpose, backend=backend)
+    """)
 
-
-def binary_csrmv(data: Any, indices: Any, indptr: Any, events: Any, *, shape: tuple[int, int],
-                 transpose: bool = False, backend: str | None = None) -> jax.Array:
-    """Sparse matrix times binary event vector: ``W @ (e != 0)`` (or ``W.T @ (e != 0)``).
+binary_csrmv = FAMILY.public(True, False, __name__, """
+    Sparse matrix times binary event vector: ``W @ (e != 0)`` (or ``W.T @ (e != 0)``).
 
     With ``transpose=True`` (rows of ``W`` are the event sources) the numba kernel only
     visits the rows of active events: work proportional to the number of events.
 
-    Args:
-        data: weights, shape ``(nnz,)``, or a scalar / ``(1,)`` shared by every entry.
-        indices: column of each stored entry, shape ``(nnz,)``.
-        indptr: row offsets, shape ``(rows + 1,)``.
-        events: bool (or numeric, non-zero = active) vector of length ``cols``
-            (``rows`` when ``transpose``).
-        shape: ``(rows, cols)`` of ``W``.
-        transpose: compute ``W.T @ events`` (the same as ``events @ W``).
-        backend: force a backend ('numba', 'jax', 'pallas', 'cuda_raw'); default: numba on CPU,
-            jax on GPU and TPU.
-
-    Returns:
-        The summed weights of active events, dtype of ``data``.
+    {args}
 
     Example:
         >>> import jax.numpy as jnp
@@ -219,27 +190,12 @@ def binary_csrmv(data: Any, indices: Any, indptr: Any, events: Any, *, shape: tu
         >>> binary_csrmv(jnp.array([1., 2., 3.]), jnp.array([0, 2, 1]), jnp.array([0, 2, 3]),
         ...              jnp.array([False, True]), shape=(2, 3), transpose=True)
         Array([0., 3., 0.], dtype=float32)
-    """
-    return _public(True, False)(data, indices, indptr, events, shape=shape,
-                                transpose=transpose, backend=backend)
+    """)
 
+csrmm = FAMILY.public(False, True, __name__, """
+    Sparse matrix times dense float matrix: ``W @ B`` (or ``W.T @ B`` with ``transpose``).
 
-def csrmm(data: Any, indices: Any, indptr: Any, matrix: Any, *, shape: tuple[int, int],
-          transpose: bool = False, backend: str | None = None) -> jax.Array:
-    """Sparse matrix times dense float matrix: ``W @ B`` (or ``W.T @ B`` with ``transpose``).
-
-    Args:
-        data: weights, shape ``(nnz,)``, or a scalar / ``(1,)`` shared by every entry.
-        indices: column of each stored entry, shape ``(nnz,)``.
-        indptr: row offsets, shape ``(rows + 1,)``.
-        matrix: float matrix of shape ``(cols, k)`` (``(rows, k)`` when ``transpose``).
-        shape: ``(rows, cols)`` of ``W``.
-        transpose: compute ``W.T @ matrix``.
-        backend: force a backend ('numba', 'jax', 'pallas', 'cuda_raw'); default: numba on CPU,
-            jax on GPU and TPU.
-
-    Returns:
-        The ``(rows, k)`` (or ``(cols, k)``) product, dtype of ``data``.
+    {args}
 
     Example:
         >>> import jax.numpy as jnp
@@ -247,28 +203,12 @@ def csrmm(data: Any, indices: Any, indptr: Any, matrix: Any, *, shape: tuple[int
         ...       jnp.ones((3, 2)), shape=(2, 3))
         Array([[3., 3.],
                [3., 3.]], dtype=float32)
-    """
-    return _public(False, True)(data, indices, indptr, matrix, shape=shape,
-                                transpose=transpose, backend=backend)
+    """)
 
+binary_csrmm = FAMILY.public(True, True, __name__, """
+    Sparse matrix times a matrix of binary events (one event vector per column).
 
-def binary_csrmm(data: Any, indices: Any, indptr: Any, events: Any, *, shape: tuple[int, int],
-                 transpose: bool = False, backend: str | None = None) -> jax.Array:
-    """Sparse matrix times a matrix of binary events (one event vector per column).
-
-    Args:
-        data: weights, shape ``(nnz,)``, or a scalar / ``(1,)`` shared by every entry.
-        indices: column of each stored entry, shape ``(nnz,)``.
-        indptr: row offsets, shape ``(rows + 1,)``.
-        events: bool (or numeric, non-zero = active) matrix ``(cols, k)`` (``(rows, k)``
-            when ``transpose``).
-        shape: ``(rows, cols)`` of ``W``.
-        transpose: compute ``W.T @ events``.
-        backend: force a backend ('numba', 'jax', 'pallas', 'cuda_raw'); default: numba on CPU,
-            jax on GPU and TPU.
-
-    Returns:
-        The ``(rows, k)`` (or ``(cols, k)``) product, dtype of ``data``.
+    {args}
 
     Example:
         >>> import jax.numpy as jnp
@@ -277,9 +217,7 @@ def binary_csrmm(data: Any, indices: Any, indptr: Any, events: Any, *, shape: tu
         Array([[1., 0.],
                [3., 3.],
                [2., 0.]], dtype=float32)
-    """
-    return _public(True, True)(data, indices, indptr, events, shape=shape,
-                               transpose=transpose, backend=backend)
+    """)
 
 
 # ----------------------------------------------------------------------------- benchmark hooks

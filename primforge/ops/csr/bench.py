@@ -11,7 +11,7 @@ from __future__ import annotations
 import numpy as np
 
 from primforge.bench import BenchmarkConfig
-from primforge.ops import _scaffold
+from primforge.ops import _scaffold, _spikes
 
 __all__ = ["CASES", "PROB", "SEED", "case", "indexed", "indexed_mm", "packed", "random_csr",
            "spike_lists", "weight_grad"]
@@ -57,17 +57,9 @@ def weight_grad(*, platform: str) -> list:
         counts[::13] = 0  # empty rows
         indptr = np.concatenate([[0], np.cumsum(counts)]).astype(np.int32)
         indices = np.concatenate([np.sort(rs.choice(n, c, replace=False)) for c in counts])
-        for binary in (True, False):
-            for matrix in (False, True):
-                for transpose in (False, True):
-                    x = _scaffold.bench_input(rs, n, binary, matrix)
-                    x[: n // 10] = 0  # silent sources
-                    ct = rs.standard_normal(x.shape).astype(np.float32)
-                    out.append(BenchmarkConfig(
-                        args=(indices.astype(np.int32), indptr, ct, x),
-                        kwargs={"binary": binary, "transpose": transpose, "matrix": matrix},
-                        params={"n": n, "p": p, "binary": binary, "matrix": matrix,
-                                "transpose": transpose}))
+        out += [BenchmarkConfig(args=(indices.astype(np.int32), indptr, ct, x), kwargs=flags,
+                                params={"n": n, "p": p, **flags})
+                for x, ct, flags in _scaffold.bench_grad_inputs(rs, n)]
     return out
 
 
@@ -81,9 +73,7 @@ def indexed(*, platform: str) -> list:
         data, indices, indptr = random_csr(rs, n, PROB)
         if shared:
             data = np.array([0.5], np.float32)
-        spikes = rs.randint(0, n, int(2 * _scaffold.BENCH_RATE * n)).astype(np.int32)
-        spikes[1] = spikes[0]
-        count = np.int32(spikes.size // 2)
+        spikes, count = _spikes.bench_list(rs, n)
         out.append(BenchmarkConfig(
             args=(data, indices, indptr, spikes, count),
             kwargs={"shape": (n, n), "transpose": transpose},
@@ -105,16 +95,7 @@ def spike_lists(*, platform: str) -> list:
 
 def indexed_mm(*, platform: str) -> list:
     """Several spike lists at once: :func:`indexed`'s cases with lists of their own."""
-    out = []
-    for i, cfg in enumerate(indexed(platform=platform)):
-        rs = np.random.RandomState(SEED + 300 + i)
-        data, indices, indptr, spikes, _ = cfg.args
-        lists = rs.randint(0, cfg.kwargs["shape"][0], (_scaffold.BENCH_COLS, spikes.size))
-        counts = rs.randint(0, spikes.size + 1, _scaffold.BENCH_COLS).astype(np.int32)
-        out.append(BenchmarkConfig(args=(data, indices, indptr, lists.astype(np.int32), counts),
-                                   kwargs=cfg.kwargs,
-                                   params=dict(cfg.params, lists=_scaffold.BENCH_COLS)))
-    return out
+    return _spikes.bench_lists(indexed(platform=platform), SEED)
 
 
 def packed(*, platform: str) -> list:

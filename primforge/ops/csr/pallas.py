@@ -10,17 +10,20 @@ import functools
 
 import jax
 import jax.numpy as jnp
-import numpy as np
 
+from primforge.ops import _pallas_common
 from primforge.ops._pallas_common import (
     NUM_WARPS,
     chunks,
+    column_block,
     compiler_params,
+    flat_offsets,
     row_range,
     scatter_add,
     term,
     values,
 )
+from primforge.ops.csr import api as _api
 from primforge.ops.csr import structure as _common
 
 __all__ = ["BLOCK_COLS", "BLOCK_NNZ", "NUM_WARPS", "generator"]
@@ -28,6 +31,8 @@ __all__ = ["BLOCK_COLS", "BLOCK_NNZ", "NUM_WARPS", "generator"]
 BLOCK_NNZ = 128  # stored entries per chunk for the matvec kernels
 BLOCK_NNZ_MM = 32  # stored entries per chunk for the matmat kernels
 BLOCK_COLS = 32  # most input columns per program for the matmat kernels
+
+
 def _entry_chunk(i_ref, d_ref, start, end, c, *, block, n, homo, w0):
     """Columns, in-range mask, weights and bad-index count of one chunk of a row."""
     from jax.experimental.pallas import triton as plgpu
@@ -118,16 +123,8 @@ def _matmat(binary, transpose, homo, *, m, n, nnz, k, dtype, platform, wide):
     col_blocks = -(-k // bcols)
     rows_out = n if transpose else m
     value = functools.partial(values, binary=binary, dtype=dtype)
-
-    def col_vector():
-        cvec = pl.program_id(1) * bcols + jnp.arange(bcols, dtype=jnp.int32)
-        return cvec, cvec < k
-
-    def flat(rows, cvec):
-        """Offsets of ``(rows, cvec)`` pairs in a row-major ``(*, k)`` array, flattened."""
-        if wide:
-            rows, cvec = rows.astype(jnp.int64), cvec.astype(jnp.int64)
-        return rows * k + cvec
+    col_vector = functools.partial(column_block, bcols, k)
+    flat = functools.partial(flat_offsets, cols=k, wide=wide)
 
     if not transpose:
 
@@ -199,17 +196,36 @@ def _matmat(binary, transpose, homo, *, m, n, nnz, k, dtype, platform, wide):
     return call
 
 
+def _plan(binary: bool, matrix: bool):
+    def plan(*, ins, dtype, platform, shape, transpose, **_):
+        m, n = (int(s) for s in shape)
+        data, indices, _indptr, x = ins
+        nnz = int(indices.shape[0])
+        k = int(x.shape[1]) if matrix else 1
+        if min(m, n, nnz, k) == 0:
+            return None
+        homo = _common.is_homogeneous(data, indices)
+        if matrix:
+            wide = max(m, n) * k >= 2**31 - 1
+            run = _matmat(binary, bool(transpose), homo, m=m, n=n, nnz=nnz, k=k, dtype=dtype,
+                          platform=platform, wide=wide)
+        else:
+            run = _matvec(binary, bool(transpose), homo, m=m, n=n, nnz=nnz, dtype=dtype,
+                          platform=platform)
+
+        def product(data, indices, indptr, x):
+            y, bad = run(data, indices, indptr, x)
+            ok = _common.indptr_ok(indptr, nnz) & (jnp.sum(bad) == 0)
+            return jnp.where(ok, y, jnp.nan)
+
+        return product
+
+    return plan
+
+
 def generator(binary: bool, matrix: bool, fallback):
-    """The 'pallas' kernel generator for one CSR kernel.
-
-    Args:
-        binary: the input holds events (non-zero = active) rather than float values.
-        matrix: the input is a ``(rows, k)`` matrix rather than a vector.
-        fallback: the pure-JAX generator, used for degenerate sizes.
-
-    Returns:
-        A generator ``generate(*, ins, outs, shape, transpose, platform)`` whose product is a
-        function ``(data, indices, indptr, x) -> y``.
+    """The 'pallas' kernel generator of one CSR product (see
+    :func:`~primforge.ops._pallas_common.generator`), ``(data, indices, indptr, x) -> y``.
 
     Example:
         >>> import jax.numpy as jnp, primforge
@@ -219,34 +235,5 @@ def generator(binary: bool, matrix: bool, fallback):
         ...       jnp.array([1., 1., 1.]), shape=(2, 3), backend='pallas')
         Array([3., 3.], dtype=float32)
     """
-
-    def generate(*, ins, outs, shape, transpose, platform, **params):
-        m, n = (int(s) for s in shape)
-        data, indices, _indptr, x = ins
-        dtype = np.dtype(outs[0].dtype)
-        nnz = int(indices.shape[0])
-        k = int(x.shape[1]) if matrix else 1
-        kind = ("binary_" if binary else "") + ("csrmm" if matrix else "csrmv")
-        _common.check_float_weights(kind, "pallas", dtype)
-        if min(m, n, nnz, k) == 0:
-            return fallback(ins=ins, outs=outs, shape=shape, transpose=transpose, **params)
-        homo = _common.is_homogeneous(data, indices)
-        if matrix:
-            wide = max(m, n) * k >= 2**31 - 1
-            run = _matmat(binary, bool(transpose), homo, m=m, n=n, nnz=nnz, k=k, dtype=dtype,
-                          platform=platform, wide=wide)
-        else:
-            run = _matvec(binary, bool(transpose), homo, m=m, n=n, nnz=nnz, dtype=dtype,
-                          platform=platform)
-        out_shape = tuple(outs[0].shape)
-
-        def kernel(data, indices, indptr, x):
-            if x.dtype == jnp.bool_:
-                x = x.astype(jnp.int8)
-            y, bad = run(data, indices, indptr, x)
-            ok = _common.indptr_ok(indptr, nnz) & (jnp.sum(bad) == 0)
-            return jnp.where(ok, y.reshape(out_shape), jnp.nan).astype(dtype)
-
-        return kernel
-
-    return generate
+    return _pallas_common.generator(_api.FAMILY.name(binary, matrix), fallback,
+                                    _plan(binary, matrix))
