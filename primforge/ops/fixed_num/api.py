@@ -14,7 +14,6 @@ import jax.numpy as jnp
 
 from primforge.ops import _scaffold, _sharding
 from primforge.ops.fixed_num import grad as _fixed_num_grad
-from primforge.ops.packed import PackedEvents
 
 __all__ = [
     "binary_fixed_num_mm",
@@ -30,7 +29,7 @@ __all__ = [
 FAMILY = _scaffold.Family(
     "fixed_num", ("fixed_num_mv", "fixed_num_mm"), params=("shape", "transpose"),
     what="fixed-number products", structure="'indices'", letter="A", cols="cols",
-    ops=("A @ x", "A.T @ x"), doc=__doc__)
+    ops=("A @ x", "A.T @ x"), dims=("m", "n"), doc=__doc__)
 KERNELS = FAMILY.kernels  # (binary, matrix) -> kernel
 
 
@@ -177,50 +176,37 @@ binary_fixed_num_mm_p = KERNELS[(True, True)]
 
 
 # ----------------------------------------------------------------------------- public calls
-#: The vector product reading packed events in its kernel, put here by
-#: :mod:`primforge.ops.fixed_num.packed`, and the backends it has (others unpack first).
-PACKED_PRODUCT: list = []
-PACKED_BACKENDS = (None, "numba")
+def _signature(weights: Any, indices: Any, x: Any, *, shape: tuple[int, int],
+               transpose: bool = False, backend: str | None = None) -> jax.Array:
+    """The products' signature, ``x`` their input."""
 
 
-def _public(binary: bool, matrix: bool):
-    who = FAMILY.name(binary, matrix)
-
-    def call(weights, indices, x, *, shape, transpose=False, backend=None):
-        if (binary and not matrix and isinstance(x, PackedEvents) and x.words.ndim == 1
-                and backend in PACKED_BACKENDS and PACKED_PRODUCT):  # reads the words itself
-            return PACKED_PRODUCT[0](weights, indices, x, shape=shape, transpose=transpose,
-                                     backend=backend)
-        shape = _scaffold.check_shape(shape, who)
-        weights, x = _scaffold.promote_input(_scaffold.float_weights(weights, who=who), x,
-                                             binary, who=who,
-                                             name=_scaffold.input_name(binary, matrix))
-        indices = _scaffold.index_array(indices, who, "indices")
-        return FAMILY.call(binary, matrix, weights, indices, x, shape=shape,
-                           transpose=bool(transpose), backend=backend)
-
-    return call
+def _operands(who: str, args: dict) -> tuple:
+    """The checked weights, structure and static params of a call."""
+    shape = _scaffold.check_shape(args["shape"], who)
+    weights = _scaffold.float_weights(args["weights"], who=who)
+    indices = _scaffold.index_array(args["indices"], who, "indices")
+    return weights, (indices,), {"shape": shape, "transpose": bool(args["transpose"])}
 
 
-def fixed_num_mv(weights: Any, indices: Any, vector: Any, *, shape: tuple[int, int],
-                 transpose: bool = False, backend: str | None = None) -> jax.Array:
-    """``A @ v`` (or ``A.T @ v``) for a fixed-number matrix ``A`` and a float vector.
+FAMILY.def_public(_signature, _operands, {
+    "weights": "one weight per entry, shape ``(m, k)`` like ``indices``, or a scalar / "
+               "``(1,)`` shared by every entry.",
+    "indices": "``(m, k)`` integers: row ``i`` of ``A`` has entries in columns "
+               "``indices[i, :]`` (repeats add up). An index outside ``[0, n)`` is masked "
+               "(the entry is skipped, never read or written); validate once with "
+               ":meth:`~primforge.ops.FixedNum.from_indices`.",
+    "shape": "``(m, n)`` of the stored matrix ``A``.",
+    "transpose": "compute ``A.T @ x`` (scatter; only rows with a non-zero input cost work).",
+    "backend": "'numba' (CPU default), 'jax' (reference; GPU/TPU default) or 'pallas' "
+               "(Triton on the GPU, interpreted on the CPU; opt-in).",
+    "returns": "The product, dtype of ``weights``.",
+})
 
-    Args:
-        weights: one weight per entry, shape ``(m, k)`` like ``indices``, or a scalar /
-            ``(1,)`` shared by every entry.
-        indices: ``(m, k)`` integers: row ``i`` of ``A`` has entries in columns
-            ``indices[i, :]`` (repeats add up). An index outside ``[0, n)`` is masked (the
-            entry is skipped, never read or written); validate once with
-            :meth:`~primforge.ops.FixedNum.from_indices`.
-        vector: float vector of length ``n`` (``m`` when ``transpose``).
-        shape: ``(m, n)`` of the stored matrix ``A``.
-        transpose: compute ``A.T @ x`` (scatter; only rows with a non-zero input cost work).
-        backend: 'numba' (CPU default), 'jax' (reference; GPU/TPU default) or 'pallas'
-            (Triton on the GPU, interpreted on the CPU; opt-in).
+fixed_num_mv = FAMILY.public(False, False, __name__, """
+    ``A @ v`` (or ``A.T @ v``) for a fixed-number matrix ``A`` and a float vector.
 
-    Returns:
-        The product, dtype of ``weights``.
+    {args}
 
     Example:
         >>> import jax.numpy as jnp
@@ -228,31 +214,12 @@ def fixed_num_mv(weights: Any, indices: Any, vector: Any, *, shape: tuple[int, i
         >>> fixed_num_mv(jnp.array([[1., 2.], [3., 4.]]), jnp.array([[0, 2], [1, 2]]),
         ...              jnp.array([1., 1., 1.]), shape=(2, 3))
         Array([3., 7.], dtype=float32)
-    """
-    return _public(False, False)(weights, indices, vector, shape=shape, transpose=transpose,
-                                 backend=backend)
+    """)
 
+binary_fixed_num_mv = FAMILY.public(True, False, __name__, """
+    ``A @ (e != 0)`` (or ``A.T @ (e != 0)``) for binary events (bool, int or float).
 
-def binary_fixed_num_mv(weights: Any, indices: Any, events: Any, *, shape: tuple[int, int],
-                        transpose: bool = False, backend: str | None = None) -> jax.Array:
-    """``A @ (e != 0)`` (or ``A.T @ (e != 0)``) for binary events (bool, int or float).
-
-    Args:
-        weights: one weight per entry, shape ``(m, k)`` like ``indices``, or a scalar /
-            ``(1,)`` shared by every entry.
-        indices: ``(m, k)`` integers: row ``i`` of ``A`` has entries in columns
-            ``indices[i, :]`` (repeats add up). An index outside ``[0, n)`` is masked (the
-            entry is skipped, never read or written); validate once with
-            :meth:`~primforge.ops.FixedNum.from_indices`.
-        events: bool or numeric events (non-zero = active), length ``n``
-            (``m`` when ``transpose``).
-        shape: ``(m, n)`` of the stored matrix ``A``.
-        transpose: compute ``A.T @ x`` (scatter; only rows with a non-zero input cost work).
-        backend: 'numba' (CPU default), 'jax' (reference; GPU/TPU default) or 'pallas'
-            (Triton on the GPU, interpreted on the CPU; opt-in).
-
-    Returns:
-        The product, dtype of ``weights``.
+    {args}
 
     Example:
         >>> import jax.numpy as jnp
@@ -260,60 +227,24 @@ def binary_fixed_num_mv(weights: Any, indices: Any, events: Any, *, shape: tuple
         >>> binary_fixed_num_mv(0.5, jnp.array([[0, 2], [1, 2]]), jnp.array([False, True]),
         ...                     shape=(2, 3), transpose=True)
         Array([0. , 0.5, 0.5], dtype=float32)
-    """
-    return _public(True, False)(weights, indices, events, shape=shape, transpose=transpose,
-                                backend=backend)
+    """)
 
+fixed_num_mm = FAMILY.public(False, True, __name__, """
+    ``A @ B`` (or ``A.T @ B``) for a fixed-number matrix ``A`` and a float matrix ``B``.
 
-def fixed_num_mm(weights: Any, indices: Any, matrix: Any, *, shape: tuple[int, int],
-                 transpose: bool = False, backend: str | None = None) -> jax.Array:
-    """``A @ B`` (or ``A.T @ B``) for a fixed-number matrix ``A`` and a float matrix ``B``.
-
-    Args:
-        weights: one weight per entry, shape ``(m, k)`` like ``indices``, or a scalar /
-            ``(1,)`` shared by every entry.
-        indices: ``(m, k)`` integers: row ``i`` of ``A`` has entries in columns
-            ``indices[i, :]`` (repeats add up). An index outside ``[0, n)`` is masked (the
-            entry is skipped, never read or written); validate once with
-            :meth:`~primforge.ops.FixedNum.from_indices`.
-        matrix: float ``(n, cols)`` (``(m, cols)`` when ``transpose``).
-        shape: ``(m, n)`` of the stored matrix ``A``.
-        transpose: compute ``A.T @ x`` (scatter; only rows with a non-zero input cost work).
-        backend: 'numba' (CPU default), 'jax' (reference; GPU/TPU default) or 'pallas'
-            (Triton on the GPU, interpreted on the CPU; opt-in).
-
-    Returns:
-        The product, dtype of ``weights``.
+    {args}
 
     Example:
         >>> import jax.numpy as jnp
         >>> fixed_num_mm(1.0, jnp.array([[0, 2], [1, 2]]), jnp.ones((3, 2)), shape=(2, 3))
         Array([[2., 2.],
                [2., 2.]], dtype=float32)
-    """
-    return _public(False, True)(weights, indices, matrix, shape=shape, transpose=transpose,
-                                backend=backend)
+    """)
 
+binary_fixed_num_mm = FAMILY.public(True, True, __name__, """
+    ``A @ E`` (or ``A.T @ E``) for a matrix of binary events (one event vector per column).
 
-def binary_fixed_num_mm(weights: Any, indices: Any, events: Any, *, shape: tuple[int, int],
-                        transpose: bool = False, backend: str | None = None) -> jax.Array:
-    """``A @ E`` (or ``A.T @ E``) for a matrix of binary events (one event vector per column).
-
-    Args:
-        weights: one weight per entry, shape ``(m, k)`` like ``indices``, or a scalar /
-            ``(1,)`` shared by every entry.
-        indices: ``(m, k)`` integers: row ``i`` of ``A`` has entries in columns
-            ``indices[i, :]`` (repeats add up). An index outside ``[0, n)`` is masked (the
-            entry is skipped, never read or written); validate once with
-            :meth:`~primforge.ops.FixedNum.from_indices`.
-        events: bool or numeric ``(n, cols)`` (``(m, cols)`` when ``transpose``).
-        shape: ``(m, n)`` of the stored matrix ``A``.
-        transpose: compute ``A.T @ x`` (scatter; only rows with a non-zero input cost work).
-        backend: 'numba' (CPU default), 'jax' (reference; GPU/TPU default) or 'pallas'
-            (Triton on the GPU, interpreted on the CPU; opt-in).
-
-    Returns:
-        The product, dtype of ``weights``.
+    {args}
 
     Example:
         >>> import jax.numpy as jnp
@@ -323,9 +254,7 @@ def binary_fixed_num_mm(weights: Any, indices: Any, events: Any, *, shape: tuple
         Array([[1., 0.],
                [1., 1.],
                [2., 1.]], dtype=float32)
-    """
-    return _public(True, True)(weights, indices, events, shape=shape, transpose=transpose,
-                               backend=backend)
+    """)
 
 
 # ----------------------------------------------------------------------------- benchmark hooks

@@ -10,7 +10,7 @@ from __future__ import annotations
 import numpy as np
 
 from primforge.bench import BenchmarkConfig
-from primforge.ops import _scaffold
+from primforge.ops import _scaffold, _spikes
 
 __all__ = ["CASES", "SEED", "case", "packed", "spikes", "spikes_mm", "weight_grad"]
 
@@ -40,17 +40,9 @@ def weight_grad(*, platform: str) -> list:
         indices = rs.randint(0, n, (n, k)).astype(np.int32)
         indices[::7, -1] = -1
         indices[::11, 0] = n
-        for binary in (True, False):
-            for matrix in (False, True):
-                for transpose in (False, True):
-                    x = _scaffold.bench_input(rs, n, binary, matrix)
-                    x[: n // 10] = 0  # silent sources
-                    ct = rs.standard_normal(x.shape).astype(np.float32)
-                    out.append(BenchmarkConfig(
-                        args=(indices, ct, x),
-                        kwargs={"binary": binary, "transpose": transpose, "matrix": matrix},
-                        params={"n": n, "k": k, "binary": binary, "matrix": matrix,
-                                "transpose": transpose}))
+        out += [BenchmarkConfig(args=(indices, ct, x), kwargs=flags,
+                                params={"n": n, "k": k, **flags})
+                for x, ct, flags in _scaffold.bench_grad_inputs(rs, n)]
     return out
 
 
@@ -65,9 +57,7 @@ def spikes(*, platform: str) -> list:
         ind[::7, -1] = -1
         w = np.array([0.5], np.float32) if shared else rs.standard_normal((n, k)).astype(
             np.float32)
-        lst = rs.randint(0, n, int(2 * _scaffold.BENCH_RATE * n)).astype(np.int32)
-        lst[1] = lst[0]
-        count = np.int32(lst.size // 2)
+        lst, count = _spikes.bench_list(rs, n)
         out.append(BenchmarkConfig(
             args=(w, ind, lst, count), kwargs={"shape": (n, n), "transpose": transpose},
             params={"n": n, "k": k, "spikes": int(count), "transpose": transpose,
@@ -77,16 +67,7 @@ def spikes(*, platform: str) -> list:
 
 def spikes_mm(*, platform: str) -> list:
     """Several spike lists at once: :func:`spikes`' cases with lists of their own."""
-    out = []
-    for i, cfg in enumerate(spikes(platform=platform)):
-        rs = np.random.RandomState(SEED + 300 + i)
-        w, ind, lst, _ = cfg.args
-        lists = rs.randint(0, cfg.kwargs["shape"][0], (_scaffold.BENCH_COLS, lst.size))
-        counts = rs.randint(0, lst.size + 1, _scaffold.BENCH_COLS).astype(np.int32)
-        out.append(BenchmarkConfig(args=(w, ind, lists.astype(np.int32), counts),
-                                   kwargs=cfg.kwargs,
-                                   params=dict(cfg.params, lists=_scaffold.BENCH_COLS)))
-    return out
+    return _spikes.bench_lists(spikes(platform=platform), SEED)
 
 
 def packed(*, platform: str) -> list:

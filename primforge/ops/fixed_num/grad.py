@@ -6,12 +6,8 @@
 
 from __future__ import annotations
 
-import jax
 import jax.numpy as jnp
-import numpy as np
 
-from primforge import _compat
-from primforge.kernel.kernel import XLACustomKernel
 from primforge.ops import _scaffold, _sharding
 
 __all__ = ["weight_grad"]
@@ -29,10 +25,6 @@ def _reference(binary, transpose, matrix, dtype):
         return g.astype(dtype)
 
     return kernel
-
-
-def _jax_generator(*, outs, binary, transpose, matrix, **_):
-    return _reference(binary, transpose, matrix, outs[0].dtype)
 
 
 def _numba_generator(*, binary, transpose, matrix, **_):
@@ -55,35 +47,10 @@ def _parallel_generator(*, outs, binary, transpose, matrix, **_):
     return numba_kernel(fn, outs=list(outs), name=f"{fn.__name__}_parallel")
 
 
-def _shape_rule(indices, ct, x, *, binary, transpose, matrix, dtype):
-    del ct, x, binary, transpose, matrix
-    return jax.ShapeDtypeStruct(tuple(indices.shape), np.dtype(dtype))
-
-
-def _jvp_rule(primals, tangents, *, outs, backend=None, binary, transpose, matrix, dtype, **_):
-    indices, ct, x = primals
-    y = weight_grad_p(indices, ct, x, binary=binary, transpose=transpose, matrix=matrix,
-                      dtype=dtype, backend=backend)
-    ref = _reference(binary, transpose, matrix, np.dtype(dtype))
-    zero = lambda p, t: jnp.zeros_like(p) if type(t) is _compat.Zero else t
-    d_ct, d_x = zero(ct, tangents[1]), zero(x, tangents[2])
-    if binary:
-        _, t = jax.jvp(lambda c: ref(indices, c, x), (ct,), (d_ct,))
-    else:
-        _, t = jax.jvp(lambda c, v: ref(indices, c, v), (ct, x), (d_ct, d_x))
-    return [y], [t]
-
-
-weight_grad_p = XLACustomKernel("primforge.ops.fixed_num_weight_grad", doc=__doc__, replace=True)
-for _platform in ("cpu", "gpu", "tpu"):
-    weight_grad_p.def_kernel("jax", _platform, _jax_generator)
-weight_grad_p.def_numba_kernel(_numba_generator, asdefault=True)
-weight_grad_p.def_kernel("numba_parallel", "cpu", _parallel_generator)
-weight_grad_p.def_abstract_eval(_shape_rule)
-weight_grad_p.def_jvp_rule(_jvp_rule)
-weight_grad_p.def_tags("sparse", "gradient")
-weight_grad_p.def_sharding_rule(_sharding.fixed_num_weight_grad_rule)
-del _platform
+weight_grad_p = _scaffold.weight_grad_kernel(
+    "primforge.ops.fixed_num_weight_grad", _reference, numba=_numba_generator,
+    parallel=_parallel_generator, sharding=_sharding.fixed_num_weight_grad_rule,
+    bench="primforge.ops.fixed_num.bench", doc=__doc__)
 
 
 def weight_grad(binary, matrix, ct, x, indices, *, transpose, dtype, backend=None):
@@ -97,19 +64,5 @@ def weight_grad(binary, matrix, ct, x, indices, *, transpose, dtype, backend=Non
         Array([[3., 5.],
                [8., 0.]], dtype=float32)
     """
-    backend = backend if backend in (None, "jax", "numba", "numba_parallel") else None
-    return weight_grad_p(jnp.asarray(indices), jnp.asarray(ct), jnp.asarray(x),
-                         binary=bool(binary), transpose=bool(transpose), matrix=bool(matrix),
-                         dtype=np.dtype(dtype).name, backend=backend)
-
-
-# ----------------------------------------------------------------------------- benchmark hooks
-def _call(indices, ct, x, *, binary, transpose, matrix, backend=None):
-    """The kernel as ``primforge check`` / ``bench`` drive it (dtype of the cotangent)."""
-    return weight_grad(binary, matrix, ct, x, indices, transpose=transpose,
-                       dtype=np.asarray(ct).dtype, backend=backend)
-
-
-weight_grad_p.def_call(_call)
-weight_grad_p.def_benchmark_data(
-    _scaffold.lazy_benchmark_data("primforge.ops.fixed_num.bench", "weight_grad"))
+    return weight_grad_p.call(indices, ct, x, binary=binary, transpose=transpose,
+                              matrix=matrix, dtype=dtype, backend=backend)

@@ -7,9 +7,6 @@ the sources or a count outside ``[0, len(spikes)]`` gives NaN everywhere.
 
 from __future__ import annotations
 
-from typing import Any
-
-import jax
 import jax.numpy as jnp
 
 from primforge.ops import _scaffold, _spikes
@@ -22,9 +19,6 @@ __all__ = [
     "binary_fixed_num_mv_spikes",
     "binary_fixed_num_mv_spikes_p",
 ]
-
-_WHO = "binary_fixed_num_mv_spikes"
-_WHO_MM = "binary_fixed_num_mm_spikes"
 
 
 def _sizes(who, weights, indices, *, shape, transpose):
@@ -60,33 +54,8 @@ def _numba_generator(matrix: bool):
     return generate
 
 
-_KERNELS = _spikes.build(
-    _api.FAMILY.operator, _WHO,
-    who=_WHO, who_mm=_WHO_MM, n_struct=1, params=("shape", "transpose"),
-    reference=_reference, numba_generator=_numba_generator, sizes=_sizes,
-    tags=("fixed_num", "sparse"),
-    bench=("primforge.ops.fixed_num.bench", "spikes", "spikes_mm"), doc=__doc__)
-binary_fixed_num_mv_spikes_p = _KERNELS[0]
-binary_fixed_num_mm_spikes_p = _KERNELS[1]
-
-
-def _call(who, matrix, weights, indices, spike_indices, spike_count, shape, transpose,
-          backend):
-    shape = _scaffold.check_shape(shape, who)
-    weights = _scaffold.float_weights(weights, who=who)
-    indices = _scaffold.index_array(indices, who, "indices")
-    size = shape[0] if transpose else shape[1]
-    spikes, count = _spikes.list_args(who, spike_indices, spike_count, size, matrix)
-    prim = binary_fixed_num_mm_spikes_p if matrix else binary_fixed_num_mv_spikes_p
-    return prim(weights, indices, spikes, count, shape=shape, transpose=bool(transpose),
-                backend=backend)
-
-
-def binary_fixed_num_mv_spikes(weights: Any, indices: Any, spike_indices: Any,
-                               spike_count: Any = None, *, shape: tuple[int, int],
-                               transpose: bool = False,
-                               backend: str | None = None) -> jax.Array:
-    """Fixed-number product with events given as a spike list: ``A @ e`` (or ``A.T @ e``).
+_DOC = """
+    Fixed-number product with events given as a spike list: ``A @ e`` (or ``A.T @ e``).
 
     ``e`` counts how often each index occurs among the first ``spike_count`` entries of
     ``spike_indices``; with distinct indices the result equals
@@ -95,23 +64,7 @@ def binary_fixed_num_mv_spikes(weights: Any, indices: Any, spike_indices: Any,
     kernel visits only their ``k`` entries each: work proportional to spikes times ``k``.
     Without, they are columns: one table of counts, then every row's ``k`` entries.
 
-    Args:
-        weights: one weight per entry, shape ``(m, k)`` like ``indices``, or a scalar /
-            ``(1,)`` shared by every entry.
-        indices: ``(m, k)`` integers: row ``i`` of ``A`` has entries in columns
-            ``indices[i, :]``; an index outside ``[0, n)`` is masked, as in
-            :func:`~primforge.ops.binary_fixed_num_mv`.
-        spike_indices: 1-D integer array of firing indices (rows when ``transpose``,
-            else columns); see :func:`~primforge.ops.spike_list`.
-        spike_count: how many leading entries are valid (default: all).
-        shape: ``(m, n)`` of the stored matrix ``A``.
-        transpose: compute ``A.T @ e``.
-        backend: 'numba' (CPU default) or 'jax' (reference; GPU/TPU default).
-
-    Returns:
-        The product, dtype of ``weights``. A valid index outside the sources raises
-        ``IndexError`` on concrete input and gives NaN everywhere under ``jit``, as does a
-        count outside ``[0, len(spike_indices)]`` (``ValueError`` eagerly).
+    {args}
 
     Example:
         >>> import jax.numpy as jnp
@@ -120,34 +73,7 @@ def binary_fixed_num_mv_spikes(weights: Any, indices: Any, spike_indices: Any,
         ...                            1, shape=(2, 3), transpose=True)
         Array([0.5, 0. , 0.5], dtype=float32)
     """
-    return _call(_WHO, False, weights, indices, spike_indices, spike_count, shape, transpose,
-                 backend)
-
-
-def binary_fixed_num_mm_spikes(weights: Any, indices: Any, spike_indices: Any,
-                               spike_count: Any = None, *, shape: tuple[int, int],
-                               transpose: bool = False,
-                               backend: str | None = None) -> jax.Array:
-    """:func:`binary_fixed_num_mv_spikes` for several spike lists of one length at once.
-
-    Row ``b`` of the result is the product with list ``spike_indices[b]`` and count
-    ``spike_count[b]`` (``vmap`` of the vector form over the lists calls this kernel); a
-    bad list makes its own row NaN under ``jit``.
-
-    Args:
-        weights: ``(m, k)`` per-entry weights, or a scalar / ``(1,)`` shared weight.
-        indices: ``(m, k)`` integers (masked outside ``[0, n)``).
-        spike_indices: integer array ``(lists, length)``.
-        spike_count: the valid length of each list, shape ``(lists,)``, or one int for all
-            (default: every entry is valid).
-        shape: ``(m, n)`` of the stored matrix ``A``.
-        transpose: the lists hold rows of ``A`` and each product is ``A.T @ e``.
-        backend: 'numba' (CPU default) or 'jax'.
-
-    Returns:
-        The ``(lists, n)`` (``(lists, m)`` without ``transpose``) products.
-
-    Example:
+_EXAMPLE_MM = """Example:
         >>> import jax.numpy as jnp
         >>> binary_fixed_num_mm_spikes(1.0, jnp.array([[1, 2], [0, 2]]),
         ...                            jnp.array([[1, 1], [0, 1]]), jnp.array([2, 1]),
@@ -155,9 +81,13 @@ def binary_fixed_num_mm_spikes(weights: Any, indices: Any, spike_indices: Any,
         Array([[2., 0., 2.],
                [0., 1., 1.]], dtype=float32)
     """
-    return _call(_WHO_MM, True, weights, indices, spike_indices, spike_count, shape,
-                 transpose, backend)
-
-
-binary_fixed_num_mv_spikes_p.def_call(binary_fixed_num_mv_spikes)
-binary_fixed_num_mm_spikes_p.def_call(binary_fixed_num_mm_spikes)
+_KERNELS, _CALLS = _spikes.forms(
+    _api.FAMILY, ("binary_fixed_num_mv_spikes", "binary_fixed_num_mm_spikes"),
+    module=__name__, params=("shape", "transpose"), reference=_reference,
+    numba_generator=_numba_generator, sizes=_sizes, tags=("fixed_num", "sparse"),
+    bench=("primforge.ops.fixed_num.bench", "spikes", "spikes_mm"), docs=(_DOC, _EXAMPLE_MM),
+    doc=__doc__)
+binary_fixed_num_mv_spikes_p = _KERNELS[0]
+binary_fixed_num_mm_spikes_p = _KERNELS[1]
+binary_fixed_num_mv_spikes = _CALLS[0]
+binary_fixed_num_mm_spikes = _CALLS[1]

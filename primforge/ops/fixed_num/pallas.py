@@ -10,15 +10,17 @@ import functools
 
 import jax
 import jax.numpy as jnp
-import numpy as np
 
+from primforge.ops import _pallas_common
 from primforge.ops._pallas_common import (
-    check_float_weights,
+    column_block,
     compiler_params,
+    flat_offsets,
     scatter_add,
     term,
     values,
 )
+from primforge.ops.fixed_num import api as _api
 
 __all__ = ["BLOCK_COLS", "BLOCK_K", "generator"]
 
@@ -38,15 +40,8 @@ def _program(binary, transpose, homo, *, m, n, k, cols, dtype, platform, wide):
     chunks = -(-k // block)
     rows_out = n if transpose else m
     value = functools.partial(values, binary=binary, dtype=dtype)
-
-    def col_vector():
-        cvec = pl.program_id(1) * bcols + jnp.arange(bcols, dtype=jnp.int32)
-        return cvec, cvec < cols
-
-    def flat(rows, cvec):
-        if wide:
-            rows, cvec = rows.astype(jnp.int64), cvec.astype(jnp.int64)
-        return rows * cols + cvec
+    col_vector = functools.partial(column_block, bcols, cols)
+    flat = functools.partial(flat_offsets, cols=cols, wide=wide)
 
     def entries(w_ref, i_ref, i, c, w0):
         """Targets, mask and weights of chunk ``c`` of row ``i`` (masked, never out of range)."""
@@ -121,13 +116,25 @@ def _program(binary, transpose, homo, *, m, n, k, cols, dtype, platform, wide):
     return call
 
 
-def generator(binary: bool, matrix: bool, fallback):
-    """The 'pallas' kernel generator for one fixed-number kernel.
+def _plan(binary: bool, matrix: bool):
+    def plan(*, ins, outs, dtype, platform, transpose, **_):
+        weights, indices, x = ins
+        # The arrays' own sizes, not ``shape``: a sharded call hands a slice of the rows.
+        m, k = (int(s) for s in indices.shape)
+        n = int(outs[0].shape[0] if transpose else x.shape[0])
+        cols = int(x.shape[1]) if matrix else 1
+        if min(m, n, k, cols) == 0:
+            return None
+        return _program(binary, bool(transpose), len(weights.shape) == 1, m=m, n=n, k=k,
+                        cols=cols, dtype=dtype, platform=platform,
+                        wide=max(m, n) * cols >= 2**31 - 1)
 
-    Args:
-        binary: the input holds events (non-zero = active).
-        matrix: the input is a ``(rows, cols)`` matrix rather than a vector.
-        fallback: the pure-JAX generator, used for degenerate sizes.
+    return plan
+
+
+def generator(binary: bool, matrix: bool, fallback):
+    """The 'pallas' kernel generator of one fixed-number product (see
+    :func:`~primforge.ops._pallas_common.generator`), ``(weights, indices, x) -> y``.
 
     Example:
         >>> import jax.numpy as jnp
@@ -137,30 +144,5 @@ def generator(binary: bool, matrix: bool, fallback):
         ...              jnp.array([1., 1., 1.]), shape=(2, 3), backend='pallas')
         Array([3., 7.], dtype=float32)
     """
-
-    def generate(*, ins, outs, shape, transpose, platform, **params):
-        weights, indices, x = ins
-        # The arrays' own sizes, not ``shape``: a sharded call hands a slice of the rows.
-        m = int(indices.shape[0])
-        n = int(outs[0].shape[0] if transpose else x.shape[0])
-        dtype = np.dtype(outs[0].dtype)
-        k = int(indices.shape[1])
-        cols = int(x.shape[1]) if matrix else 1
-        kind = ("binary_" if binary else "") + ("fixed_num_mm" if matrix else "fixed_num_mv")
-        check_float_weights(kind, "pallas", dtype)
-        if min(m, n, k, cols) == 0:
-            return fallback(ins=ins, outs=outs, shape=shape, transpose=transpose, **params)
-        homo = len(weights.shape) == 1
-        wide = max(m, n) * cols >= 2**31 - 1
-        run = _program(binary, bool(transpose), homo, m=m, n=n, k=k, cols=cols, dtype=dtype,
-                       platform=platform, wide=wide)
-        out_shape = tuple(outs[0].shape)
-
-        def kernel(weights, indices, x):
-            if x.dtype == jnp.bool_:
-                x = x.astype(jnp.int8)
-            return run(weights.astype(dtype), indices, x).reshape(out_shape).astype(dtype)
-
-        return kernel
-
-    return generate
+    return _pallas_common.generator(_api.FAMILY.name(binary, matrix), fallback,
+                                    _plan(binary, matrix))
