@@ -54,6 +54,7 @@ class JitConn:
     the rows of the spiking neurons are generated.
 
     >>> import jax.numpy as jnp
+    >>> from primforge.sim.coba import JitConn
     >>> w = JitConn(seed=3, weight=0.5, prob=0.1, shape=(20, 30))
     >>> w.nnz, (jnp.zeros(20, bool) @ w).shape
     (60, (30,))
@@ -83,6 +84,7 @@ class JitConn:
 class Network:
     """Connectivity and initial state of one COBA network (made by :func:`build`).
 
+    >>> from primforge.sim.coba import build
     >>> net = build(100, 0.1)
     >>> net.n, net.n_exc, net.n_inh, net.w_exc.shape
     (100, 80, 20, (80, 100))
@@ -100,6 +102,7 @@ class Network:
     def n_inh(self) -> int:
         """The inhibitory neurons: the last ``n - n_exc``.
 
+        >>> from primforge.sim.coba import build
         >>> build(10, 0.5).n_inh
         2
         """

@@ -40,6 +40,7 @@ def neuron_update(v, ge, gi, ref, *, once: bool = True):
     its readers (:func:`~primforge.sim.evaluate_once`); the results are the same without.
 
     >>> import jax.numpy as jnp
+    >>> from primforge.sim.coba import neuron_update
     >>> v, spike, ref = neuron_update(jnp.array([-50.1, -60.0], jnp.float32),
     ...                               jnp.array([20.0, 0.0], jnp.float32),
     ...                               jnp.zeros(2, jnp.float32), jnp.array([0, 3], jnp.int32))
@@ -58,7 +59,8 @@ def plain_step(w_exc, w_inh, *, once: bool = True) -> Callable:
     ``state`` is ``(v, ge, gi, ref)``; ``spikes``, bool of shape ``(n,)``. ``once`` as in
     :func:`neuron_update`.
 
-    >>> from primforge.sim.coba import build
+    >>> import jax.numpy as jnp
+    >>> from primforge.sim.coba import build, plain_step
     >>> net = build(100, 0.1)
     >>> step = plain_step(net.w_exc, net.w_inh)
     >>> state = (net.v0, net.ge0, net.gi0, jnp.zeros(100, jnp.int32))
@@ -84,6 +86,7 @@ def fired_per_population(spikes: jax.Array, ne: int) -> jax.Array:
     fired at each step of ``spikes``, ``(steps, n)`` bool.
 
     >>> import jax.numpy as jnp
+    >>> from primforge.sim.coba import fired_per_population
     >>> fired_per_population(jnp.array([[1, 0, 1], [0, 1, 1]], bool), 2).tolist()
     [[1, 1], [1, 1]]
     """
