@@ -178,6 +178,10 @@ class BackendBase:
     NAME: str = ""
     PLATFORMS: tuple[str, ...] = ALL_PLATFORMS
     EXTRA: str | None = None
+    #: Whether :meth:`make_callable` takes batch levels (``batch=((size, mapped), ...)``,
+    #: outermost first, ``mapped`` one flag per input) and builds one call over them; when
+    #: False the kernel vmaps the unbatched callable instead.
+    BATCHES_NATIVELY: bool = False
 
     def is_available(self, platform: str | None = None) -> bool:
         """Whether the backend can build for ``platform`` here (None: for any it serves).
@@ -307,6 +311,8 @@ def problems(module: Any) -> list[str]:
     extra = getattr(module, "EXTRA", "<missing>")
     if extra is not None and (not isinstance(extra, str) or not extra or extra == "<missing>"):
         out.append("EXTRA must be a non-empty str or None")
+    if not isinstance(getattr(module, "BATCHES_NATIVELY", False), bool):
+        out.append("BATCHES_NATIVELY must be a bool")
     for attr, check in (("is_available", _is_available_problems),
                         ("make_callable", _make_callable_problems)):
         fn = getattr(module, attr, None)

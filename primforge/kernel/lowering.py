@@ -8,8 +8,6 @@ run a cached ``jax.jit`` of the bind.
 from __future__ import annotations
 
 import functools
-import inspect
-import warnings
 from collections.abc import Callable
 from typing import Any
 
@@ -19,13 +17,13 @@ import jax.numpy as jnp
 from primforge import _compat
 from primforge import backends as _backends
 from primforge import debug as _debug
-from primforge.backends import get_backend, install_hint, is_available_on
+from primforge.backends import get_backend
 from primforge.kernel import _debug_checks, _lru
 from primforge.kernel import batching as _batching
 from primforge.kernel import selection as _selection
 from primforge.kernel import sharding as _sharding
 from primforge.kernel.entry import KernelEntry
-from primforge.kernel.errors import BackendDeclined, BackendUnavailableWarning, KernelError
+from primforge.kernel.errors import BackendDeclined, KernelError
 from primforge.kernel.state import KernelState
 
 __all__ = ["LoweringMixin"]
@@ -82,47 +80,10 @@ class LoweringMixin(KernelState):
                 f"kernel.def_kernel(backend, {platform!r}, generator) (a 'jax' backend runs "
                 f"everywhere)."
             )
-        explicit = backend is not None
-        choice = (
-            backend
-            or _selection.resolve(context, self.name, platform, entries)
-            or self._default_on(platform)
-        )
-        if choice not in entries:
-            raise KernelError(
-                f"kernel {self.name!r} has no {choice!r} backend on {platform!r}; available "
-                f"there: {list(entries)}"
-            )
-        module = get_backend(choice)
-        if is_available_on(module, platform):
-            return entries[choice]
-        return self._fallback(platform, choice, module, explicit)
-
-    def _fallback(self, platform: str, choice: str, module, explicit: bool) -> KernelEntry:
-        """Another installed backend when ``choice``'s package is missing (warned once)."""
-        entries = self._entries_on(platform)
-        how = install_hint(module.EXTRA) if module.EXTRA else "its package"
-        if explicit:
-            raise KernelError(
-                f"kernel {self.name!r}: backend {choice!r} was asked for but its package is not "
-                f"installed ({how}). Other backends on {platform!r}: "
-                f"{[b for b in entries if b != choice]}"
-            )
-        for other, entry in entries.items():
-            if other != choice and is_available_on(get_backend(other), platform):
-                if (platform, choice) not in self._warned:
-                    self._warned.add((platform, choice))
-                    warnings.warn(
-                        f"kernel {self.name!r}: backend {choice!r} is not installed ({how}); "
-                        f"using {other!r} on {platform!r} instead.",
-                        BackendUnavailableWarning,
-                        stacklevel=3,
-                    )
-                return entry
-        raise KernelError(
-            f"kernel {self.name!r}: no installed backend on {platform!r}: {list(entries)} "
-            f"(install {how})"
-        )
+        choice = _selection.choose(self.name, platform, entries, backend=backend,
+                                   context=context, default=self._default_on(platform))
+        return entries[_selection.installed(self.name, platform, entries, choice,
+                                            explicit=backend is not None, warned=self._warned)]
 
     def _switch_hint(self, platform: str, current: str) -> str:
         others = [b for b in self.available_backends(platform) if b != current]
@@ -203,31 +164,32 @@ class LoweringMixin(KernelState):
         """The call with pre-filled outputs (``run(arrays, pattern)``) and the indices
         pre-filled, from the ``debug_prefill`` hook of the backend that builds the product
         (or of the backend that owns it, for a product another backend's generator
-        returned); ``(None, [])`` when no backend offers it."""
-        extra = {"batch_shape": ()} if entry.wants_batch_shape else {}
-        product = self._generate(entry, ins=ins, outs=outs, platform=platform, **extra,
-                                 **params)
-        wrapped = None
-        if _route(module, product, ins, outs, self.name) is module:
-            wrapped = module.debug_prefill(product, n_ins=len(ins), outs=outs, name=self.name)
-        if wrapped is None:
-            owner = _backends.owner_of(product)
-            if owner is not None and owner is not module and owner.is_available(platform):
-                module = owner
-                wrapped = owner.debug_prefill(product, n_ins=len(ins), outs=outs,
+        returned); ``(None, [])`` when no backend offers it. Built by :meth:`_make`, with
+        the product swapped for the pre-filling one on the way."""
+        prefilled: list[int] = []
+
+        def prefill(product, asked, routed):
+            builder, wrapped = asked, None
+            if routed is asked:
+                wrapped = asked.debug_prefill(product, n_ins=len(ins), outs=outs,
                                               name=self.name)
-        if wrapped is None:
+            if wrapped is None:
+                owner = _backends.owner_of(product)
+                if owner is not None and owner is not asked and owner.is_available(platform):
+                    builder = owner
+                    wrapped = owner.debug_prefill(product, n_ins=len(ins), outs=outs,
+                                                  name=self.name)
+            if wrapped is None:
+                return None
+            new, indices = wrapped
+            prefilled.extend(indices)
+            ext_ins = tuple(ins) + tuple(outs[j] for j in indices)
+            ext_batch = tuple((s, tuple(m) + (False,) * len(indices)) for s, m in batch)
+            return new, builder, ext_ins, ext_batch
+
+        core = self._make(entry, module, platform, ins, outs, batch, params, swap=prefill)
+        if core is None:
             return None, []
-        new, prefilled = wrapped
-        ext_ins = tuple(ins) + tuple(outs[j] for j in prefilled)
-        ext_batch = tuple((s, tuple(m) + (False,) * len(prefilled)) for s, m in batch)
-        if ext_batch and not _accepts_batch(module.make_callable):
-            core = _batching.vmap_levels(
-                module.make_callable(new, ins=ext_ins, outs=outs, platform=platform,
-                                     name=self.name), ext_batch)
-        else:
-            core = module.make_callable(new, ins=ext_ins, outs=outs, platform=platform,
-                                        name=self.name, batch=ext_batch)
 
         def run(arrays, pattern, core=core, prefilled=tuple(prefilled)):
             fills = [_debug_checks.fill(outs[j], pattern) for j in prefilled]
@@ -235,7 +197,14 @@ class LoweringMixin(KernelState):
 
         return run, list(prefilled)
 
-    def _make(self, entry, module, platform, ins, outs, batch, params):
+    def _make(self, entry, module, platform, ins, outs, batch, params, swap=None):
+        """The one build: generate the product, route it to the backend that builds it,
+        and build it for ``batch`` (natively where the backend batches, else vmapped).
+
+        ``swap(product, asked, routed)`` (debug mode's hook) may replace, before the build,
+        the product, its builder and the inputs and batch levels it takes (a tuple), or
+        stop the build (None; ``_make`` then returns None). Never with a batch shape.
+        """
         name = self.name
         if batch and entry.wants_batch_shape:
             sizes = tuple(s for s, _ in batch)
@@ -251,12 +220,17 @@ class LoweringMixin(KernelState):
             return lambda *arrays: core(*_batching.broadcast_levels(arrays, batch))
         extra = {"batch_shape": ()} if entry.wants_batch_shape else {}
         product = self._generate(entry, ins=ins, outs=outs, platform=platform, **extra, **params)
-        module = _route(module, product, ins, outs, name)
-        if batch and _accepts_batch(module.make_callable):
-            return module.make_callable(
+        routed = _route(module, product, ins, outs, name)
+        if swap is not None:
+            swapped = swap(product, module, routed)
+            if swapped is None:
+                return None
+            product, routed, ins, batch = swapped
+        if batch and routed.BATCHES_NATIVELY:
+            return routed.make_callable(
                 product, ins=ins, outs=outs, platform=platform, name=name, batch=batch
             )
-        core = module.make_callable(product, ins=ins, outs=outs, platform=platform, name=name)
+        core = routed.make_callable(product, ins=ins, outs=outs, platform=platform, name=name)
         return _batching.vmap_levels(core, batch) if batch else core
 
     def _lower(
@@ -339,10 +313,3 @@ def _route(module, product, ins, outs, name: str):
     if module.product_form(product, n_ins=len(ins), n_outs=len(outs), name=name) == "callable":
         return get_backend(_backends.REFERENCE)
     return module
-
-
-def _accepts_batch(fn) -> bool:
-    try:
-        return "batch" in inspect.signature(fn).parameters
-    except (TypeError, ValueError):
-        return False

@@ -1,15 +1,18 @@
-"""Backend selection: per call, per context, by default.
+"""Backend selection: per call, per context, by default, then what is installed.
 
 First match wins: the call's ``backend=``, the innermost :func:`use_backend` context
-(captured at trace time), then the kernel's default for the platform.
+(captured at trace time), then the kernel's default for the platform (:func:`choose`). A
+choice whose backend is not installed here falls back to another installed one, warned
+once, unless the call asked for it by name (:func:`installed`).
 """
 
 from __future__ import annotations
 
 import contextlib
 import itertools
+import warnings
 import weakref
-from collections.abc import Iterator
+from collections.abc import Iterator, Mapping
 
 from primforge import _compat
 from primforge.backends import (  # noqa: F401 - PLATFORM_ALIASES: re-exported
@@ -17,10 +20,14 @@ from primforge.backends import (  # noqa: F401 - PLATFORM_ALIASES: re-exported
     PLATFORM_ALIASES,
     backend_names,
     canonical_platform,
+    get_backend,
+    install_hint,
+    is_available_on,
     is_known,
 )
 
 # Platform names live in the backends layer; imported from here too.
+from primforge.kernel.errors import BackendUnavailableWarning, KernelError
 from primforge.utils._suggest import did_you_mean
 
 __all__ = ["current_overrides", "restored", "use_backend"]
@@ -90,6 +97,66 @@ def resolve(overrides, kernel_name: str, platform: str, available) -> str | None
         if name in (None, kernel_name) and plat == platform and backend in available:
             return backend
     return None
+
+
+def choose(kernel_name: str, platform: str, entries: Mapping[str, object], *,
+           backend: str | None, context, default: str | None) -> str:
+    """The backend a call of kernel ``kernel_name`` uses on ``platform``, in order: the
+    call's ``backend``, the innermost override in ``context``, the kernel's ``default``.
+
+    Raises ``KernelError`` when the choice is not among ``entries`` (the kernel's backends
+    on ``platform``).
+
+    Example:
+        >>> choose('k', 'cpu', {'jax': 0, 'alt': 1}, backend=None,
+        ...        context=((None, 'cpu', 'alt'),), default='jax')
+        'alt'
+    """
+    choice = backend or resolve(context, kernel_name, platform, entries) or default
+    if choice not in entries:
+        raise KernelError(
+            f"kernel {kernel_name!r} has no {choice!r} backend on {platform!r}; available "
+            f"there: {list(entries)}"
+        )
+    return choice
+
+
+def installed(kernel_name: str, platform: str, entries: Mapping[str, object], choice: str,
+              *, explicit: bool, warned: set[tuple[str, str]]) -> str:
+    """``choice`` when its backend is installed here, else the first other installed one
+    among ``entries``, with a :class:`BackendUnavailableWarning` once per (platform,
+    choice) (``warned`` holds those already warned). A choice the call asked for by name
+    (``explicit``) never falls back.
+
+    Example:
+        >>> installed('k', 'cpu', {'jax': 0}, 'jax', explicit=False, warned=set())
+        'jax'
+    """
+    module = get_backend(choice)
+    if is_available_on(module, platform):
+        return choice
+    how = install_hint(module.EXTRA) if module.EXTRA else "its package"
+    if explicit:
+        raise KernelError(
+            f"kernel {kernel_name!r}: backend {choice!r} was asked for but its package is not "
+            f"installed ({how}). Other backends on {platform!r}: "
+            f"{[b for b in entries if b != choice]}"
+        )
+    for other in entries:
+        if other != choice and is_available_on(get_backend(other), platform):
+            if (platform, choice) not in warned:
+                warned.add((platform, choice))
+                warnings.warn(
+                    f"kernel {kernel_name!r}: backend {choice!r} is not installed ({how}); "
+                    f"using {other!r} on {platform!r} instead.",
+                    BackendUnavailableWarning,
+                    stacklevel=3,
+                )
+            return other
+    raise KernelError(
+        f"kernel {kernel_name!r}: no installed backend on {platform!r}: {list(entries)} "
+        f"(install {how})"
+    )
 
 
 @contextlib.contextmanager

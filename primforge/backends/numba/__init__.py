@@ -560,6 +560,7 @@ class NumbaBackend(_contract.BackendBase):
     """The Numba backend as the registry holds it: this module's hooks, bound once."""
 
     NAME, PLATFORMS, EXTRA = NAME, PLATFORMS, EXTRA
+    BATCHES_NATIVELY = True  # make_callable's batch=: one FFI call over every level
     is_available = staticmethod(is_available)
     make_callable = staticmethod(make_callable)
     product_form = staticmethod(product_form)
