@@ -268,7 +268,7 @@ def forms(family, names: tuple[str, str], *, module: str, params: tuple[str, ...
          'backend']
     """
     first = [p for p in family.signature.parameters.values() if p.kind is p.POSITIONAL_OR_KEYWORD]
-    kernels = _kernels(family.operator, names, n_struct=len(first) - 2, params=params,
+    kernels = _kernels(family.operator, names, params=params,
                        reference=reference, numba_generator=numba_generator, sizes=sizes,
                        tags=tags, bench=bench, doc=doc,
                        weight_cotangent=weight_cotangent, sharding=sharding)
@@ -306,13 +306,13 @@ def build(operator: Operator, name: str, *, who: str, who_mm: str, n_struct: int
           bench: tuple[str, str, str], doc: str) -> tuple[Form, Form]:
     """The vector and matrix spike-list forms of one family's kernel, without public calls
     (:func:`forms` makes both)."""
-    kernels = _kernels(operator, (who, who_mm), n_struct=n_struct, params=params,
+    kernels = _kernels(operator, (who, who_mm), params=params,
                        reference=reference, numba_generator=numba_generator, sizes=sizes,
                        tags=tags, bench=bench, doc=doc)
     return kernels[False], kernels[True]
 
 
-def _kernels(operator: Operator, names: tuple[str, str], *, n_struct: int, params, reference,
+def _kernels(operator: Operator, names: tuple[str, str], *, params, reference,
              numba_generator, sizes, tags, bench, doc, weight_cotangent=None,
              sharding=_sharding.replicated_rule) -> dict[bool, Form]:
     who, who_mm = names
@@ -334,8 +334,13 @@ def _kernels(operator: Operator, names: tuple[str, str], *, n_struct: int, param
 
         if not matrix:
             return one
-        many = jax.vmap(one, in_axes=(None,) * (1 + n_struct) + (0, 0))
-        return lambda weights, *rest: many(weights, *rest[:-1], rest[-1].reshape(-1, 1))
+
+        def many(weights, *rest):  # the weights and structure shared, a list a row
+            shared = (None,) * (len(rest) - 1)
+            return jax.vmap(one, in_axes=shared + (0, 0))(weights, *rest[:-1],
+                                                           rest[-1].reshape(-1, 1))
+
+        return many
 
     def jax_generator(matrix):
         def generate(*, outs, **given):

@@ -62,12 +62,8 @@ FAMILY = _scaffold.Family(
     "jitc", ("jitc_matvec", "jitc_matmat"),
     params=("shape", "prob", "transpose", "weight_kind", "block"),
     what="jitc products", weights="the weights", structure="'seed' or the threshold table",
-    doc=__doc__)
+    inputs=("x", "x"), doc=__doc__)
 KERNELS = FAMILY.kernels  # (binary, matrix) -> kernel
-
-
-def _name(binary: bool, matrix: bool) -> str:
-    return FAMILY.name(binary, matrix)
 
 
 # ----------------------------------------------------------------------------- jax reference
@@ -259,21 +255,25 @@ def _int32_start(start):
     return start.astype(jnp.int32)
 
 
-def _public(binary: bool, matrix: bool, weight, seed, x, *, shape, prob, transpose,
-            weight_kind, backend, rows=None, cols=None):
-    who = FAMILY.name(binary, matrix)
-    shape = _scaffold.check_shape(shape, who, int32=True)
-    prob = check_prob(prob, who)
-    theta = weight_params(weight, weight_kind, who)
-    theta, x = _scaffold.promote_input(theta, x, binary, who=who,
-                                       name="events" if binary else "x")
-    table = jnp.asarray(cached_table(prob))
-    seed = seed_word(seed, who)
-    r0, h, all_rows = _window(rows, shape[0], who, "rows")
-    c0, w, all_cols = _window(cols, shape[1], who, "cols")
-    params = {}
+def _signature(weight: Any, seed: Any, x: Any, *, shape: tuple[int, int], prob: float,
+               transpose: bool = False, weight_kind: str = "homo",
+               backend: str | None = None, rows: Any = None, cols: Any = None) -> jax.Array:
+    """The products' signature, ``x`` their input."""
+
+
+def _operands(who: str, args: dict) -> tuple:
+    """The checked weight parameters, structure (seed, threshold table) and static params of
+    a call; the spike-list forms have no ``transpose``, ``rows`` or ``cols``."""
+    shape = _scaffold.check_shape(args["shape"], who, int32=True)
+    prob = check_prob(args["prob"], who)
+    theta = weight_params(args["weight"], args["weight_kind"], who)
+    seed = seed_word(args["seed"], who)
+    params = {"shape": shape, "prob": prob, "transpose": bool(args.get("transpose")),
+              "weight_kind": args["weight_kind"]}
+    r0, h, all_rows = _window(args.get("rows"), shape[0], who, "rows")
+    c0, w, all_cols = _window(args.get("cols"), shape[1], who, "cols")
     if not (all_rows and all_cols):  # a block: its offsets travel with the seed
-        if backend == "pallas":
+        if args["backend"] == "pallas":
             raise ValueError(f"{who}: backend 'pallas' does not take 'rows' or 'cols' (a block "
                              f"of W); use backend 'jax' or 'numba'")
         # The starts travel as the uint32 bits of int32 values (the kernels read them
@@ -283,47 +283,41 @@ def _public(binary: bool, matrix: bool, weight, seed, x, *, shape, prob, transpo
                   for v in (r0, c0)]
         seed = jnp.concatenate([seed, *starts])
         params["block"] = (h, w)
-    return FAMILY.call(binary, matrix, theta, seed, table, x, shape=shape, prob=prob,
-                       transpose=bool(transpose), weight_kind=weight_kind, backend=backend,
-                       **params)
+    return theta, (seed, jnp.asarray(cached_table(prob))), params
 
 
-_ARGS_DOC = """
-    Args:
-        weight: ``weight_kind='homo'``: the weight every synapse shares (scalar);
-            ``'uniform'``: ``(low, high)``; ``'normal'``: ``(mean, std)``. Differentiable.
-        seed: an integer (Python or traced): the matrix it describes is
-            :func:`jitc_todense` of the same arguments.
-        {xname}
-        shape: ``(rows, cols)`` of ``W``; rows are the sources (presynaptic neurons).
-        prob: probability of each entry, in ``(0, 1]``.
-        transpose: compute ``W.T @ x`` (the same as ``x @ W``), event-driven: only the
-            rows whose input is non-zero are generated.
-        weight_kind: 'homo', 'uniform' or 'normal'.
-        rows: ``(start, size)``: use the rows ``start .. start + size - 1`` of ``W`` only
-            (default all), i.e. ``W[start:start + size]``, the rows of the same global
-            matrix. ``size`` is a static int; ``start`` may be traced (for example
-            ``jax.lax.axis_index`` times a block size inside ``jax.shard_map``). A traced
-            start that puts part of the block outside ``W`` (negative, or past its end)
-            makes that part zero and keeps ``W``'s rows in the rest; a concrete start
-            must put the whole block inside ``W`` (``ValueError`` otherwise).
-        cols: ``(start, size)``: the same for the columns: ``W[:, start:start + size]``.
-            Each generated row stops past the block's last column. With a block the input
-            and output have the block's lengths; the transpose of a block product is the
-            same block's product in the other direction. Backends numba and jax.
-        backend: force a backend ('numba', 'jax', 'pallas'); default numba on CPU, jax on
-            GPU and TPU.
-"""
+FAMILY.def_public(_signature, _operands, {
+    "weight": "``weight_kind='homo'``: the weight every synapse shares (scalar); "
+              "``'uniform'``: ``(low, high)``; ``'normal'``: ``(mean, std)``. Differentiable.",
+    "seed": "an integer (Python or traced): the matrix it describes is :func:`jitc_todense` "
+            "of the same arguments.",
+    "shape": "``(rows, cols)`` of ``W``; rows are the sources (presynaptic neurons).",
+    "prob": "probability of each entry, in ``(0, 1]``.",
+    "transpose": "compute ``W.T @ x`` (the same as ``x @ W``), event-driven: only the rows "
+                 "whose input is non-zero are generated.",
+    "weight_kind": "'homo', 'uniform' or 'normal'.",
+    "backend": "force a backend ('numba', 'jax', 'pallas'); default numba on CPU, jax on GPU "
+               "and TPU.",
+    "rows": "``(start, size)``: use the rows ``start .. start + size - 1`` of ``W`` only "
+            "(default all), i.e. ``W[start:start + size]``, the rows of the same global "
+            "matrix. ``size`` is a static int; ``start`` may be traced (for example "
+            "``jax.lax.axis_index`` times a block size inside ``jax.shard_map``). A traced "
+            "start that puts part of the block outside ``W`` (negative, or past its end) "
+            "makes that part zero and keeps ``W``'s rows in the rest; a concrete start must "
+            "put the whole block inside ``W`` (``ValueError`` otherwise).",
+    "cols": "``(start, size)``: the same for the columns: ``W[:, start:start + size]``. Each "
+            "generated row stops past the block's last column. With a block the input and "
+            "output have the block's lengths; the transpose of a block product is the same "
+            "block's product in the other direction. Backends numba and jax.",
+    "returns": "The product, dtype of the weights, ``(rows,)`` or ``(rows, k)`` (``(cols,)`` "
+               "or ``(cols, k)`` with ``transpose``; a block's lengths with ``rows`` or "
+               "``cols``).",
+})
 
-
-def jitc_matvec(weight: Any, seed: Any, x: Any, *, shape: tuple[int, int], prob: float,
-                transpose: bool = False, weight_kind: str = "homo",
-                backend: str | None = None, rows: Any = None, cols: Any = None) -> jax.Array:
-    """``W @ x`` (or ``W.T @ x``) for the random matrix ``W`` that ``seed`` describes.
+jitc_matvec = FAMILY.public(False, False, __name__, """
+    ``W @ x`` (or ``W.T @ x``) for the random matrix ``W`` that ``seed`` describes.
 
     {args}
-    Returns:
-        The product, dtype of the weights.
 
     Example:
         >>> import numpy as np
@@ -331,20 +325,12 @@ def jitc_matvec(weight: Any, seed: Any, x: Any, *, shape: tuple[int, int], prob:
         >>> y = jitc_matvec(0.5, 7, x, shape=(4, 6), prob=0.5)
         >>> np.allclose(y, jitc_todense(7, (4, 6), 0.5, 0.5) @ x)
         True
-    """
-    return _public(False, False, weight, seed, x, shape=shape, prob=prob, transpose=transpose,
-                   weight_kind=weight_kind, backend=backend, rows=rows, cols=cols)
+    """)
 
-
-def binary_jitc_matvec(weight: Any, seed: Any, events: Any, *, shape: tuple[int, int],
-                       prob: float, transpose: bool = False, weight_kind: str = "homo",
-                       backend: str | None = None, rows: Any = None,
-                       cols: Any = None) -> jax.Array:
-    """``W @ (e != 0)`` (or ``W.T @ (e != 0)``): the summed weights of active events.
+binary_jitc_matvec = FAMILY.public(True, False, __name__, """
+    ``W @ (e != 0)`` (or ``W.T @ (e != 0)``): the summed weights of active events.
 
     {args}
-    Returns:
-        The product, dtype of the weights.
 
     Example:
         >>> import numpy as np
@@ -358,20 +344,12 @@ def binary_jitc_matvec(weight: Any, seed: Any, events: Any, *, shape: tuple[int,
         ...                           transpose=True, weight_kind='uniform', cols=(2, 3))
         >>> np.allclose(part, spikes @ w[:, 2:5])  # columns 2 .. 4 of the same matrix
         True
-    """
-    return _public(True, False, weight, seed, events, shape=shape, prob=prob,
-                   transpose=transpose, weight_kind=weight_kind, backend=backend, rows=rows,
-                   cols=cols)
+    """)
 
-
-def jitc_matmat(weight: Any, seed: Any, x: Any, *, shape: tuple[int, int], prob: float,
-                transpose: bool = False, weight_kind: str = "homo",
-                backend: str | None = None, rows: Any = None, cols: Any = None) -> jax.Array:
-    """``W @ B`` (or ``W.T @ B``) for the random matrix ``W`` that ``seed`` describes.
+jitc_matmat = FAMILY.public(False, True, __name__, """
+    ``W @ B`` (or ``W.T @ B``) for the random matrix ``W`` that ``seed`` describes.
 
     {args}
-    Returns:
-        The ``(rows, k)`` (or ``(cols, k)``) product, dtype of the weights.
 
     Example:
         >>> import numpy as np
@@ -379,20 +357,12 @@ def jitc_matmat(weight: Any, seed: Any, x: Any, *, shape: tuple[int, int], prob:
         >>> y = jitc_matmat((0.0, 1.0), 1, b, shape=(3, 6), prob=0.5, weight_kind='normal')
         >>> np.allclose(y, jitc_todense(1, (3, 6), 0.5, (0.0, 1.0), 'normal') @ b, atol=1e-5)
         True
-    """
-    return _public(False, True, weight, seed, x, shape=shape, prob=prob, transpose=transpose,
-                   weight_kind=weight_kind, backend=backend, rows=rows, cols=cols)
+    """)
 
-
-def binary_jitc_matmat(weight: Any, seed: Any, events: Any, *, shape: tuple[int, int],
-                       prob: float, transpose: bool = False, weight_kind: str = "homo",
-                       backend: str | None = None, rows: Any = None,
-                       cols: Any = None) -> jax.Array:
-    """``W @ (E != 0)`` (or ``W.T @ (E != 0)``) for a matrix of events, one vector a column.
+binary_jitc_matmat = FAMILY.public(True, True, __name__, """
+    ``W @ (E != 0)`` (or ``W.T @ (E != 0)``) for a matrix of events, one vector a column.
 
     {args}
-    Returns:
-        The ``(rows, k)`` (or ``(cols, k)``) product, dtype of the weights.
 
     Example:
         >>> import numpy as np
@@ -400,20 +370,7 @@ def binary_jitc_matmat(weight: Any, seed: Any, events: Any, *, shape: tuple[int,
         >>> y = binary_jitc_matmat(1.0, 5, e, shape=(3, 4), prob=0.5, transpose=True)
         >>> np.array_equal(y, jitc_todense(5, (3, 4), 0.5).T @ e)
         True
-    """
-    return _public(True, True, weight, seed, events, shape=shape, prob=prob,
-                   transpose=transpose, weight_kind=weight_kind, backend=backend, rows=rows,
-                   cols=cols)
-
-
-_scaffold.fill_args(_ARGS_DOC, {
-    jitc_matvec: "x: float vector of length ``cols`` (``rows`` with ``transpose``).",
-    binary_jitc_matvec: ("events: bool (or numeric: non-zero is active) vector of length "
-                         "``cols`` (``rows`` with ``transpose``)."),
-    jitc_matmat: "x: float matrix ``(cols, k)`` (``(rows, k)`` with ``transpose``).",
-    binary_jitc_matmat: ("events: bool (or numeric) matrix ``(cols, k)`` (``(rows, k)`` with "
-                         "``transpose``)."),
-})
+    """)
 
 
 # ----------------------------------------------------------------------------- the explicit matrix

@@ -10,7 +10,7 @@ from __future__ import annotations
 import numpy as np
 
 from primforge.bench import BenchmarkConfig
-from primforge.ops import _scaffold
+from primforge.ops import _scaffold, _spikes
 
 __all__ = ["CASES", "SEED", "case", "spikes", "spikes_mm"]
 
@@ -41,9 +41,7 @@ def spikes(*, platform: str) -> list:
     for i, (n, prob, _, kind, seed) in enumerate(CASES):
         rs = np.random.RandomState(SEED + 100 + i)
         weight = np.float32(0.5) if kind == "homo" else np.array([0.1, 0.5], np.float32)
-        lst = rs.randint(0, n, int(2 * _scaffold.BENCH_RATE * n)).astype(np.int32)
-        lst[1] = lst[0]
-        count = np.int32(lst.size // 2)
+        lst, count = _spikes.bench_list(rs, n)
         out.append(BenchmarkConfig(
             args=(weight, seed, lst, count),
             kwargs={"shape": (n, n), "prob": prob, "weight_kind": kind},
@@ -53,13 +51,4 @@ def spikes(*, platform: str) -> list:
 
 def spikes_mm(*, platform: str) -> list:
     """Several spike lists at once: :func:`spikes`' cases with lists of their own."""
-    out = []
-    for i, cfg in enumerate(spikes(platform=platform)):
-        rs = np.random.RandomState(SEED + 300 + i)
-        weight, seed, lst, _ = cfg.args
-        n = cfg.kwargs["shape"][0]
-        lists = rs.randint(0, n, (_scaffold.BENCH_COLS, lst.size)).astype(np.int32)
-        counts = rs.randint(0, lst.size + 1, _scaffold.BENCH_COLS).astype(np.int32)
-        out.append(BenchmarkConfig(args=(weight, seed, lists, counts), kwargs=cfg.kwargs,
-                                   params=dict(cfg.params, lists=_scaffold.BENCH_COLS)))
-    return out
+    return _spikes.bench_lists(spikes(platform=platform), SEED)

@@ -8,24 +8,12 @@ and a row outside ``W`` or a count outside ``[0, len(spikes)]`` gives NaN everyw
 
 from __future__ import annotations
 
-from typing import Any
-
 import jax
 import jax.numpy as jnp
 
 from primforge.ops import _scaffold, _spikes
 from primforge.ops.jitconn import api as _api
-from primforge.ops.jitconn.generator import (
-    WEIGHT_KINDS,
-    cached_table,
-    check_kind,
-    check_prob,
-    draw,
-    next_column,
-    row_streams,
-    unit,
-)
-from primforge.ops.jitconn.structure import seed_word, weight_params
+from primforge.ops.jitconn import generator as _gen
 
 __all__ = [
     "binary_jitc_mm_spikes",
@@ -34,15 +22,12 @@ __all__ = [
     "binary_jitc_mv_spikes_p",
 ]
 
-_WHO = "binary_jitc_mv_spikes"
-_WHO_MM = "binary_jitc_mm_spikes"
-
 
 def _sizes(who, theta, seed, table, *, shape, prob, weight_kind):
     m, n = _scaffold.check_shape(shape, who, int32=True)
-    p = check_prob(prob, who)
-    check_kind(weight_kind, who)
-    want = (WEIGHT_KINDS[weight_kind],)
+    p = _gen.check_prob(prob, who)
+    _gen.check_kind(weight_kind, who)
+    want = (_gen.WEIGHT_KINDS[weight_kind],)
     if tuple(theta.shape) != want or not jnp.issubdtype(theta.dtype, jnp.floating):
         raise ValueError(f"{who}: the weight parameters must be a float array of shape {want} "
                          f"for weight_kind={weight_kind!r}, got {theta.dtype}"
@@ -50,7 +35,7 @@ def _sizes(who, theta, seed, table, *, shape, prob, weight_kind):
     if tuple(seed.shape) != (1,) or seed.dtype != jnp.uint32:
         raise ValueError(f"{who}: 'seed' must be a (1,) uint32 array, got "
                          f"{seed.dtype}{list(seed.shape)}")
-    want_table = cached_table(p).shape
+    want_table = _gen.cached_table(p).shape
     if tuple(table.shape) != want_table or table.dtype != jnp.uint32:
         raise ValueError(f"{who}: 'table' must be threshold_table({p}) "
                          f"(uint32{list(want_table)}), got {table.dtype}{list(table.shape)}")
@@ -64,10 +49,10 @@ def _basis(stream, s, kind: str, dtype):
     if kind == "homo":
         return one[None]
     three = jnp.uint32(3)
-    u1 = unit(draw(stream, three * s + jnp.uint32(1))).astype(dtype)
+    u1 = _gen.unit(_gen.draw(stream, three * s + jnp.uint32(1))).astype(dtype)
     if kind == "uniform":
         return jnp.stack([1 - u1, u1])
-    u2 = unit(draw(stream, three * s + jnp.uint32(2))).astype(dtype)
+    u2 = _gen.unit(_gen.draw(stream, three * s + jnp.uint32(2))).astype(dtype)
     return jnp.stack([one, jnp.sqrt(-2 * jnp.log(u1)) * jnp.cos((2 * jnp.pi) * u2)])
 
 
@@ -80,13 +65,13 @@ def _reference(theta, seed, table, spikes, valid, *, shape, prob, weight_kind):
     _m, n = shape
     dtype = theta.dtype
     k_max = int(table.shape[0]) - 1
-    stream = row_streams(seed[0], spikes)
-    n_theta = WEIGHT_KINDS[weight_kind]
+    stream = _gen.row_streams(seed[0], spikes)
+    n_theta = _gen.WEIGHT_KINDS[weight_kind]
 
     def body(state):
         s, j, alive, y = state
-        j, alive = next_column(j, alive, draw(stream, jnp.uint32(3) * s), table.__getitem__,
-                               k_max, n)
+        j, alive = _gen.next_column(j, alive, _gen.draw(stream, jnp.uint32(3) * s),
+                                    table.__getitem__, k_max, n)
         basis = jnp.where(alive, _basis(stream, s, weight_kind, dtype), 0)
         y = y.at[:, jnp.where(alive, j, n)].add(basis, mode="drop")
         return s + jnp.uint32(1), j, alive, y
@@ -107,33 +92,8 @@ def _numba_generator(matrix: bool):
     return generate
 
 
-_KERNELS = _spikes.build(
-    _api.FAMILY.operator, _WHO,
-    who=_WHO, who_mm=_WHO_MM, n_struct=2, params=("shape", "prob", "weight_kind"),
-    reference=_reference, numba_generator=_numba_generator, sizes=_sizes,
-    tags=("jitconn", "sparse"),
-    bench=("primforge.ops.jitconn.bench", "spikes", "spikes_mm"), doc=__doc__)
-binary_jitc_mv_spikes_p = _KERNELS[0]
-binary_jitc_mm_spikes_p = _KERNELS[1]
-
-
-def _call(who, matrix, weight, seed, spike_indices, spike_count, shape, prob, weight_kind,
-          backend):
-    shape = _scaffold.check_shape(shape, who, int32=True)
-    prob = check_prob(prob, who)
-    theta = weight_params(weight, weight_kind, who)
-    seed = seed_word(seed, who)
-    table = jnp.asarray(cached_table(prob))
-    spikes, count = _spikes.list_args(who, spike_indices, spike_count, shape[0], matrix)
-    prim = binary_jitc_mm_spikes_p if matrix else binary_jitc_mv_spikes_p
-    return prim(theta, seed, table, spikes, count, shape=shape, prob=prob,
-                weight_kind=weight_kind, backend=backend)
-
-
-def binary_jitc_mv_spikes(weight: Any, seed: Any, spike_indices: Any, spike_count: Any = None,
-                          *, shape: tuple[int, int], prob: float, weight_kind: str = "homo",
-                          backend: str | None = None) -> jax.Array:
-    """Just-in-time product with events given as a spike list: ``W.T @ e`` (= ``e @ W``).
+_DOC = """
+    Just-in-time product with events given as a spike list: ``W.T @ e`` (= ``e @ W``).
 
     ``W`` is the random matrix that ``seed`` describes (:func:`~primforge.ops.jitc_todense`
     of the same arguments); its rows are the sources. ``e`` counts how often each row
@@ -143,22 +103,7 @@ def binary_jitc_mv_spikes(weight: Any, seed: Any, spike_indices: Any, spike_coun
     :func:`~primforge.ops.spike_list` gives them). Only the listed rows are generated: the
     work is the spikes times the synapses of a row, whatever the number of rows.
 
-    Args:
-        weight: ``weight_kind='homo'``: the weight every synapse shares (scalar);
-            ``'uniform'``: ``(low, high)``; ``'normal'``: ``(mean, std)``. Differentiable.
-        seed: an integer (Python or traced), as in :func:`~primforge.ops.binary_jitc_matvec`.
-        spike_indices: 1-D integer array of firing rows of ``W``; see
-            :func:`~primforge.ops.spike_list`.
-        spike_count: how many leading entries are valid (default: all).
-        shape: ``(rows, cols)`` of ``W``.
-        prob: probability of each entry, in ``(0, 1]``.
-        weight_kind: 'homo', 'uniform' or 'normal'.
-        backend: 'numba' (CPU default) or 'jax' (reference; GPU/TPU default).
-
-    Returns:
-        The ``(cols,)`` product, dtype of the weights. A valid index outside the rows
-        raises ``IndexError`` on concrete input and gives NaN everywhere under ``jit``, as
-        does a count outside ``[0, len(spike_indices)]`` (``ValueError`` eagerly).
+    {args}
 
     Example:
         >>> import numpy as np
@@ -168,34 +113,7 @@ def binary_jitc_mv_spikes(weight: Any, seed: Any, spike_indices: Any, spike_coun
         >>> np.allclose(y, W[3] + W[0])  # rows 3 and 0 fire; the entry past the count is not read
         True
     """
-    return _call(_WHO, False, weight, seed, spike_indices, spike_count, shape, prob,
-                 weight_kind, backend)
-
-
-def binary_jitc_mm_spikes(weight: Any, seed: Any, spike_indices: Any, spike_count: Any = None,
-                          *, shape: tuple[int, int], prob: float, weight_kind: str = "homo",
-                          backend: str | None = None) -> jax.Array:
-    """:func:`binary_jitc_mv_spikes` for several spike lists of one length at once.
-
-    Row ``b`` of the result is the product with list ``spike_indices[b]`` and count
-    ``spike_count[b]`` (``vmap`` of the vector form over the lists calls this kernel); a
-    bad list makes its own row NaN under ``jit``.
-
-    Args:
-        weight: the weight parameters, as in :func:`binary_jitc_mv_spikes`.
-        seed: an integer (Python or traced).
-        spike_indices: integer array ``(lists, length)`` of rows of ``W``.
-        spike_count: the valid length of each list, shape ``(lists,)``, or one int for all
-            (default: every entry is valid).
-        shape: ``(rows, cols)`` of ``W``.
-        prob: probability of each entry, in ``(0, 1]``.
-        weight_kind: 'homo', 'uniform' or 'normal'.
-        backend: 'numba' (CPU default) or 'jax'.
-
-    Returns:
-        The ``(lists, cols)`` products.
-
-    Example:
+_EXAMPLE_MM = """Example:
         >>> import numpy as np
         >>> from primforge.ops import jitc_todense
         >>> lists = np.array([[1, 2], [0, 0]])
@@ -205,9 +123,13 @@ def binary_jitc_mm_spikes(weight: Any, seed: Any, spike_indices: Any, spike_coun
         >>> np.allclose(y, [W[1] + W[2], W[0]])
         True
     """
-    return _call(_WHO_MM, True, weight, seed, spike_indices, spike_count, shape, prob,
-                 weight_kind, backend)
-
-
-binary_jitc_mv_spikes_p.def_call(binary_jitc_mv_spikes)
-binary_jitc_mm_spikes_p.def_call(binary_jitc_mm_spikes)
+_KERNELS, _CALLS = _spikes.forms(
+    _api.FAMILY, ("binary_jitc_mv_spikes", "binary_jitc_mm_spikes"), module=__name__,
+    params=("shape", "prob", "weight_kind"), reference=_reference,
+    numba_generator=_numba_generator, sizes=_sizes, tags=("jitconn", "sparse"),
+    bench=("primforge.ops.jitconn.bench", "spikes", "spikes_mm"), docs=(_DOC, _EXAMPLE_MM),
+    doc=__doc__)
+binary_jitc_mv_spikes_p = _KERNELS[0]
+binary_jitc_mm_spikes_p = _KERNELS[1]
+binary_jitc_mv_spikes = _CALLS[0]
+binary_jitc_mm_spikes = _CALLS[1]

@@ -8,11 +8,11 @@ from __future__ import annotations
 
 import jax
 import jax.numpy as jnp
-import numpy as np
 
+from primforge.ops import _pallas_common
 from primforge.ops._pallas_common import (
     NUM_WARPS,
-    check_float_weights,
+    column_block,
     compiler_params,
     scatter_add,
     term,
@@ -56,8 +56,7 @@ def _build(binary, matrix, transpose, kind, *, m, n, k, k_max, dtype, platform):
             return plgpu.load(tab_ref.at[idx])
 
         if matrix:
-            cvec = pl.program_id(1) * bc + jnp.arange(bc, dtype=jnp.int32)
-            cmask = cvec < k
+            cvec, cmask = column_block(bc, k)
         if transpose:
             if matrix:
                 both = valid[:, None] & cmask[None, :]
@@ -143,16 +142,29 @@ def _build(binary, matrix, transpose, kind, *, m, n, k, k_max, dtype, platform):
     return call
 
 
+def _plan(binary: bool, matrix: bool):
+    who = _jc.FAMILY.name(binary, matrix)
+
+    def plan(*, ins, dtype, platform, shape, transpose, weight_kind, block=None, **_):
+        if block is not None:
+            raise ValueError(f"{who}: backend 'pallas' does not take 'rows' or 'cols' (a block "
+                             f"of W); use backend 'jax' or 'numba'")
+        m, n = (int(s) for s in shape)
+        k = int(ins[3].shape[1]) if matrix else 1
+        if min(m, n, k) == 0:
+            return None
+        if max(m, n) * k >= 2**31 - 1:
+            raise ValueError(f"{who}: backend 'pallas' needs rows * k and cols * k below 2**31, "
+                             f"got shape {(m, n)} with k={k}")
+        return _build(binary, matrix, bool(transpose), weight_kind, m=m, n=n, k=k,
+                      k_max=int(ins[2].shape[0]) - 1, dtype=dtype, platform=platform)
+
+    return plan
+
+
 def generator(binary: bool, matrix: bool, fallback):
-    """The 'pallas' kernel generator for one jitc kernel.
-
-    Args:
-        binary: the input holds events (non-zero = active) rather than float values.
-        matrix: the input is a ``(rows, k)`` matrix rather than a vector.
-        fallback: the pure-JAX generator, used for degenerate sizes.
-
-    Returns:
-        A generator whose product is a function ``(theta, seed, table, x) -> y``.
+    """The 'pallas' kernel generator of one jitc product (see
+    :func:`~primforge.ops._pallas_common.generator`), ``(theta, seed, table, x) -> y``.
 
     Example:
         >>> import numpy as np
@@ -162,32 +174,5 @@ def generator(binary: bool, matrix: bool, fallback):
         >>> np.allclose(y, jitc_todense(7, (4, 6), 0.5, 0.5) @ x)
         True
     """
-
-    def generate(*, ins, outs, shape, prob, transpose, weight_kind, platform, **params):
-        m, n = (int(s) for s in shape)
-        x = ins[3]
-        dtype = np.dtype(outs[0].dtype)
-        k = int(x.shape[1]) if matrix else 1
-        who = _jc._name(binary, matrix)
-        check_float_weights(who, "pallas", dtype)
-        if params.get("block") is not None:
-            raise ValueError(f"{who}: backend 'pallas' does not take 'rows' or 'cols' (a block "
-                             f"of W); use backend 'jax' or 'numba'")
-        if min(m, n, k) == 0:
-            return fallback(ins=ins, outs=outs, shape=shape, prob=prob, transpose=transpose,
-                            weight_kind=weight_kind, platform=platform, **params)
-        if max(m, n) * k >= 2**31 - 1:
-            raise ValueError(f"{who}: backend 'pallas' needs rows * k and cols * k below 2**31, "
-                             f"got shape {(m, n)} with k={k}")
-        run = _build(binary, matrix, bool(transpose), weight_kind, m=m, n=n, k=k,
-                     k_max=int(ins[2].shape[0]) - 1, dtype=dtype, platform=platform)
-        out_shape = tuple(outs[0].shape)
-
-        def kernel(theta, seed, table, x):
-            if x.dtype == jnp.bool_:
-                x = x.astype(jnp.int8)
-            return run(theta, seed, table, x).reshape(out_shape)
-
-        return kernel
-
-    return generate
+    return _pallas_common.generator(_jc.FAMILY.name(binary, matrix), fallback,
+                                    _plan(binary, matrix))
