@@ -26,7 +26,7 @@ __all__ = [
 
 FAMILY = _scaffold.Family(
     "dense", ("densemv", "densemm"), params=("transpose",), what="dense event products",
-    cols="cols", ops=("W @ x", "x @ W"), doc=__doc__)
+    cols="cols", ops=("W @ x", "x @ W"), dims=("m", "n"), doc=__doc__)
 KERNELS = FAMILY.kernels  # (binary, matrix) -> kernel
 
 
@@ -107,104 +107,72 @@ densemm_p = KERNELS[(False, True)]
 binary_densemm_p = KERNELS[(True, True)]
 
 
-def _public(binary: bool, matrix: bool):
-    who = FAMILY.name(binary, matrix)
-
-    def call(weights, x, *, transpose=False, backend=None):
-        weights = _scaffold.float_weights(weights, scalar_as_vector=False, who=who)
-        weights, x = _scaffold.promote_input(weights, x, binary, who=who,
-                                             name=_scaffold.input_name(binary, matrix))
-        return FAMILY.call(binary, matrix, weights, x, transpose=bool(transpose), backend=backend)
-
-    return call
+# ----------------------------------------------------------------------------- public calls
+def _signature(weights: Any, x: Any, *, transpose: bool = False,
+               backend: str | None = None) -> jax.Array:
+    """The products' signature, ``x`` their input."""
 
 
-def densemv(weights: Any, vector: Any, *, transpose: bool = False,
-            backend: str | None = None) -> jax.Array:
-    """``W @ v`` (or ``v @ W`` with ``transpose``) skipping the zero entries of ``v``.
+def _operands(who: str, args: dict) -> tuple:
+    """The checked weights and static params of a call (no structure)."""
+    weights = _scaffold.float_weights(args["weights"], scalar_as_vector=False, who=who)
+    return weights, (), {"transpose": bool(args["transpose"])}
+
+
+FAMILY.def_public(_signature, _operands, {
+    "weights": "dense ``(m, n)`` float matrix ``W``.",
+    "transpose": "compute ``W.T @ x`` (= ``x @ W``) for the input ``x``, the event-driven "
+                 "direction for ``W`` of shape ``(n_pre, n_post)``: only the rows of ``W`` "
+                 "whose input is non-zero are read.",
+    "backend": "'numba' (CPU default), 'jax' (reference; GPU/TPU default) or 'pallas' "
+               "(opt-in GPU kernel; interpreted on the CPU).",
+    "returns": "The product, dtype of ``weights``.",
+})
+
+densemv = FAMILY.public(False, False, __name__, """
+    ``W @ v`` (or ``v @ W`` with ``transpose``) skipping the zero entries of ``v``.
 
     Only non-zero entries of ``v`` contribute, so a NaN or inf weight that meets a zero
     input never enters (unlike a dense ``W @ v``, where ``inf * 0`` is NaN); a NaN entry
     of ``v`` is non-zero and propagates.
 
-    Args:
-        weights: dense ``(m, n)`` float matrix ``W``.
-        vector: float vector of length ``n`` (``m`` when ``transpose``).
-        transpose: compute ``W.T @ v`` (= ``v @ W``): only rows of ``W`` with ``v[i] != 0``
-            are read.
-        backend: 'numba' (CPU default), 'jax' (reference; GPU/TPU default) or 'pallas'
-            (opt-in GPU kernel; interpreted on the CPU).
-
-    Returns:
-        The product, dtype of ``weights``.
+    {args}
 
     Example:
         >>> import jax.numpy as jnp
         >>> densemv(jnp.array([[1., 2.], [3., 4.]]), jnp.array([0., 2.]), transpose=True)
         Array([6., 8.], dtype=float32)
-    """
-    return _public(False, False)(weights, vector, transpose=transpose, backend=backend)
+    """)
 
+binary_densemv = FAMILY.public(True, False, __name__, """
+    ``W @ (e != 0)`` (or ``(e != 0) @ W``): the summed columns (rows) of active events.
 
-def binary_densemv(weights: Any, events: Any, *, transpose: bool = False,
-                   backend: str | None = None) -> jax.Array:
-    """``W @ (e != 0)`` (or ``(e != 0) @ W``): the summed columns (rows) of active events.
-
-    Args:
-        weights: dense ``(m, n)`` float matrix ``W``.
-        events: bool or numeric (non-zero = active) vector of length ``n`` (``m`` when
-            ``transpose``).
-        transpose: compute ``W.T @ e`` (= ``e @ W``), the event-driven direction for
-            ``W`` of shape ``(n_pre, n_post)``.
-        backend: 'numba' (CPU default), 'jax' or 'pallas' (opt-in GPU kernel).
-
-    Returns:
-        The product, dtype of ``weights``.
+    {args}
 
     Example:
         >>> import jax.numpy as jnp
         >>> binary_densemv(jnp.array([[1., 2.], [3., 4.]]), jnp.array([True, False]))
         Array([1., 3.], dtype=float32)
-    """
-    return _public(True, False)(weights, events, transpose=transpose, backend=backend)
+    """)
 
-
-def densemm(weights: Any, matrix: Any, *, transpose: bool = False,
-            backend: str | None = None) -> jax.Array:
-    """``W @ B`` (or ``W.T @ B``) skipping the zero entries of the float matrix ``B``.
+densemm = FAMILY.public(False, True, __name__, """
+    ``W @ B`` (or ``W.T @ B``) skipping the zero entries of the float matrix ``B``.
 
     As :func:`densemv`, column by column: a weight meeting a zero entry never enters.
 
-    Args:
-        weights: dense ``(m, n)`` float matrix ``W``.
-        matrix: float ``(n, cols)`` (``(m, cols)`` when ``transpose``).
-        transpose: compute ``W.T @ B``.
-        backend: 'numba' (CPU default), 'jax' or 'pallas' (opt-in GPU kernel).
-
-    Returns:
-        The product, dtype of ``weights``.
+    {args}
 
     Example:
         >>> import jax.numpy as jnp
         >>> densemm(jnp.array([[1., 2.], [3., 4.]]), jnp.array([[1., 0.], [0., 0.]]))
         Array([[1., 0.],
                [3., 0.]], dtype=float32)
-    """
-    return _public(False, True)(weights, matrix, transpose=transpose, backend=backend)
+    """)
 
+binary_densemm = FAMILY.public(True, True, __name__, """
+    ``W @ E`` (or ``W.T @ E``) for a matrix of binary events (one event vector per column).
 
-def binary_densemm(weights: Any, events: Any, *, transpose: bool = False,
-                   backend: str | None = None) -> jax.Array:
-    """``W @ E`` (or ``W.T @ E``) for a matrix of binary events (one event vector per column).
-
-    Args:
-        weights: dense ``(m, n)`` float matrix ``W``.
-        events: bool or numeric ``(n, cols)`` (``(m, cols)`` when ``transpose``).
-        transpose: compute ``W.T @ E``.
-        backend: 'numba' (CPU default), 'jax' or 'pallas' (opt-in GPU kernel).
-
-    Returns:
-        The product, dtype of ``weights``.
+    {args}
 
     Example:
         >>> import jax.numpy as jnp
@@ -212,8 +180,7 @@ def binary_densemm(weights: Any, events: Any, *, transpose: bool = False,
         ...                transpose=True)
         Array([[4.],
                [6.]], dtype=float32)
-    """
-    return _public(True, True)(weights, events, transpose=transpose, backend=backend)
+    """)
 
 
 # ----------------------------------------------------------------------------- benchmark hooks

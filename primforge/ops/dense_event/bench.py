@@ -8,7 +8,7 @@ from __future__ import annotations
 
 import numpy as np
 
-from primforge.ops import _scaffold
+from primforge.ops import _scaffold, _spikes
 
 __all__ = ["CASES", "SEED", "case", "spikes", "spikes_mm"]
 
@@ -35,9 +35,7 @@ def spikes(*, platform: str) -> list:
     for i, (n, transpose) in enumerate(CASES):
         rs = np.random.RandomState(SEED + 100 + i)
         w = rs.standard_normal((n, n)).astype(np.float32)
-        lst = rs.randint(0, n, int(2 * _scaffold.BENCH_RATE * n)).astype(np.int32)
-        lst[1] = lst[0]
-        count = np.int32(lst.size // 2)
+        lst, count = _spikes.bench_list(rs, n)
         out.append(BenchmarkConfig(args=(w, lst, count), kwargs={"transpose": transpose},
                                    params={"n": n, "spikes": int(count),
                                            "transpose": transpose}))
@@ -46,15 +44,4 @@ def spikes(*, platform: str) -> list:
 
 def spikes_mm(*, platform: str) -> list:
     """Several spike lists at once: :func:`spikes`' cases with lists of their own."""
-    from primforge.bench import BenchmarkConfig
-
-    out = []
-    for i, cfg in enumerate(spikes(platform=platform)):
-        rs = np.random.RandomState(SEED + 300 + i)
-        w, lst, _ = cfg.args
-        lists = rs.randint(0, w.shape[0], (_scaffold.BENCH_COLS, lst.size))
-        counts = rs.randint(0, lst.size + 1, _scaffold.BENCH_COLS).astype(np.int32)
-        out.append(BenchmarkConfig(args=(w, lists.astype(np.int32), counts),
-                                   kwargs=cfg.kwargs,
-                                   params=dict(cfg.params, lists=_scaffold.BENCH_COLS)))
-    return out
+    return _spikes.bench_lists(spikes(platform=platform), SEED)

@@ -7,12 +7,9 @@ sources or a count outside ``[0, len(spikes)]`` gives NaN everywhere.
 
 from __future__ import annotations
 
-from typing import Any
-
-import jax
 import jax.numpy as jnp
 
-from primforge.ops import _scaffold, _spikes
+from primforge.ops import _spikes
 from primforge.ops.dense_event import api as _api
 
 __all__ = [
@@ -21,9 +18,6 @@ __all__ = [
     "binary_densemv_spikes",
     "binary_densemv_spikes_p",
 ]
-
-_WHO = "binary_densemv_spikes"
-_WHO_MM = "binary_densemm_spikes"
 
 
 def _sizes(who, weights, *, transpose):
@@ -53,27 +47,8 @@ def _numba_generator(matrix: bool):
     return generate
 
 
-_KERNELS = _spikes.build(
-    _api.FAMILY.operator, _WHO,
-    who=_WHO, who_mm=_WHO_MM, n_struct=0, params=("transpose",),
-    reference=_reference, numba_generator=_numba_generator, sizes=_sizes, tags=("dense",),
-    bench=("primforge.ops.dense_event.bench", "spikes", "spikes_mm"), doc=__doc__)
-binary_densemv_spikes_p = _KERNELS[0]
-binary_densemm_spikes_p = _KERNELS[1]
-
-
-def _call(who, matrix, weights, spike_indices, spike_count, transpose, backend):
-    weights = _scaffold.float_weights(weights, scalar_as_vector=False, who=who)
-    out, size = _sizes(who, weights, transpose=bool(transpose))
-    del out
-    spikes, count = _spikes.list_args(who, spike_indices, spike_count, size, matrix)
-    prim = binary_densemm_spikes_p if matrix else binary_densemv_spikes_p
-    return prim(weights, spikes, count, transpose=bool(transpose), backend=backend)
-
-
-def binary_densemv_spikes(weights: Any, spike_indices: Any, spike_count: Any = None, *,
-                          transpose: bool = False, backend: str | None = None) -> jax.Array:
-    """Dense product with events given as a spike list: ``W @ e`` (or ``e @ W``).
+_DOC = """
+    Dense product with events given as a spike list: ``W @ e`` (or ``e @ W``).
 
     ``e`` counts how often each index occurs among the first ``spike_count`` entries of
     ``spike_indices``; with distinct indices the result equals
@@ -81,18 +56,7 @@ def binary_densemv_spikes(weights: Any, spike_indices: Any, spike_count: Any = N
     ``transpose=True`` the indices are rows of ``W`` and only those rows are read (work:
     spikes times columns); without, each row of ``W`` sums its listed columns.
 
-    Args:
-        weights: dense ``(m, n)`` float matrix ``W``.
-        spike_indices: 1-D integer array of firing indices (rows when ``transpose``,
-            else columns); see :func:`~primforge.ops.spike_list`.
-        spike_count: how many leading entries are valid (default: all).
-        transpose: compute ``W.T @ e`` (= ``e @ W``).
-        backend: 'numba' (CPU default) or 'jax' (reference; GPU/TPU default).
-
-    Returns:
-        The product, dtype of ``weights``. A valid index outside the sources raises
-        ``IndexError`` on concrete input and gives NaN everywhere under ``jit``, as does a
-        count outside ``[0, len(spike_indices)]`` (``ValueError`` eagerly).
+    {args}
 
     Example:
         >>> import jax.numpy as jnp
@@ -100,37 +64,19 @@ def binary_densemv_spikes(weights: Any, spike_indices: Any, spike_count: Any = N
         >>> binary_densemv_spikes(W, jnp.array([1, 1, 0]), 2, transpose=True)  # row 1 twice
         Array([6., 8.], dtype=float32)
     """
-    return _call(_WHO, False, weights, spike_indices, spike_count, transpose, backend)
-
-
-def binary_densemm_spikes(weights: Any, spike_indices: Any, spike_count: Any = None, *,
-                          transpose: bool = False, backend: str | None = None) -> jax.Array:
-    """:func:`binary_densemv_spikes` for several spike lists of one length at once.
-
-    Row ``b`` of the result is the product with list ``spike_indices[b]`` and count
-    ``spike_count[b]`` (``vmap`` of the vector form over the lists calls this kernel); a
-    bad list makes its own row NaN under ``jit``.
-
-    Args:
-        weights: dense ``(m, n)`` float matrix ``W``.
-        spike_indices: integer array ``(lists, length)``.
-        spike_count: the valid length of each list, shape ``(lists,)``, or one int for all
-            (default: every entry is valid).
-        transpose: the lists hold rows of ``W`` and each product is ``W.T @ e``.
-        backend: 'numba' (CPU default) or 'jax'.
-
-    Returns:
-        The ``(lists, n)`` (``(lists, m)`` without ``transpose``) products.
-
-    Example:
+_EXAMPLE_MM = """Example:
         >>> import jax.numpy as jnp
         >>> W = jnp.array([[1., 2.], [3., 4.]])
         >>> binary_densemm_spikes(W, jnp.array([[0, 1], [1, 0]]), jnp.array([2, 1]))
         Array([[3., 7.],
                [2., 4.]], dtype=float32)
     """
-    return _call(_WHO_MM, True, weights, spike_indices, spike_count, transpose, backend)
-
-
-binary_densemv_spikes_p.def_call(binary_densemv_spikes)
-binary_densemm_spikes_p.def_call(binary_densemm_spikes)
+_KERNELS, _CALLS = _spikes.forms(
+    _api.FAMILY, ("binary_densemv_spikes", "binary_densemm_spikes"), module=__name__,
+    params=("transpose",), reference=_reference, numba_generator=_numba_generator,
+    sizes=_sizes, tags=("dense",), bench=("primforge.ops.dense_event.bench", "spikes",
+                                           "spikes_mm"), docs=(_DOC, _EXAMPLE_MM), doc=__doc__)
+binary_densemv_spikes_p = _KERNELS[0]
+binary_densemm_spikes_p = _KERNELS[1]
+binary_densemv_spikes = _CALLS[0]
+binary_densemm_spikes = _CALLS[1]

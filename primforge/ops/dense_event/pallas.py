@@ -6,11 +6,14 @@ where the input is non-zero.
 
 from __future__ import annotations
 
+import functools
+
 import jax
 import jax.numpy as jnp
-import numpy as np
 
-from primforge.ops._pallas_common import compiler_params, values
+from primforge.ops import _pallas_common
+from primforge.ops._pallas_common import column_block, compiler_params, flat_offsets, values
+from primforge.ops.dense_event import api as _api
 
 __all__ = ["BLOCK_COLS", "BLOCK_M", "BLOCK_N", "generator"]
 
@@ -27,17 +30,9 @@ def _program(binary, transpose, *, m, n, cols, dtype, platform, wide):
 
     bcols = min(BLOCK_COLS, pl.next_power_of_2(cols))
     col_blocks = -(-cols // bcols)
-    itype = jnp.int64 if wide else jnp.int32
-
-    def col_vector():
-        cvec = pl.program_id(1) * bcols + jnp.arange(bcols, dtype=jnp.int32)
-        return cvec, cvec < cols
-
-    def x_offsets(rows, cvec):
-        return rows.astype(itype) * cols + cvec.astype(itype)
-
-    def w_offsets(rows, jvec):
-        return rows.astype(itype) * n + jvec.astype(itype)
+    col_vector = functools.partial(column_block, bcols, cols)
+    x_offsets = functools.partial(flat_offsets, cols=cols, wide=wide)
+    w_offsets = functools.partial(flat_offsets, cols=n, wide=wide)
 
     if not transpose:
         block = min(BLOCK_N, pl.next_power_of_2(n))
@@ -129,13 +124,22 @@ def _program(binary, transpose, *, m, n, cols, dtype, platform, wide):
     return call
 
 
-def generator(binary: bool, matrix: bool, fallback):
-    """The 'pallas' kernel generator for one dense event product.
+def _plan(binary: bool, matrix: bool):
+    def plan(*, ins, dtype, platform, transpose, **_):
+        weights, x = ins
+        m, n = (int(s) for s in weights.shape)
+        cols = int(x.shape[1]) if matrix else 1
+        if min(m, n, cols) == 0:
+            return None
+        return _program(binary, bool(transpose), m=m, n=n, cols=cols, dtype=dtype,
+                        platform=platform, wide=max(m * n, max(m, n) * cols) >= 2**31 - 1)
 
-    Args:
-        binary: the input holds events (non-zero = active).
-        matrix: the input is a ``(rows, cols)`` matrix rather than a vector.
-        fallback: the pure-JAX generator, used for degenerate sizes.
+    return plan
+
+
+def generator(binary: bool, matrix: bool, fallback):
+    """The 'pallas' kernel generator of one dense event product (see
+    :func:`~primforge.ops._pallas_common.generator`), ``(weights, x) -> y``.
 
     Example:
         >>> import jax.numpy as jnp
@@ -145,30 +149,5 @@ def generator(binary: bool, matrix: bool, fallback):
         ...                transpose=True, backend='pallas')
         Array([3., 4.], dtype=float32)
     """
-
-    def generate(*, ins, outs, transpose, platform, **params):
-        weights, x = ins
-        m, n = (int(s) for s in weights.shape)
-        dtype = np.dtype(outs[0].dtype)
-        cols = int(x.shape[1]) if matrix else 1
-        if dtype not in (np.dtype(np.float32), np.dtype(np.float64)):
-            kind = ("binary_" if binary else "") + ("densemm" if matrix else "densemv")
-            raise TypeError(f"{kind}: backend 'pallas' supports float32 or float64 "
-                            f"'weights', got {dtype.name}; cast the weights or use "
-                            f"backend='jax'")
-        if min(m, n, cols) == 0:
-            return fallback(ins=ins, outs=outs, transpose=transpose, platform=platform,
-                            **params)
-        wide = max(m * n, max(m, n) * cols) >= 2**31 - 1
-        run = _program(binary, bool(transpose), m=m, n=n, cols=cols, dtype=dtype,
-                       platform=platform, wide=wide)
-        out_shape = tuple(outs[0].shape)
-
-        def kernel(weights, x):
-            if x.dtype == jnp.bool_:
-                x = x.astype(jnp.int8)
-            return run(weights.astype(dtype), x).reshape(out_shape).astype(dtype)
-
-        return kernel
-
-    return generate
+    return _pallas_common.generator(_api.FAMILY.name(binary, matrix), fallback,
+                                    _plan(binary, matrix), weights="'weights'")
