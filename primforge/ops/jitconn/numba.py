@@ -110,6 +110,62 @@ def guide_table(table: np.ndarray) -> tuple[np.ndarray, int]:
 
 
 @functools.cache
+def column_walk(prob: float):
+    """``(row_cursor, next_column)``: the walk along one row's columns for ``prob``, inlined.
+
+    Every kernel that regenerates rows of ``W`` lists their columns with these two, so all
+    see the same columns, in order::
+
+        j, ctr, gamma, step = row_cursor(keys, i)  # before the first column: j = -1
+        while True:
+            j, ctr = next_column(j, ctr, step, table)
+            if j >= n:  # past the row's last column (or a block's end)
+                break
+            ...  # column j; its synapse's weight: weight(th, ctr, gamma)
+
+    ``ctr`` is the draw argument of the current synapse's gap: synapse ``s`` of the row
+    draws with the counters ``3s`` (its gap), ``3s + 1`` and ``3s + 2`` (its weight), i.e.
+    ``mix(start + gamma * c)`` mod 2**32, and the walk advances ``ctr`` by one addition of
+    ``step = 3 gamma`` per synapse instead of a multiplication per draw. The guide into the
+    threshold table is a constant of the compiled kernels; ``table`` is their argument.
+
+    Example:
+        >>> import numpy as np
+        >>> from primforge.ops.jitconn.api import jitc_todense
+        >>> from primforge.ops.jitconn.generator import threshold_table
+        >>> row_cursor, next_column = column_walk(0.5)
+        >>> seed_keys, table = helpers()[1], threshold_table(0.5)
+        >>> j, ctr, _, step = row_cursor(seed_keys(7), 1)
+        >>> cols = []
+        >>> while True:
+        ...     j, ctr = next_column(j, ctr, step, table)
+        ...     if j >= 6:
+        ...         break
+        ...     cols.append(j)
+        >>> cols == np.flatnonzero(jitc_todense(7, (2, 6), 0.5)[1]).tolist()
+        True
+    """
+    import numba
+
+    from primforge.ops.jitconn.generator import threshold_table
+
+    GUIDE, SHIFT = guide_table(threshold_table(prob))
+    mix, _, row_stream, _, skip = _helpers()
+
+    @numba.njit(inline="always", nogil=True)
+    def row_cursor(keys, i):
+        start, gamma, step = row_stream(keys, i)
+        return -1, (start - step) & MASK, gamma, step  # one synapse before the first
+
+    @numba.njit(inline="always", nogil=True)
+    def next_column(j, ctr, step, table):
+        ctr = (ctr + step) & MASK
+        return j + 1 + skip(mix(ctr), table, GUIDE, SHIFT), ctr
+
+    return row_cursor, next_column
+
+
+@functools.cache
 def weight_helpers(kind: str):
     """``(weight, params)`` of one weight kind: a synapse's weight and the parameters read
     once per call (the kind is a constant that Numba folds into the kernels inlining them)."""
@@ -119,10 +175,8 @@ def weight_helpers(kind: str):
     KIND = {"homo": 0, "uniform": 1, "normal": 2}[kind]
     TWO_PI = 2.0 * math.pi
 
-    # Synapse ``s`` of a row uses the draws with counters 3s (its gap), 3s+1 and 3s+2 (its
-    # weight), i.e. ``mix(start + gamma * c)`` mod 2**32 for those c: the loops carry
-    # ``ctr = start + gamma * 3s`` and advance it by one addition per synapse instead of a
-    # multiplication per draw.
+    # ``ctr``: the draw argument of the synapse's gap (see column_walk); its weight draws
+    # with the next two counters.
     @numba.njit(inline="always", nogil=True)
     def weight(th, ctr, gamma):
         # ``th``: the weight parameters as a tuple of float64 scalars, read once per call
@@ -160,11 +214,8 @@ def kernel(binary: bool, matrix: bool, transpose: bool, kind: str, prob: float,
     """
     import numba
 
-    from primforge.ops.jitconn.generator import threshold_table
-
-    GUIDE, SHIFT = guide_table(threshold_table(prob))
-
-    mix, seed_keys, row_stream, _, skip = _helpers()
+    row_cursor, next_column = column_walk(prob)
+    seed_keys = _helpers()[1]
     BINARY = binary
     KIND = {"homo": 0, "uniform": 1, "normal": 2}[kind]
     BLOCKED = blocked is not None
@@ -201,15 +252,13 @@ def kernel(binary: bool, matrix: bool, transpose: bool, kind: str, prob: float,
             th = params(theta)
             out[:row_begin] = 0
             for i in range(row_begin, row_end):
-                ctr, gamma, step = row_stream(keys, r0 + i)
-                j = -1
+                j, ctr, gamma, step = row_cursor(keys, r0 + i)
                 count = 0  # shared weight, binary events: an exact integer count
                 acc = 0.0
                 while True:
-                    g = skip(mix(ctr), table, GUIDE, SHIFT)
-                    if g >= stop - 1 - j:
+                    j, ctr = next_column(j, ctr, step, table)
+                    if j >= stop:
                         break
-                    j += 1 + g
                     if not BLOCKED or j >= c0:  # a block's columns only
                         xv = x[j - c0]
                         if KIND == 0:  # shared weight: no branch, applied once per row below
@@ -220,7 +269,6 @@ def kernel(binary: bool, matrix: bool, transpose: bool, kind: str, prob: float,
                         elif xv != 0:  # a random weight is drawn only where it is needed
                             w = weight(th, ctr, gamma)
                             acc += w if BINARY else w * xv
-                    ctr = (ctr + step) & MASK
                 if KIND == 0 and BINARY:
                     acc = float(count)
                 out[i] = acc * theta[0] if KIND == 0 else acc
@@ -251,20 +299,17 @@ def kernel(binary: bool, matrix: bool, transpose: bool, kind: str, prob: float,
                     xi = x[i]
                     if xi == 0:
                         continue
-                    ctr, gamma, step = row_stream(keys, r0 + i)
-                    j = -1
+                    j, ctr, gamma, step = row_cursor(keys, r0 + i)
                     while True:
-                        g = skip(mix(ctr), table, GUIDE, SHIFT)
-                        if g >= stop - 1 - j:
+                        j, ctr = next_column(j, ctr, step, table)
+                        if j >= stop:
                             break
-                        j += 1 + g
                         if not BLOCKED or j >= c0:
                             w = weight(th, ctr, gamma)
                             if BINARY:
                                 out[j - c0] += w
                             else:
                                 out[j - c0] += w * xi
-                        ctr = (ctr + step) & MASK
 
         return jitc_t_mv
 
@@ -278,13 +323,11 @@ def kernel(binary: bool, matrix: bool, transpose: bool, kind: str, prob: float,
             th = params(theta)
             out[:] = 0
             for i in range(row_begin, row_end):
-                ctr, gamma, step = row_stream(keys, r0 + i)
-                j = -1
+                j, ctr, gamma, step = row_cursor(keys, r0 + i)
                 while True:
-                    g = skip(mix(ctr), table, GUIDE, SHIFT)
-                    if g >= stop - 1 - j:
+                    j, ctr = next_column(j, ctr, step, table)
+                    if j >= stop:
                         break
-                    j += 1 + g
                     if not BLOCKED or j >= c0:
                         w = 1.0 if KIND == 0 else weight(th, ctr, gamma)  # shared: once per row
                         for c in range(kcols):
@@ -294,7 +337,6 @@ def kernel(binary: bool, matrix: bool, transpose: bool, kind: str, prob: float,
                                     out[i, c] += w
                             else:
                                 out[i, c] += w * xv
-                    ctr = (ctr + step) & MASK
                 if KIND == 0:
                     for c in range(kcols):
                         out[i, c] *= theta[0]
@@ -317,13 +359,11 @@ def kernel(binary: bool, matrix: bool, transpose: bool, kind: str, prob: float,
                     na += 1
             if na == 0:
                 continue
-            ctr, gamma, step = row_stream(keys, r0 + i)
-            j = -1
+            j, ctr, gamma, step = row_cursor(keys, r0 + i)
             while True:
-                g = skip(mix(ctr), table, GUIDE, SHIFT)
-                if g >= stop - 1 - j:
+                j, ctr = next_column(j, ctr, step, table)
+                if j >= stop:
                     break
-                j += 1 + g
                 if not BLOCKED or j >= c0:
                     w = weight(th, ctr, gamma)
                     for t in range(na):
@@ -332,7 +372,6 @@ def kernel(binary: bool, matrix: bool, transpose: bool, kind: str, prob: float,
                             out[j - c0, c] += w
                         else:
                             out[j - c0, c] += w * x[i, c]
-                ctr = (ctr + step) & MASK
 
     return jitc_t_mm
 
@@ -351,10 +390,8 @@ def spikes_kernel(matrix: bool, kind: str, prob: float, n_rows: int):
     """
     import numba
 
-    from primforge.ops.jitconn.generator import threshold_table
-
-    GUIDE, SHIFT = guide_table(threshold_table(prob))
-    mix, seed_keys, row_stream, _, skip = _helpers()
+    row_cursor, next_column = column_walk(prob)
+    seed_keys = _helpers()[1]
     weight, params = weight_helpers(kind)
     M = n_rows
 
@@ -370,15 +407,12 @@ def spikes_kernel(matrix: bool, kind: str, prob: float, n_rows: int):
         keys = seed_keys(seed[0])
         th = params(theta)
         for s in range(count[0]):
-            ctr, gamma, step = row_stream(keys, np.int64(spikes[s]))
-            j = -1
+            j, ctr, gamma, step = row_cursor(keys, np.int64(spikes[s]))
             while True:
-                g = skip(mix(ctr), table, GUIDE, SHIFT)
-                if g >= n - 1 - j:
+                j, ctr = next_column(j, ctr, step, table)
+                if j >= n:
                     break
-                j += 1 + g
                 out[j] += weight(th, ctr, gamma)
-                ctr = (ctr + step) & MASK
 
     if not matrix:
 
