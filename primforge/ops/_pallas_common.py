@@ -21,6 +21,7 @@ __all__ = [
     "compiler_params",
     "flat_offsets",
     "generator",
+    "row_inputs",
     "row_range",
     "scatter_add",
     "term",
@@ -127,6 +128,19 @@ def flat_offsets(rows, cvec, cols: int, wide: bool):
     if wide:
         rows, cvec = rows.astype(jnp.int64), cvec.astype(jnp.int64)
     return rows * cols + cvec
+
+
+def row_inputs(x_ref, i, width: int, cols: int, wide: bool, value: Callable):
+    """Row ``i`` of a ``(*, cols)`` input in this program's block of ``width`` columns: the
+    columns, which of them are active (non-zero), their summands (``value``), and whether
+    any is active (a row with none does no work)."""
+    from jax.experimental.pallas import triton as plgpu
+
+    cvec, cmask = column_block(width, cols)
+    xi = plgpu.load(x_ref.at[jnp.where(cmask, flat_offsets(i, cvec, cols, wide), 0)],
+                    mask=cmask, other=0)
+    act = cmask & (xi != 0)
+    return cvec, act, value(xi), jnp.sum(act.astype(jnp.int32), dtype=jnp.int32) > 0
 
 
 def check_float_weights(kind: str, backend: str, dtype, weights: str = "weights ('data')"

@@ -2,7 +2,8 @@
 
 :class:`Family` holds a family's four kernels, keyed ``(binary, matrix)``, registers their
 backends, shape rule and rules (:meth:`Family.build`) and their benchmark hooks
-(:meth:`Family.install`); the checks here name the operation and the argument.
+(:meth:`Family.install`), and makes their public calls (:meth:`Family.public`) from one
+argument check per family; the checks here name the operation and the argument.
 """
 
 from __future__ import annotations
@@ -22,22 +23,17 @@ import numpy as np
 
 from primforge import _compat
 from primforge._compat import Tracer
-from primforge.kernel.kernel import XLACustomKernel
 from primforge.ops._operator import Form, Operator
-from primforge.ops.packed import PackedEvents, as_events, pack_events
+from primforge.ops.packed import PackedEvents, as_events
 
 __all__ = [
     "BENCH_COLS",
     "BENCH_RATE",
     "Family",
     "bench_input",
-    "check_packed_words",
     "check_shape",
-    "deferred_generator",
-    "fill_args",
     "float_weights",
     "index_array",
-    "input_name",
     "lazy_benchmark_data",
     "promote_input",
     "unit_weight_cotangent",
@@ -47,34 +43,9 @@ VARIANTS = ((False, False), (True, False), (False, True), (True, True))  # (bina
 BENCH_RATE = 0.05  # fraction of active (non-zero) inputs in the benchmark cases
 BENCH_COLS = 8  # columns of the input for the matrix kernels' benchmark cases
 PACKED_BACKENDS = (None, "numba")  # the backends of the kernels that read packed words
-GRAD_BACKENDS = (None, "jax", "numba", "numba_parallel")  # those of the weight gradients
 
 
 # ----------------------------------------------------------------------------- argument checks
-def check_packed_words(who: str, shape: tuple[int, int], transpose: bool, n: Any,
-                       words: Any) -> None:
-    """Raise unless ``words`` packs exactly the events a vector product of ``shape`` takes.
-
-    Example:
-        >>> import jax
-        >>> check_packed_words('binary_csrmv', (40, 3), True, 40,
-        ...                    jax.ShapeDtypeStruct((2,), 'uint32'))
-        >>> check_packed_words('binary_csrmv', (40, 3), False, 40,
-        ...                    jax.ShapeDtypeStruct((2,), 'uint32'))
-        Traceback (most recent call last):
-        ...
-        ValueError: binary_csrmv: packed events for shape (40, 3) (transpose=False) must be 3
-        events in 1 uint32 words, got n = 40 in uint32[2]
-    """
-    m, cols = shape
-    want = m if transpose else cols
-    n_words = -(-want // 32)
-    if int(n) != want or tuple(words.shape) != (n_words,) or words.dtype != np.uint32:
-        raise ValueError(f"{who}: packed events for shape {(m, cols)} (transpose="
-                         f"{bool(transpose)}) must be {want} events in {n_words} uint32 "
-                         f"words, got n = {n} in {words.dtype}{list(words.shape)}")
-
-
 def check_shape(shape: Any, who: str, *, int32: bool | None = None) -> tuple[int, int]:
     """``shape`` as a pair of non-negative ints; below ``2**31 - 1`` with ``int32``, which
     by default holds while ``jax_enable_x64`` is off (the indices are then int32, and a
@@ -239,24 +210,6 @@ def promote_input(weights: jax.Array, x: Any, binary: bool, *, who: str = "input
     return weights, x
 
 
-def input_name(binary: bool, matrix: bool) -> str:
-    """The public name of a product's input argument: ``events``, ``matrix`` or ``vector``.
-
-    Example:
-        >>> input_name(True, False), input_name(False, True), input_name(False, False)
-        ('events', 'matrix', 'vector')
-    """
-    return "events" if binary else ("matrix" if matrix else "vector")
-
-
-def fill_args(template: str, inputs: dict[Callable, str]) -> None:
-    """Put the argument list ``template`` (its ``{xname}`` the input's entry) into each
-    function's docstring in place of ``{args}``: the four products share their arguments."""
-    for fn, xname in inputs.items():
-        if fn.__doc__:  # None under ``python -OO``
-            fn.__doc__ = fn.__doc__.replace("{args}", template.format(xname=xname).strip())
-
-
 # ----------------------------------------------------------------------------- public calls
 def public_function(name: str, module: str, signature: inspect.Signature,
                     body: Callable[[dict], Any], doc: str) -> Callable:
@@ -289,9 +242,8 @@ def public_function(name: str, module: str, signature: inspect.Signature,
 
 
 def document(doc: str, signature: inspect.Signature, entries: dict[str, str]) -> str:
-    """``doc`` with ``{args}`` replaced by the Args section of ``signature`` (each parameter's
-    entry from ``entries``, in the signature's order) and the Returns section
-    ``entries['returns']``.
+    """``doc`` with ``{args}`` replaced by the Args section of ``signature`` (its parameters'
+    entries from ``entries``) and the Returns section ``entries['returns']``.
 
     Example:
         >>> print(document('''Scale.
@@ -316,21 +268,6 @@ def document(doc: str, signature: inspect.Signature, entries: dict[str, str]) ->
     return inspect.cleandoc(doc).replace("{args}", "\n".join(lines))
 
 
-# ----------------------------------------------------------------------------- backends
-def deferred_generator(module: str, binary: bool, matrix: bool, reference: Callable):
-    """A kernel generator that imports ``module`` (Pallas, Triton) only when first used.
-
-    ``module.generator(binary, matrix, fallback)`` makes the real generator; ``fallback`` is
-    ``reference(binary, matrix)``, the ``jax`` generator used for degenerate sizes.
-    """
-
-    def generate(**kw):
-        make = importlib.import_module(module).generator
-        return make(binary, matrix, reference(binary, matrix))(**kw)
-
-    return generate
-
-
 # ----------------------------------------------------------------------------- autodiff helpers
 def unit_weight_cotangent(product: Callable, ct: jax.Array, dtype, size: int) -> jax.Array:
     """``d<ct, A(w) x>/dw`` for ``A`` linear in the ``size`` weight parameters ``w``.
@@ -344,61 +281,6 @@ def unit_weight_cotangent(product: Callable, ct: jax.Array, dtype, size: int) ->
         e_k = jnp.ones((1,), dtype) if size == 1 else jnp.zeros((size,), dtype).at[k].set(1)
         grads.append(jnp.sum(ct * product(e_k)))
     return jnp.stack(grads).astype(dtype)
-
-
-def weight_grad_kernel(name: str, reference: Callable, *, numba: Callable, parallel: Callable,
-                       sharding: Callable, bench: str, doc: str) -> XLACustomKernel:
-    """The kernel of a product's gradient w.r.t. its per-entry weights: operands
-    ``(*structure, ct, x)``, the static params ``binary``, ``transpose``, ``matrix`` and
-    ``dtype``, and an output shaped like the structure's first operand (the indices).
-
-    ``reference(binary, transpose, matrix, dtype)`` makes the ``jax`` kernel, which also
-    gives the JVP (the gradient is linear in ``ct``, and in a float ``x``); ``numba`` and
-    ``parallel`` are the generators of the default CPU backend and of the opt-in
-    ``numba_parallel``; ``bench`` names the module whose ``weight_grad`` gives the
-    benchmark cases. The call function (``kernel.call``) takes the operands, the flags,
-    ``dtype`` (default: that of ``ct``) and ``backend`` (one the kernel lacks: the default).
-    """
-    kernel = XLACustomKernel(name, doc=doc, replace=True)
-
-    def jax_generator(*, outs, binary, transpose, matrix, **_):
-        return reference(binary, transpose, matrix, outs[0].dtype)
-
-    def shape_rule(*operands, dtype, **_):
-        return jax.ShapeDtypeStruct(tuple(operands[0].shape), np.dtype(dtype))
-
-    def jvp(primals, tangents, *, outs, backend=None, binary, transpose, matrix, dtype, **_):
-        *structure, ct, x = primals
-        y = kernel(*primals, binary=binary, transpose=transpose, matrix=matrix, dtype=dtype,
-                   backend=backend)
-        ref = reference(binary, transpose, matrix, np.dtype(dtype))
-        zero = lambda p, t: jnp.zeros_like(p) if type(t) is _compat.Zero else t
-        d_ct, d_x = zero(ct, tangents[-2]), zero(x, tangents[-1])
-        if binary:
-            _, t = jax.jvp(lambda c: ref(*structure, c, x), (ct,), (d_ct,))
-        else:
-            _, t = jax.jvp(lambda c, v: ref(*structure, c, v), (ct, x), (d_ct, d_x))
-        return [y], [t]
-
-    def call(*operands, binary, transpose, matrix, dtype=None, backend=None):
-        if dtype is None:
-            ct = operands[-2]
-            dtype = ct.dtype if hasattr(ct, "dtype") else np.asarray(ct).dtype
-        return kernel(*(jnp.asarray(a) for a in operands), binary=bool(binary),
-                      transpose=bool(transpose), matrix=bool(matrix), dtype=np.dtype(dtype).name,
-                      backend=backend if backend in GRAD_BACKENDS else None)
-
-    for platform in ("cpu", "gpu", "tpu"):
-        kernel.def_kernel("jax", platform, jax_generator)
-    kernel.def_numba_kernel(numba, asdefault=True)
-    kernel.def_kernel("numba_parallel", "cpu", parallel)
-    kernel.def_abstract_eval(shape_rule)
-    kernel.def_jvp_rule(jvp)
-    kernel.def_tags("sparse", "gradient")
-    kernel.def_sharding_rule(sharding)
-    kernel.def_call(call)
-    kernel.def_benchmark_data(lazy_benchmark_data(bench, "weight_grad"))
-    return kernel
 
 
 # ----------------------------------------------------------------------------- benchmark data
@@ -430,8 +312,8 @@ class Family:
 
     The family's one kernel (:attr:`operator`) takes the static params ``events``
     (``'float'``, ``'bool'``, ``'spikes'``, ``'packed'``) and ``matrix``; :meth:`build`
-    adds the four dense forms, :meth:`build_packed` the packed one, and
-    :func:`primforge.ops._spikes.build` the spike-list ones.
+    adds the four dense forms and :meth:`public` their public calls,
+    :mod:`primforge.ops._spikes` the spike-list and packed forms and their calls.
 
     Args:
         op: the kernel's name (``'csr'``: ``primforge.ops.csr``).
@@ -460,7 +342,8 @@ class Family:
         self.dims, self.inputs = dims, inputs
         self.operator = Operator(op, keys=("events", "matrix"), doc=doc)
         self.kernels: dict[tuple[bool, bool], Form] = {}
-        self.packed: Form | None = None  # the kernel reading packed events (build_packed)
+        #: The call of the kernel reading packed events (:func:`~primforge.ops._spikes.packed`)
+        self.packed_product: Callable[[dict], jax.Array] | None = None
 
     def name(self, binary: bool, matrix: bool) -> str:
         """The public name of one variant (``binary_csrmm``)."""
@@ -470,7 +353,8 @@ class Family:
         """Bind one variant's kernel."""
         return self.kernels[(binary, matrix)](*args, backend=backend, **params)
 
-    def _params(self, kw: dict) -> dict:
+    def own_params(self, kw: dict) -> dict:
+        """The family's static params among ``kw``."""
         return {k: kw[k] for k in self.params if k in kw}  # optional params may be absent
 
     # ------------------------------------------------------------------ shape rule
@@ -495,7 +379,7 @@ class Family:
         """Bilinear JVP: ``A(dw) x + A(w) dx`` (the tangent of ``x`` through the float kernel)."""
 
         def jvp(primals, tangents, *, outs, backend=None, **kw):
-            kw = self._params(kw)
+            kw = self.own_params(kw)
             w, *structure, x = primals
             d_w, d_x = tangents[0], tangents[-1]
             y = self.call(binary, matrix, w, *structure, x, backend=backend, **kw)
@@ -518,7 +402,7 @@ class Family:
         """
 
         def transpose_rule(cts, *args, outs, backend=None, **kw):
-            kw = self._params(kw)
+            kw = self.own_params(kw)
             (ct,), (w, *structure, x) = cts, args
             none = [None] * len(args)
             if type(ct) is _compat.Zero:
@@ -546,7 +430,7 @@ class Family:
         """``vmap``: one matrix call when only ``x`` is batched, else ``lax.map``."""
 
         def batch(args, axes, *, outs, backend=None, **kw):
-            kw = self._params(kw)
+            kw = self.own_params(kw)
             *fixed, x = args
             if all(ax is None for ax in axes[:-1]):
                 # Only the input is batched: the batch becomes extra columns of one call.
@@ -578,8 +462,8 @@ class Family:
         The generator arguments are factories ``gen(binary, matrix)``; ``pallas_module``
         names the module whose ``generator`` makes the opt-in Pallas kernels.
         """
-        self._jax_gen, self._shape_rule = jax_gen, shape_rule  # for build_packed
-        self._weight_cotangent = weight_cotangent
+        # The packed form (primforge.ops._spikes.packed) is built on these.
+        self.jax_gen, self.shape_rule, self.weight_cotangent = jax_gen, shape_rule, weight_cotangent
         for binary, matrix in VARIANTS:
             kernel = self.operator.form(self.name(binary, matrix), doc=self.doc,
                                         events="bool" if binary else "float", matrix=matrix)
@@ -593,7 +477,7 @@ class Family:
             if pallas_module is not None:  # Triton on the GPU, interpreted on the CPU; opt-in
                 for platform in ("gpu", "cpu"):
                     kernel.def_pallas_kernel(
-                        platform, deferred_generator(pallas_module, binary, matrix, jax_gen))
+                        platform, _deferred(pallas_module, binary, matrix, jax_gen))
             kernel.def_abstract_eval(shape_rule(binary, matrix))
             kernel.def_jvp_rule(self.jvp_rule(binary, matrix))
             kernel.def_transpose_rule(self.transpose_rule(binary, matrix, weight_cotangent))
@@ -602,86 +486,10 @@ class Family:
             self.kernels[(binary, matrix)] = kernel
         return tuple(self.kernels[v] for v in VARIANTS)
 
-    def build_packed(self, *, numba_gen: Callable, tags: Sequence[str], doc: str,
-                     sharding: Callable | None = None, bench: str | None = None,
-                     shape_rule: Callable | None = None, **_legacy) -> Form:
-        """The binary vector product reading bit-packed events: ``(w, *structure, words)``
-        with the static ``n`` (events) besides the family's params.
-
-        ``numba_gen`` makes the kernel reading the words; the ``jax`` backend unpacks them
-        and runs the binary vector product's reference (CPU) or its default kernel (GPU,
-        TPU). The shape rule and the rules are those of the product on the unpacked events
-        (:meth:`build`'s): linear in ``w``, ``vmap`` one batched unpacked product.
-        ``sharding`` is the kernel's sharding rule; ``bench`` names the module whose
-        ``packed`` gives its benchmark cases.
-        """
-        unpacked = self.kernels[(True, False)]
-        who = self.name(True, False)
-        event = lambda n: jax.ShapeDtypeStruct((n,), np.dtype(bool))
-        jax_gen, weight_cotangent = self._jax_gen, self._weight_cotangent
-
-        def packed_rule(*ins, n, shape, transpose, **kw):
-            check_packed_words(who, check_shape(shape, who), transpose, n, ins[-1])
-            return self._shape_rule(True, False)(*ins[:-1], event(n), shape=shape,
-                                                 transpose=transpose, **kw)
-
-        def events(words, n):
-            return PackedEvents(words, n).unpack()
-
-        def reference(*, ins, outs, n, **kw):
-            ref = jax_gen(True, False)(ins=(*ins[:-1], event(n)), outs=outs, **self._params(kw))
-            return lambda *a: ref(*a[:-1], events(a[-1], n))
-
-        def delegate(*, n, **kw):
-            kw = self._params(kw)
-            return lambda *a: unpacked(*a[:-1], events(a[-1], n), **kw)
-
-        def jvp(primals, tangents, *, outs, backend=None, n, **kw):
-            kw = dict(self._params(kw), n=n, backend=backend)
-            y = kernel(*primals, **kw)
-            if type(tangents[0]) is _compat.Zero:
-                return [y], [jnp.zeros_like(y)]
-            return [y], [kernel(tangents[0], *primals[1:], **kw)]
-
-        def transpose(cts, w, *rest, outs, backend=None, n, **kw):
-            (ct,), none = cts, [None] * (1 + len(rest))
-            if type(ct) is _compat.Zero or not _compat.is_undefined_primal(w):
-                return none
-            if any(_compat.is_undefined_primal(a) for a in rest):
-                raise ValueError(f"{who} is linear in {self.weights!r} only")
-            *structure, words = rest
-            ct_w = weight_cotangent(True, False, jnp.asarray(ct), w.aval, tuple(structure),
-                                    events(words, n), backend=backend, **self._params(kw))
-            return [ct_w] + none[1:]
-
-        def batch(args, axes, *, outs, backend=None, n, **kw):
-            kw = self._params(kw)
-
-            def one(*a):
-                return unpacked(*a[:-1], events(a[-1], n), backend=backend, **kw)
-
-            return [jax.vmap(one, in_axes=tuple(axes))(*args)], [0]
-
-        kernel = self.operator.form(f"{who}_packed", doc=doc, events="packed", matrix=False)
-        kernel.def_kernel("jax", "cpu", reference)
-        for platform in ("gpu", "tpu"):  # the binary product's own kernel on unpacked events
-            kernel.def_kernel("jax", platform, delegate)
-        kernel.def_numba_kernel(numba_gen, asdefault=True)
-        kernel.def_abstract_eval(shape_rule or packed_rule)
-        kernel.def_jvp_rule(jvp)
-        kernel.def_transpose_rule(transpose)
-        kernel.def_batching_rule(batch)
-        kernel.def_tags(*tags, "sparse", "event", "matvec", "packed")
-        if sharding is not None:
-            kernel.def_sharding_rule(sharding)
-            kernel.def_benchmark_data(lazy_benchmark_data(bench, "packed"))
-        self.packed = kernel
-        return kernel
-
     # ------------------------------------------------------------------ public calls
     def def_public(self, signature: Callable, operands: Callable, args: dict[str, str]) -> None:
         """How the family's public calls take their arguments (:meth:`public`,
-        :meth:`public_packed`, :func:`primforge.ops._spikes.forms`).
+        :func:`~primforge.ops._spikes.forms`, :func:`~primforge.ops._spikes.packed`).
 
         Args:
             signature: a function with the signature of the vector and matrix products,
@@ -707,67 +515,57 @@ class Family:
                     f"``transpose``).")
         return f"{kind} vector of length ``{n}`` (``{m}`` with ``transpose``)."
 
-    def _named(self, xname: str) -> inspect.Signature:
+    def named(self, xname: str) -> inspect.Signature:
+        """The products' signature with their input named ``xname``."""
         params = self.signature.parameters.values()
         return self.signature.replace(
             parameters=[p.replace(name=xname) if p.name == "x" else p for p in params])
 
     def public(self, binary: bool, matrix: bool, module: str, doc: str) -> Callable:
         """The public call of one product (``csrmv``), a function of ``module`` whose
-        docstring is ``doc`` with the family's Args section in place of ``{args}``.
+        docstring is ``doc`` with the family's Args section in place of ``{args}``, and the
+        kernel's call function.
 
         The binary vector product hands a :class:`~primforge.ops.PackedEvents` vector to
-        the kernel reading the words (:meth:`build_packed`) on the backends it has.
+        the kernel reading the words (:func:`~primforge.ops._spikes.packed`) on the
+        backends it has.
         """
         who, xname = self.name(binary, matrix), self.input_name(binary, matrix)
 
         def product(args: dict) -> jax.Array:
             x, backend = args[xname], args["backend"]
-            if (binary and not matrix and self.packed is not None and backend in PACKED_BACKENDS
-                    and isinstance(x, PackedEvents) and x.words.ndim == 1):
-                return self._packed_product(args)
+            if (binary and not matrix and self.packed_product is not None
+                    and backend in PACKED_BACKENDS and isinstance(x, PackedEvents)
+                    and x.words.ndim == 1):
+                return self.packed_product(args)
             weights, structure, params = self.operands(who, args)
             weights, x = promote_input(weights, x, binary, who=who, name=xname)
             return self.call(binary, matrix, weights, *structure, x, backend=backend, **params)
 
-        sig = self._named(xname)
+        sig = self.named(xname)
         entries = dict(self.args, **{xname: self.input_entry(binary, matrix)})
-        return public_function(who, module, sig, product, document(doc, sig, entries))
-
-    def _packed_product(self, args: dict) -> jax.Array:
-        events = args["events"]
-        if not isinstance(events, PackedEvents):
-            events = pack_events(events)
-        weights, structure, params = self.operands(self.name(True, False), args)
-        return self.packed(weights, *structure, events.words, n=int(events.n),
-                           backend=args["backend"], **params)
-
-    def public_packed(self, module: str, doc: str) -> Callable:
-        """The call of the kernel reading packed events (:meth:`build_packed`), with the
-        binary vector product's arguments; a bool vector is packed first."""
-        (m, n), who, sig = self.dims, self.name(True, False), self._named("events")
-        entries = dict(self.args, events=(
-            f":class:`~primforge.ops.PackedEvents` of ``{n}`` events (``{m}`` with "
-            f"``transpose``), or a bool vector, packed here."), backend=(
-            f"'numba' (CPU default) or 'jax' (the reference, on the CPU); on GPU and TPU the "
-            f"words are unpacked and the product runs with ``{who}``'s backend."))
-        call = public_function(f"{who}_packed", module, sig, self._packed_product,
-                               document(doc, sig, entries))
-        self.packed.def_call(call)
+        call = public_function(who, module, sig, product, document(doc, sig, entries))
+        self.kernels[(binary, matrix)].def_call(call)  # kernel.call, kernel.benchmark
         return call
 
-    def install(self, publics: Sequence[Callable], bench: str) -> None:
-        """Give each kernel its call function and benchmark data.
-
-        ``publics`` are the four public calls in :meth:`build`'s order. ``bench`` names the
-        module of the benchmark cases, imported only when benchmark data is asked for: a
-        kernel's data is one config per entry of its ``CASES``, ``case(rs, entry, binary,
-        matrix) -> (args, kwargs, params)`` with ``rs`` a ``RandomState(SEED + i)``.
-        """
-        for (binary, matrix), public in zip(VARIANTS, publics):
-            kernel = self.kernels[(binary, matrix)]
-            kernel.def_call(public)
+    def install(self, bench: str) -> None:
+        """Give each kernel its benchmark data: ``bench`` names the module of the cases,
+        imported only when benchmark data is asked for. A kernel's data is one config per
+        entry of its ``CASES``, ``case(rs, entry, binary, matrix) -> (args, kwargs,
+        params)`` with ``rs`` a ``RandomState(SEED + i)``."""
+        for (binary, matrix), kernel in self.kernels.items():
             kernel.def_benchmark_data(_configs(bench, binary, matrix))
+
+
+def _deferred(module: str, binary: bool, matrix: bool, reference: Callable):
+    """A generator that imports ``module`` (Pallas, Triton) when first used: its
+    ``generator(binary, matrix, fallback)``, ``fallback`` the ``jax`` one."""
+
+    def generate(**kw):
+        make = importlib.import_module(module).generator
+        return make(binary, matrix, reference(binary, matrix))(**kw)
+
+    return generate
 
 
 def _configs(bench, binary, matrix):

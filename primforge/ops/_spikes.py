@@ -1,10 +1,12 @@
-"""Products whose binary events arrive as a spike list: firing indices plus a count.
+"""Products whose binary events arrive compacted: as a spike list or as bit-packed words.
 
-:func:`forms` makes a family's vector and matrix kernels from its ``jax`` reference and
-Numba kernels (argument checks, shape rule, JVP, transpose: the weights only, ``vmap`` and
-a sharding rule that keeps everything whole) and their public calls, which take the
-family's arguments with a list and a count for the input. An index outside the sources or
-a count outside ``[0, len(spikes)]`` gives NaN everywhere (an error on concrete input).
+:func:`forms` makes a family's spike-list forms (firing indices plus a count) from its
+``jax`` reference and Numba kernels (argument checks, shape rule, JVP, transpose: the
+weights only, ``vmap`` and a sharding rule that keeps everything whole) and their public
+calls, which take the family's arguments with a list and a count for the input. An index
+outside the sources or a count outside ``[0, len(spikes)]`` gives NaN everywhere (an error
+on concrete input). :func:`packed` makes the binary vector product's form reading packed
+words, on the rules of the product on the unpacked events.
 """
 
 from __future__ import annotations
@@ -21,9 +23,10 @@ from primforge import _compat
 from primforge._compat import Tracer
 from primforge.ops import _scaffold, _sharding
 from primforge.ops._operator import Form, Operator
+from primforge.ops.packed import PackedEvents, pack_events
 
-__all__ = ["batch_lists", "bench_list", "bench_lists", "build", "check_concrete", "forms",
-           "list_args", "numba_list_ok"]
+__all__ = ["batch_lists", "bench_list", "bench_lists", "check_concrete", "check_packed_words",
+           "forms", "list_args", "numba_list_ok", "packed"]
 
 
 # ----------------------------------------------------------------------------- the list
@@ -300,18 +303,6 @@ def forms(family, names: tuple[str, str], *, module: str, params: tuple[str, ...
     return (kernels[False], kernels[True]), (public(False), public(True))
 
 
-def build(operator: Operator, name: str, *, who: str, who_mm: str, n_struct: int,
-          params: tuple[str, ...], reference: Callable,
-          numba_generator: Callable, sizes: Callable, tags: tuple[str, ...],
-          bench: tuple[str, str, str], doc: str) -> tuple[Form, Form]:
-    """The vector and matrix spike-list forms of one family's kernel, without public calls
-    (:func:`forms` makes both)."""
-    kernels = _kernels(operator, (who, who_mm), params=params,
-                       reference=reference, numba_generator=numba_generator, sizes=sizes,
-                       tags=tags, bench=bench, doc=doc)
-    return kernels[False], kernels[True]
-
-
 def _kernels(operator: Operator, names: tuple[str, str], *, params, reference,
              numba_generator, sizes, tags, bench, doc, weight_cotangent=None,
              sharding=_sharding.replicated_rule) -> dict[bool, Form]:
@@ -422,6 +413,140 @@ def _kernels(operator: Operator, names: tuple[str, str], *, params, reference,
     return kernels
 
 
+
+
+# ----------------------------------------------------------------------------- packed words
+def check_packed_words(who: str, shape: tuple[int, int], transpose: bool, n: Any,
+                       words: Any) -> None:
+    """Raise unless ``words`` packs exactly the events a vector product of ``shape`` takes.
+
+    Example:
+        >>> import jax
+        >>> check_packed_words('binary_csrmv', (40, 3), True, 40,
+        ...                    jax.ShapeDtypeStruct((2,), 'uint32'))
+        >>> check_packed_words('binary_csrmv', (40, 3), False, 40,
+        ...                    jax.ShapeDtypeStruct((2,), 'uint32'))
+        Traceback (most recent call last):
+        ...
+        ValueError: binary_csrmv: packed events for shape (40, 3) (transpose=False) must be 3
+        events in 1 uint32 words, got n = 40 in uint32[2]
+    """
+    m, cols = shape
+    want = m if transpose else cols
+    n_words = -(-want // 32)
+    if int(n) != want or tuple(words.shape) != (n_words,) or words.dtype != np.uint32:
+        raise ValueError(f"{who}: packed events for shape {(m, cols)} (transpose="
+                         f"{bool(transpose)}) must be {want} events in {n_words} uint32 "
+                         f"words, got n = {n} in {words.dtype}{list(words.shape)}")
+
+
+def packed(family, *, module: str, numba_generator: Callable, tags: tuple[str, ...],
+           sharding: Callable, bench: str, doc: str, call_doc: str) -> tuple[Form, Callable]:
+    """The family's binary vector product reading bit-packed events, and its public call.
+
+    The kernel takes ``(w, *structure, words)`` with the static ``n`` (events) besides the
+    family's params; ``numba_generator`` makes the kernel reading the words, while the
+    ``jax`` backend unpacks them and runs the binary vector product's reference (CPU) or
+    its default kernel (GPU, TPU). The shape rule and the rules are those of the product
+    on the unpacked events (:meth:`~primforge.ops._scaffold.Family.build`'s): linear in
+    ``w``, ``vmap`` one batched unpacked product. The call takes the binary vector
+    product's arguments (a bool vector is packed first); that product hands its
+    :class:`~primforge.ops.PackedEvents` vectors to it from now on.
+
+    Args:
+        family: the :class:`~primforge.ops._scaffold.Family` whose kernel gets the form.
+        module: the module of the call, named ``<binary vector product>_packed``.
+        numba_generator: the generator of the Numba kernel reading the words.
+        tags: the kernel's tags (``sparse``, ``event``, ``matvec``, ``packed`` added).
+        sharding: the kernel's sharding rule.
+        bench: the module whose ``packed`` gives the benchmark cases.
+        doc: the kernel's docstring; ``call_doc``: the call's (``{args}`` where the Args
+            section goes).
+
+    Example:
+        >>> from primforge.ops.csr import packed
+        >>> packed.binary_csrmv_packed_p.name, packed.binary_csrmv_packed.__name__
+        ('primforge.ops.binary_csrmv_packed', 'binary_csrmv_packed')
+    """
+    unpacked = family.kernels[(True, False)]
+    who = family.name(True, False)
+    event = lambda n: jax.ShapeDtypeStruct((n,), np.dtype(bool))
+    own = family.own_params
+
+    def events(words, n):
+        return PackedEvents(words, n).unpack()
+
+    def shape_rule(*ins, n, shape, transpose, **kw):
+        check_packed_words(who, _scaffold.check_shape(shape, who), transpose, n, ins[-1])
+        return family.shape_rule(True, False)(*ins[:-1], event(n), shape=shape,
+                                              transpose=transpose, **kw)
+
+    def reference(*, ins, outs, n, **kw):
+        ref = family.jax_gen(True, False)(ins=(*ins[:-1], event(n)), outs=outs, **own(kw))
+        return lambda *a: ref(*a[:-1], events(a[-1], n))
+
+    def delegate(*, n, **kw):
+        kw = own(kw)
+        return lambda *a: unpacked(*a[:-1], events(a[-1], n), **kw)
+
+    def jvp(primals, tangents, *, outs, backend=None, n, **kw):
+        kw = dict(own(kw), n=n, backend=backend)
+        y = kernel(*primals, **kw)
+        if type(tangents[0]) is _compat.Zero:
+            return [y], [jnp.zeros_like(y)]
+        return [y], [kernel(tangents[0], *primals[1:], **kw)]
+
+    def transpose(cts, w, *rest, outs, backend=None, n, **kw):
+        (ct,), none = cts, [None] * (1 + len(rest))
+        if type(ct) is _compat.Zero or not _compat.is_undefined_primal(w):
+            return none
+        if any(_compat.is_undefined_primal(a) for a in rest):
+            raise ValueError(f"{who} is linear in {family.weights!r} only")
+        *structure, words = rest
+        ct_w = family.weight_cotangent(True, False, jnp.asarray(ct), w.aval, tuple(structure),
+                                       events(words, n), backend=backend, **own(kw))
+        return [ct_w] + none[1:]
+
+    def batch(args, axes, *, outs, backend=None, n, **kw):
+        kw = own(kw)
+
+        def one(*a):
+            return unpacked(*a[:-1], events(a[-1], n), backend=backend, **kw)
+
+        return [jax.vmap(one, in_axes=tuple(axes))(*args)], [0]
+
+    def product(args: dict) -> jax.Array:
+        words = args["events"]
+        if not isinstance(words, PackedEvents):
+            words = pack_events(words)
+        weights, structure, params = family.operands(who, args)
+        return kernel(weights, *structure, words.words, n=int(words.n),
+                      backend=args["backend"], **params)
+
+    kernel = family.operator.form(f"{who}_packed", doc=doc, events="packed", matrix=False)
+    kernel.def_kernel("jax", "cpu", reference)
+    for platform in ("gpu", "tpu"):  # the binary product's own kernel on unpacked events
+        kernel.def_kernel("jax", platform, delegate)
+    kernel.def_numba_kernel(numba_generator, asdefault=True)
+    kernel.def_abstract_eval(shape_rule)
+    kernel.def_jvp_rule(jvp)
+    kernel.def_transpose_rule(transpose)
+    kernel.def_batching_rule(batch)
+    kernel.def_tags(*tags, "sparse", "event", "matvec", "packed")
+    kernel.def_sharding_rule(sharding)
+    kernel.def_benchmark_data(_scaffold.lazy_benchmark_data(bench, "packed"))
+
+    (m, n), signature = family.dims, family.named("events")
+    entries = dict(family.args, events=(
+        f":class:`~primforge.ops.PackedEvents` of ``{n}`` events (``{m}`` with "
+        f"``transpose``), or a bool vector, packed here."), backend=(
+        f"'numba' (CPU default) or 'jax' (the reference, on the CPU); on GPU and TPU the "
+        f"words are unpacked and the product runs with ``{who}``'s backend."))
+    call = _scaffold.public_function(f"{who}_packed", module, signature, product,
+                                     _scaffold.document(call_doc, signature, entries))
+    kernel.def_call(call)
+    family.packed_product = product
+    return kernel, call
 
 
 # ----------------------------------------------------------------------------- benchmark data

@@ -221,7 +221,7 @@ binary_csrmm = FAMILY.public(True, True, __name__, """
 
 
 # ----------------------------------------------------------------------------- benchmark hooks
-# Each kernel gets a call function (the public one above, used by ``kernel.call`` and
-# ``kernel.benchmark``) and the small deterministic cases of ``bench``, loaded only when
+# Each kernel's call function is its public one above (``kernel.call``, ``kernel.benchmark``);
+# its benchmark data the small deterministic cases of ``bench``, loaded only when
 # ``primforge bench`` or ``primforge check`` asks for them.
-FAMILY.install((csrmv, binary_csrmv, csrmm, binary_csrmm), "primforge.ops.csr.bench")
+FAMILY.install("primforge.ops.csr.bench")

@@ -10,7 +10,7 @@ from __future__ import annotations
 
 import numpy as np
 
-from primforge.ops import _sharding
+from primforge.ops import _sharding, _spikes
 from primforge.ops.csr import api as _api
 from primforge.ops.csr import structure as _common
 
@@ -25,11 +25,9 @@ def _numba_generator(*, ins, transpose, n, **_):
     return _numba_csr.packed_mv_kernel(bool(transpose), homo, wide, int(n))
 
 
-binary_csrmv_packed_p = _api.FAMILY.build_packed(
-    numba_gen=_numba_generator, tags=("csr",), sharding=_sharding.csr_rule,
-    bench="primforge.ops.csr.bench", doc=__doc__)
-
-binary_csrmv_packed = _api.FAMILY.public_packed(__name__, """
+_PACKED = _spikes.packed(
+    _api.FAMILY, module=__name__, numba_generator=_numba_generator, tags=("csr",),
+    sharding=_sharding.csr_rule, bench="primforge.ops.csr.bench", doc=__doc__, call_doc="""
     :func:`~primforge.ops.binary_csrmv` of a packed event vector, read in the kernel.
 
     {args}
@@ -42,3 +40,5 @@ binary_csrmv_packed = _api.FAMILY.public_packed(__name__, """
         ...                     jnp.array([0, 2, 3]), e, shape=(2, 3), transpose=True)
         Array([0., 3., 0.], dtype=float32)
     """)
+binary_csrmv_packed_p = _PACKED[0]
+binary_csrmv_packed = _PACKED[1]

@@ -18,6 +18,7 @@ from primforge.ops._pallas_common import (
     column_block,
     compiler_params,
     flat_offsets,
+    row_inputs,
     row_range,
     scatter_add,
     term,
@@ -165,12 +166,8 @@ def _matmat(binary, transpose, homo, *, m, n, nnz, k, dtype, platform, wide):
     def scatter(d_ref, i_ref, p_ref, x_ref, _zeros_ref, y_ref, bad_ref):
         i = pl.program_id(0)
         start, end = row_range(p_ref, i, nnz)
-        cvec, cmask = col_vector()
-        xi = plgpu.load(x_ref.at[jnp.where(cmask, flat(i, cvec), 0)], mask=cmask, other=0)
-        act = cmask & (xi != 0)
-        xv = value(xi)
+        cvec, act, xv, busy = row_inputs(x_ref, i, bcols, k, wide, value)
         w0 = d_ref[0] if homo else None
-        busy = jnp.sum(act.astype(jnp.int32), dtype=jnp.int32) > 0
         trips = jnp.where(busy, chunks(start, end, block), 0)  # no active column: no work
 
         def step(c, bad):

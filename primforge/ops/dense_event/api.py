@@ -184,5 +184,4 @@ binary_densemm = FAMILY.public(True, True, __name__, """
 
 
 # ----------------------------------------------------------------------------- benchmark hooks
-FAMILY.install((densemv, binary_densemv, densemm, binary_densemm),
-               "primforge.ops.dense_event.bench")
+FAMILY.install("primforge.ops.dense_event.bench")

@@ -258,5 +258,4 @@ binary_fixed_num_mm = FAMILY.public(True, True, __name__, """
 
 
 # ----------------------------------------------------------------------------- benchmark hooks
-FAMILY.install((fixed_num_mv, binary_fixed_num_mv, fixed_num_mm, binary_fixed_num_mm),
-               "primforge.ops.fixed_num.bench")
+FAMILY.install("primforge.ops.fixed_num.bench")

@@ -9,6 +9,7 @@ from __future__ import annotations
 import jax.numpy as jnp
 
 from primforge.ops import _scaffold, _sharding
+from primforge.ops.csr import grad as _csr_grad
 
 __all__ = ["weight_grad"]
 
@@ -47,7 +48,7 @@ def _parallel_generator(*, outs, binary, transpose, matrix, **_):
     return numba_kernel(fn, outs=list(outs), name=f"{fn.__name__}_parallel")
 
 
-weight_grad_p = _scaffold.weight_grad_kernel(
+weight_grad_p = _csr_grad.build_weight_grad(
     "primforge.ops.fixed_num_weight_grad", _reference, numba=_numba_generator,
     parallel=_parallel_generator, sharding=_sharding.fixed_num_weight_grad_rule,
     bench="primforge.ops.fixed_num.bench", doc=__doc__)

@@ -8,7 +8,7 @@ unpacked events, bit for bit on the numba backend.
 
 from __future__ import annotations
 
-from primforge.ops import _sharding
+from primforge.ops import _sharding, _spikes
 from primforge.ops.fixed_num import api as _api
 
 __all__ = ["binary_fixed_num_mv_packed", "binary_fixed_num_mv_packed_p"]
@@ -20,11 +20,10 @@ def _numba_generator(*, ins, transpose, n, **_):
     return _numba_fixed_num.packed_mv_kernel(bool(transpose), len(ins[0].shape) == 1, int(n))
 
 
-binary_fixed_num_mv_packed_p = _api.FAMILY.build_packed(
-    numba_gen=_numba_generator, tags=("fixed_num",), sharding=_sharding.fixed_num_packed_rule,
-    bench="primforge.ops.fixed_num.bench", doc=__doc__)
-
-binary_fixed_num_mv_packed = _api.FAMILY.public_packed(__name__, """
+_PACKED = _spikes.packed(
+    _api.FAMILY, module=__name__, numba_generator=_numba_generator, tags=("fixed_num",),
+    sharding=_sharding.fixed_num_packed_rule, bench="primforge.ops.fixed_num.bench",
+    doc=__doc__, call_doc="""
     :func:`~primforge.ops.binary_fixed_num_mv` of a packed event vector, read in the kernel.
 
     With ``transpose`` the kernel visits the set bits only (a zero word skips 32 rows at
@@ -41,3 +40,5 @@ binary_fixed_num_mv_packed = _api.FAMILY.public_packed(__name__, """
         ...                            transpose=True)
         Array([0., 3., 4.], dtype=float32)
     """)
+binary_fixed_num_mv_packed_p = _PACKED[0]
+binary_fixed_num_mv_packed = _PACKED[1]

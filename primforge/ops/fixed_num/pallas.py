@@ -16,6 +16,7 @@ from primforge.ops._pallas_common import (
     column_block,
     compiler_params,
     flat_offsets,
+    row_inputs,
     scatter_add,
     term,
     values,
@@ -84,12 +85,8 @@ def _program(binary, transpose, homo, *, m, n, k, cols, dtype, platform, wide):
 
     def scatter(w_ref, i_ref, x_ref, _zeros_ref, y_ref):
         i = pl.program_id(0)
-        cvec, cmask = col_vector()
-        xi = plgpu.load(x_ref.at[jnp.where(cmask, flat(i, cvec), 0)], mask=cmask, other=0)
-        act = cmask & (xi != 0)
-        xv = value(xi)
+        cvec, act, xv, busy = row_inputs(x_ref, i, bcols, cols, wide, value)
         w0 = w_ref[0] if homo else None
-        busy = jnp.sum(act.astype(jnp.int32), dtype=jnp.int32) > 0
         # No active column in this row: no work. (Both loop bounds int32: Triton's scf.for
         # needs lower and upper bound of one type.)
         trips = jnp.where(busy, jnp.int32(chunks), jnp.int32(0))

@@ -158,35 +158,44 @@ def _numba_generator(binary: bool, matrix: bool):
 
 
 # ----------------------------------------------------------------------------- shape rule
+def check_operands(who: str, theta, seed, table, *, shape, prob, weight_kind,
+                   block=None) -> tuple[int, int]:
+    """Check the weight parameters, seed and threshold table of a jitc kernel (abstract
+    values) against its static params; the shape of the matrix, or of the block."""
+    m, n = _scaffold.check_shape(shape, who, int32=True)
+    if block is not None:
+        h, w = _scaffold.check_shape(block, who, int32=True)
+        if h > m or w > n:
+            raise ValueError(f"{who}: 'block' {(h, w)} must fit in 'shape' {(m, n)}")
+    p = check_prob(prob, who)
+    check_kind(weight_kind, who)
+    want_theta = (WEIGHT_KINDS[weight_kind],)
+    if tuple(theta.shape) != want_theta or not jnp.issubdtype(theta.dtype, jnp.floating):
+        raise ValueError(
+            f"{who}: the weight parameters must be a float array of shape {want_theta} for "
+            f"weight_kind={weight_kind!r}, got {theta.dtype}{list(theta.shape)}"
+        )
+    want_seed = (1,) if block is None else (3,)
+    if tuple(seed.shape) != want_seed or seed.dtype != jnp.uint32:
+        raise ValueError(f"{who}: 'seed' must be a {want_seed} uint32 array (with a "
+                         f"'block': the seed, first row, first column), got "
+                         f"{seed.dtype}{list(seed.shape)}")
+    want_table = cached_table(p).shape
+    if tuple(table.shape) != want_table or table.dtype != jnp.uint32:
+        raise ValueError(
+            f"{who}: 'table' must be threshold_table({p}) (uint32{list(want_table)}), "
+            f"got {table.dtype}{list(table.shape)}")
+    return (m, n) if block is None else (h, w)
+
+
 def _shape_rule(binary: bool, matrix: bool):
     who = FAMILY.name(binary, matrix)
 
     def rule(theta, seed, table, x, *, shape, prob, transpose, weight_kind, block=None, **_):
-        m, n = _scaffold.check_shape(shape, who, int32=True)
-        if block is not None:
-            h, w = _scaffold.check_shape(block, who, int32=True)
-            if h > m or w > n:
-                raise ValueError(f"{who}: 'block' {(h, w)} must fit in 'shape' {(m, n)}")
-        p = check_prob(prob, who)
-        check_kind(weight_kind, who)
-        want_theta = (WEIGHT_KINDS[weight_kind],)
-        if tuple(theta.shape) != want_theta or not jnp.issubdtype(theta.dtype, jnp.floating):
-            raise ValueError(
-                f"{who}: the weight parameters must be a float array of shape {want_theta} for "
-                f"weight_kind={weight_kind!r}, got {theta.dtype}{list(theta.shape)}"
-            )
-        want_seed = (1,) if block is None else (3,)
-        if tuple(seed.shape) != want_seed or seed.dtype != jnp.uint32:
-            raise ValueError(f"{who}: 'seed' must be a {want_seed} uint32 array (with a "
-                             f"'block': the seed, first row, first column), got "
-                             f"{seed.dtype}{list(seed.shape)}")
-        want_table = cached_table(p).shape
-        if tuple(table.shape) != want_table or table.dtype != jnp.uint32:
-            raise ValueError(
-                f"{who}: 'table' must be threshold_table({p}) (uint32{list(want_table)}), "
-                f"got {table.dtype}{list(table.shape)}")
-        return FAMILY.output(who, x, (m, n) if block is None else (h, w), theta.dtype,
-                             binary=binary, matrix=matrix, transpose=transpose)
+        size = check_operands(who, theta, seed, table, shape=shape, prob=prob,
+                              weight_kind=weight_kind, block=block)
+        return FAMILY.output(who, x, size, theta.dtype, binary=binary, matrix=matrix,
+                             transpose=transpose)
 
     return rule
 
@@ -441,5 +450,4 @@ def jitc_todense(seed: int, shape: tuple[int, int], prob: float, weight: Any = 1
 
 
 # ----------------------------------------------------------------------------- benchmark hooks
-FAMILY.install((jitc_matvec, binary_jitc_matvec, jitc_matmat, binary_jitc_matmat),
-               "primforge.ops.jitconn.bench")
+FAMILY.install("primforge.ops.jitconn.bench")

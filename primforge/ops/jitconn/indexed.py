@@ -11,7 +11,7 @@ from __future__ import annotations
 import jax
 import jax.numpy as jnp
 
-from primforge.ops import _scaffold, _spikes
+from primforge.ops import _spikes
 from primforge.ops.jitconn import api as _api
 from primforge.ops.jitconn import generator as _gen
 
@@ -24,21 +24,8 @@ __all__ = [
 
 
 def _sizes(who, theta, seed, table, *, shape, prob, weight_kind):
-    m, n = _scaffold.check_shape(shape, who, int32=True)
-    p = _gen.check_prob(prob, who)
-    _gen.check_kind(weight_kind, who)
-    want = (_gen.WEIGHT_KINDS[weight_kind],)
-    if tuple(theta.shape) != want or not jnp.issubdtype(theta.dtype, jnp.floating):
-        raise ValueError(f"{who}: the weight parameters must be a float array of shape {want} "
-                         f"for weight_kind={weight_kind!r}, got {theta.dtype}"
-                         f"{list(theta.shape)}")
-    if tuple(seed.shape) != (1,) or seed.dtype != jnp.uint32:
-        raise ValueError(f"{who}: 'seed' must be a (1,) uint32 array, got "
-                         f"{seed.dtype}{list(seed.shape)}")
-    want_table = _gen.cached_table(p).shape
-    if tuple(table.shape) != want_table or table.dtype != jnp.uint32:
-        raise ValueError(f"{who}: 'table' must be threshold_table({p}) "
-                         f"(uint32{list(want_table)}), got {table.dtype}{list(table.shape)}")
+    m, n = _api.check_operands(who, theta, seed, table, shape=shape, prob=prob,
+                               weight_kind=weight_kind)
     return n, m
 
 
