@@ -280,14 +280,15 @@ def fused_step(we: CSR | JitConn, wi: CSR | JitConn, backend: str | None = None,
     2)``, the excitatory and inhibitory neurons that fired at each step.
 
     Args:
-      we, wi: the connectivity of the two populations, both stored CSR with one shared
-        weight (``coba_step_p``) or both :class:`~primforge.sim.coba.JitConn` with one
-        connection probability (``coba_jitc_step_p``).
+      we: the excitatory connectivity, stored CSR with one shared weight
+        (``coba_step_p``) or a :class:`~primforge.sim.coba.JitConn` (``coba_jitc_step_p``).
+      wi: the inhibitory connectivity, of the same kind as ``we`` (and, just in time, the
+        same connection probability).
       backend: the kernel's backend (``None``: the default, ``numba``).
       steps: steps a call advances.
-      threads, min_neurons: over just-in-time connectivity, the Numba kernel runs on
-        ``threads`` threads when each gets ``min_neurons`` neurons or more (the same
-        results).
+      threads: over just-in-time connectivity, the Numba kernel runs on this many threads
+        when each gets ``min_neurons`` neurons or more (the same results).
+      min_neurons: the fewest neurons a thread is given.
       in_place: the Numba kernels update the state where it lies (its buffers aliased to
         the outputs: inside a ``lax.scan``, the carry's own); ``False`` copies it into
         fresh outputs first.

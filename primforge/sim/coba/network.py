@@ -117,7 +117,8 @@ def build(n: int = N_BASE, prob: float = P_BASE, *, seed: int = 0,
       n: neurons, the first 80% excitatory.
       prob: the probability that a neuron connects to another.
       seed: seeds the connectivity and the initial state.
-      we, wi: the conductance an excitatory (inhibitory) spike adds to its targets.
+      we: the conductance an excitatory spike adds to its targets.
+      wi: the conductance an inhibitory spike adds to its targets.
       conn: ``'csr'`` (stored) or ``'jitc'`` (regenerated from a seed at every use).
 
     Returns:
