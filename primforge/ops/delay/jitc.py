@@ -18,7 +18,7 @@ from primforge import _compat
 from primforge.ops import _scaffold, _sharding
 from primforge.ops.delay import ring as _ring
 from primforge.ops.jitconn import generator as _gen
-from primforge.ops.jitconn.api import jitc_todense
+from primforge.ops.jitconn.api import check_operands, jitc_todense
 from primforge.ops.jitconn.structure import seed_word, weight_params
 
 __all__ = [
@@ -104,18 +104,8 @@ def _check_delay_range(who: str, delay_range: Any, depth: int | None) -> tuple[i
 
 def _jitc_shapes(theta, seed, table, events, buffer, slot, *, shape, prob, transpose,
                  weight_kind, delay_range, **_):
-    m, n = _scaffold.check_shape(shape, _JITC, int32=True)
-    p = _gen.check_prob(prob, _JITC)
-    _gen.check_kind(weight_kind, _JITC)
-    want = (_gen.WEIGHT_KINDS[weight_kind],)
-    if tuple(theta.shape) != want or not jnp.issubdtype(theta.dtype, jnp.floating):
-        raise ValueError(f"{_JITC}: the weight parameters must be a float array of shape "
-                         f"{want}, got {theta.dtype}{list(theta.shape)}")
-    if tuple(seed.shape) != (1,) or seed.dtype != jnp.uint32:
-        raise ValueError(f"{_JITC}: 'seed' must be a (1,) uint32 array, got "
-                         f"{seed.dtype}{list(seed.shape)}")
-    if tuple(table.shape) != _gen.cached_table(p).shape or table.dtype != jnp.uint32:
-        raise ValueError(f"{_JITC}: 'table' must be threshold_table({p})")
+    m, n = check_operands(_JITC, theta, seed, table, shape=shape, prob=prob,
+                          weight_kind=weight_kind)
     n_src, n_dst = (m, n) if transpose else (n, m)
     if tuple(events.shape) != (n_src,):
         raise ValueError(f"{_JITC}: 'events' must have shape ({n_src},) (the sources), got "
