@@ -291,7 +291,8 @@ FAMILIES: dict[str, set[str]] = {
 #: family whose GPU path is the ``jax`` reference has no ``pallas`` module).
 FAMILY_ROLES = {"__init__", "api", "numba", "bench"}
 OPTIONAL_ROLES = {"pallas", "matrix", "structure", "grad", "cuda", "generator", "numba_columns",
-                  "convert", "slicing", "sddmm", "indexed", "packed",
+                  "convert", "slicing", "sddmm", "indexed", "packed", "numba_spikes",
+                  "numba_grad",
                   "ring", "csr", "jitc", "read"}  # the delayed products: buffer, formats, read
 
 

@@ -96,14 +96,14 @@ def _reference(binary, transpose, matrix, dtype):
 
 
 def _numba_generator(*, ins, binary, transpose, matrix, **_):
-    from primforge.ops.csr import numba as _numba_csr
+    from primforge.ops.csr import numba_grad as _numba_csr
 
     wide = np.dtype(ins[0].dtype).itemsize > 4
     return _numba_csr.weight_grad_kernel(binary, transpose, matrix, wide)
 
 
 def _parallel_generator(**kw):
-    from primforge.ops.csr import numba as _numba_csr
+    from primforge.ops.csr import numba_grad as _numba_csr
 
     return _numba_csr.parallel_weight_grad_generator(**kw)
 

@@ -71,7 +71,7 @@ def _weight_cotangent(ct, w_aval, indices, indptr, spikes, count, *, shape, tran
 
 def _numba_generator(matrix: bool):
     def generate(*, ins, outs, shape, transpose, **_):
-        from primforge.ops.csr import numba as _numba_csr
+        from primforge.ops.csr import numba_spikes as _numba_csr
 
         homo = _common.is_homogeneous(ins[0], ins[1])
         wide = np.dtype(ins[1].dtype).itemsize > 4
@@ -165,7 +165,7 @@ def _compact_reference(*, max_spikes, **_):
 
 
 def _compact_numba(**_):
-    from primforge.ops.csr import numba as _numba_csr
+    from primforge.ops.csr import numba_spikes as _numba_csr
 
     return _numba_csr.spike_list_kernel()
 
